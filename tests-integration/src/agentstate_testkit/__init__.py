@@ -1,0 +1,1 @@
+"""Private test infrastructure: throwaway servers and shared fixtures."""

@@ -1,0 +1,1 @@
+"""Pytest plugin: server fixtures."""
