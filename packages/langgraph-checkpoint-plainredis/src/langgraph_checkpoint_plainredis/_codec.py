@@ -1,0 +1,200 @@
+"""Byte formats of stored values. Pure functions; no I/O.
+
+Values are raw bytes framed with netstrings (``<len>:<bytes>,``), which the Lua
+scripts can also read. Format version 1:
+
+- checkpoint: ``\\x01`` parent run refs ctype checkpoint mtype metadata
+  (each a netstring; ``run`` is the escaped run id, ``refs`` the netstring-joined blob
+  suffixes the checkpoint reads, so scripts can find them without decoding msgpack)
+- blob: ``\\x01`` + one type-code byte + data, or ``\\x02`` + netstring(type) + data
+- write: ``\\x01`` task_id idx task_path channel type data (each a netstring)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import NamedTuple
+
+from ._errors import CorruptDataError
+
+__all__ = [
+    "StoredCheckpoint",
+    "StoredWrite",
+    "decode_blob",
+    "decode_checkpoint",
+    "decode_write",
+    "encode_blob",
+    "encode_checkpoint",
+    "encode_write",
+    "join_netstrings",
+    "split_netstrings",
+]
+
+V1 = b"\x01"
+V1_NAMED_TYPE = b"\x02"
+# One-byte codes for the types LangGraph's serializers emit; anything else is spelled out.
+_TYPE_CODES = {
+    "msgpack": b"m",
+    "empty": b"e",
+    "json": b"j",
+    "bytes": b"b",
+    "bytearray": b"y",
+    "null": b"n",
+    "pickle": b"p",
+}
+_CODE_TYPES = {code[0]: name for name, code in _TYPE_CODES.items()}
+
+
+def _netstring(data: bytes) -> bytes:
+    return b"%d:%s," % (len(data), data)
+
+
+def join_netstrings(parts: Sequence[bytes]) -> bytes:
+    """Concatenates `parts` as netstrings."""
+    return b"".join(_netstring(p) for p in parts)
+
+
+def _read(data: bytes, pos: int, key: str) -> tuple[bytes, int]:
+    colon = data.find(b":", pos, pos + 21)
+    if colon < 0:
+        raise CorruptDataError(key, f"no length at byte {pos}")
+    try:
+        size = int(data[pos:colon])
+    except ValueError:
+        raise CorruptDataError(key, f"bad length {data[pos:colon]!r} at byte {pos}") from None
+    end = colon + 1 + size
+    if size < 0 or end >= len(data) or data[end] != 0x2C:  # ","
+        raise CorruptDataError(key, f"field at byte {pos} is truncated")
+    return data[colon + 1 : end], end + 1
+
+
+def split_netstrings(data: bytes, key: str = "<value>") -> list[bytes]:
+    """Splits a concatenation of netstrings."""
+    out: list[bytes] = []
+    pos = 0
+    while pos < len(data):
+        part, pos = _read(data, pos, key)
+        out.append(part)
+    return out
+
+
+def _fields(data: bytes, count: int, key: str, kind: str) -> list[bytes]:
+    if not data or data[:1] != V1:
+        raise CorruptDataError(key, f"not a version-1 {kind} (first byte {data[:1]!r})")
+    fields: list[bytes] = []
+    pos = 1
+    for _ in range(count):
+        part, pos = _read(data, pos, key)
+        fields.append(part)
+    if pos != len(data):
+        raise CorruptDataError(key, f"{len(data) - pos} trailing bytes after the {kind}")
+    return fields
+
+
+class StoredCheckpoint(NamedTuple):
+    """A decoded checkpoint value: serde payloads are still bytes."""
+
+    parent_id: str | None
+    run: str
+    refs: list[str]
+    checkpoint: tuple[str, bytes]
+    metadata: tuple[str, bytes]
+
+
+def encode_checkpoint(
+    parent_id: str | None,
+    run: str,
+    refs: Sequence[str],
+    checkpoint: tuple[str, bytes],
+    metadata: tuple[str, bytes],
+) -> bytes:
+    """Encodes a checkpoint value. `run` is the escaped run id, or ``""``."""
+    return V1 + join_netstrings(
+        [
+            (parent_id or "").encode(),
+            run.encode(),
+            join_netstrings([r.encode() for r in refs]),
+            checkpoint[0].encode(),
+            checkpoint[1],
+            metadata[0].encode(),
+            metadata[1],
+        ]
+    )
+
+
+def decode_checkpoint(data: bytes, key: str) -> StoredCheckpoint:
+    """Decodes a checkpoint value read from `key`."""
+    parent, run, refs, ctype, cbytes, mtype, mbytes = _fields(data, 7, key, "checkpoint")
+    try:
+        return StoredCheckpoint(
+            parent.decode() or None,
+            run.decode(),
+            [r.decode() for r in split_netstrings(refs, key)],
+            (ctype.decode(), cbytes),
+            (mtype.decode(), mbytes),
+        )
+    except UnicodeDecodeError as exc:
+        raise CorruptDataError(key, f"invalid UTF-8: {exc}") from None
+
+
+def encode_blob(typed: tuple[str, bytes]) -> bytes:
+    """Encodes one channel value as returned by ``serde.dumps_typed``."""
+    code = _TYPE_CODES.get(typed[0])
+    if code is not None:
+        return V1 + code + typed[1]
+    return V1_NAMED_TYPE + _netstring(typed[0].encode()) + typed[1]
+
+
+def decode_blob(data: bytes, key: str) -> tuple[str, bytes]:
+    """Decodes a blob value read from `key` into ``(type, bytes)``."""
+    head = data[:1]
+    if head == V1 and len(data) >= 2:
+        name = _CODE_TYPES.get(data[1])
+        if name is None:
+            raise CorruptDataError(key, f"unknown type code {data[1:2]!r}")
+        return name, data[2:]
+    if head == V1_NAMED_TYPE:
+        type_, pos = _read(data, 1, key)
+        try:
+            return type_.decode(), data[pos:]
+        except UnicodeDecodeError:
+            raise CorruptDataError(key, "type name is not UTF-8") from None
+    raise CorruptDataError(key, f"not a version-1 blob (first bytes {data[:2]!r})")
+
+
+class StoredWrite(NamedTuple):
+    """A decoded pending write."""
+
+    task_id: str
+    idx: int
+    task_path: str
+    channel: str
+    value: tuple[str, bytes]
+
+
+def encode_write(
+    task_id: str, idx: int, task_path: str, channel: str, typed: tuple[str, bytes]
+) -> bytes:
+    """Encodes one pending write."""
+    return V1 + join_netstrings(
+        [
+            task_id.encode(),
+            str(idx).encode(),
+            task_path.encode(),
+            channel.encode(),
+            typed[0].encode(),
+            typed[1],
+        ]
+    )
+
+
+def decode_write(data: bytes, key: str) -> StoredWrite:
+    """Decodes one pending write read from the hash at `key`."""
+    task_id, idx, task_path, channel, type_, value = _fields(data, 6, key, "write")
+    try:
+        return StoredWrite(
+            task_id.decode(), int(idx), task_path.decode(), channel.decode(),
+            (type_.decode(), value),
+        )  # fmt: skip
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise CorruptDataError(key, f"bad write field: {exc}") from None

@@ -1,0 +1,559 @@
+"""The I/O-free core shared by `RedisSaver` and `AsyncRedisSaver`.
+
+Every operation is a generator of *plans*: it yields a list of commands (`Eval` or
+a plain command tuple), receives the list of replies, and finally returns its result.
+A list operation also yields `CheckpointTuple`s between plans. The sync and async
+shells only run plans (one round trip each) and feed the replies back.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+from collections.abc import Generator, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, cast
+
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import (
+    WRITES_IDX_MAP,
+    ChannelVersions,
+    Checkpoint,
+    CheckpointMetadata,
+    CheckpointTuple,
+    PendingWrite,
+    get_checkpoint_id,
+    get_checkpoint_metadata,
+)
+from langgraph.checkpoint.serde.base import SerializerProtocol
+
+from ._codec import (
+    decode_blob,
+    decode_checkpoint,
+    decode_write,
+    encode_blob,
+    encode_checkpoint,
+    encode_write,
+)
+from ._errors import CorruptDataError, LegacyKeyspaceError, PlainRedisError, WrongTypeError
+from ._keys import (
+    KeySpace,
+    ThreadKeys,
+    blob_channel,
+    blob_suffix,
+    escape,
+    parse_run_member,
+    unescape,
+)
+from ._scripts import SCRIPTS
+
+__all__ = ["Eval", "Plan", "SaverCore", "Step", "translate_error"]
+
+
+@dataclass(frozen=True)
+class Eval:
+    """One call of a named Lua script."""
+
+    script: str
+    keys: tuple[str, ...]
+    args: tuple[str | bytes | int, ...]
+
+
+Command = Eval | tuple[Any, ...]
+Plan = list[Command]
+# What an operation generator yields: a plan to run, or (for list) a result.
+Step = Plan | CheckpointTuple
+
+_LIST_PAGE = 128
+_BATCH_THREADS = 64
+
+
+def translate_error(message: str, prefix: str) -> PlainRedisError | None:
+    """Maps a script error reply to the package's exception, or None for other errors."""
+    at = message.find("PLAINREDIS_")
+    if at < 0:
+        return None
+    code, _, rest = message[at:].partition(" ")
+    if code == "PLAINREDIS_LEGACY":
+        return LegacyKeyspaceError(prefix)
+    if code == "PLAINREDIS_WRONGTYPE":
+        found, expected, key = (rest.split(" ", 2) + ["", "", ""])[:3]
+        return WrongTypeError(key, found, expected)
+    return None
+
+
+def _configurable(config: RunnableConfig | None, what: str) -> Mapping[str, Any]:
+    if not isinstance(config, Mapping):
+        raise TypeError(
+            f"{what} needs a config dict like {{'configurable': {{'thread_id': '...'}}}}, "
+            f"got {type(config).__name__} {config!r}"
+        )
+    conf = config.get("configurable")
+    if not isinstance(conf, Mapping) or conf.get("thread_id") is None:
+        raise ValueError(
+            f"config['configurable']['thread_id'] is missing in {what}: pass "
+            "config={'configurable': {'thread_id': 'my-thread'}} (got "
+            f"{dict(conf) if isinstance(conf, Mapping) else conf!r})"
+        )
+    return conf
+
+
+def _str_field(conf: Mapping[str, Any], name: str, default: str | None = None) -> str:
+    value = conf.get(name, default)
+    if value is None:
+        raise ValueError(f"config['configurable'][{name!r}] is missing")
+    if isinstance(value, str):
+        return value
+    if isinstance(value, (int,)) or type(value).__name__ == "UUID":
+        return str(value)
+    raise TypeError(
+        f"config['configurable'][{name!r}] must be a str, got {type(value).__name__} "
+        f"{value!r}: convert it with str()"
+    )
+
+
+def _ttl_ms(ttl: float | None) -> int:
+    if ttl is None:
+        return 0
+    if isinstance(ttl, bool) or not isinstance(ttl, (int, float)):
+        raise TypeError(f"ttl must be seconds as int or float, or None; got {ttl!r}")
+    if not math.isfinite(ttl) or ttl <= 0:
+        raise ValueError(
+            f"ttl={ttl!r} is not a positive number of seconds: pass e.g. ttl=7 * 24 * 3600, "
+            "or ttl=None to keep threads forever"
+        )
+    return max(1, int(ttl * 1000))
+
+
+def _b(value: Any) -> bytes:
+    return value if isinstance(value, bytes) else str(value).encode()
+
+
+def _s(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _pairs(flat: Sequence[Any] | Mapping[Any, Any] | None) -> list[tuple[bytes, bytes]]:
+    """Normalises an HGETALL reply (flat list from a script, or a dict)."""
+    if not flat:
+        return []
+    if isinstance(flat, Mapping):
+        return [(_b(k), _b(v)) for k, v in flat.items()]
+    return [(_b(flat[i]), _b(flat[i + 1])) for i in range(0, len(flat), 2)]
+
+
+class SaverCore:
+    """Plans and reply parsing for one keyspace; holds no connection."""
+
+    serde: SerializerProtocol
+
+    def _init_core(self, prefix: str, ttl: float | None, refresh_on_read: bool) -> None:
+        self.keyspace = KeySpace(prefix)
+        self.prefix = prefix
+        self.ttl = ttl
+        self._ttl_ms = _ttl_ms(ttl)
+        if not isinstance(refresh_on_read, bool):
+            raise TypeError(f"refresh_on_read must be True or False, got {refresh_on_read!r}")
+        self.refresh_on_read = refresh_on_read
+
+    # -- helpers -------------------------------------------------------------------------
+
+    def _score(self, now_ms: int) -> str:
+        return str(now_ms + self._ttl_ms) if self._ttl_ms else "inf"
+
+    def _loads(self, typed: tuple[str, bytes], key: str) -> Any:
+        try:
+            return self.serde.loads_typed(typed)
+        except Exception as exc:  # the serializer raises many types on bad bytes
+            raise CorruptDataError(key, f"{type(exc).__name__}: {exc}") from exc
+
+    def _tuple(self, tk: ThreadKeys, ns: str, cid: str, entry: Sequence[Any]) -> CheckpointTuple:
+        """Builds a `CheckpointTuple` from one entry ``[id, payload, writes, blobs]``."""
+        cp_key = tk.cp(ns, cid)
+        stored = decode_checkpoint(_b(entry[1]), cp_key)
+        checkpoint = cast(Checkpoint, self._loads(stored.checkpoint, cp_key))
+        if not isinstance(checkpoint, dict):
+            raise CorruptDataError(cp_key, "checkpoint is not a mapping")
+        values: dict[str, Any] = {}
+        for suffix, raw in zip(stored.refs, entry[3] or (), strict=False):
+            if raw is None or raw is False:
+                continue
+            blob_key = f"{tk.blob_prefix}{escape(ns)}:{suffix}"
+            typed = decode_blob(_b(raw), blob_key)
+            if typed[0] != "empty":
+                values[blob_channel(suffix)] = self._loads(typed, blob_key)
+        wr_key = tk.wr(ns, cid)
+        writes = sorted(
+            (decode_write(value, wr_key) for _, value in _pairs(entry[2])),
+            key=lambda w: (w.task_path, w.task_id, w.idx),
+        )
+        pending: list[PendingWrite] = [
+            (w.task_id, w.channel, self._loads(w.value, wr_key)) for w in writes
+        ]
+        thread_id = tk.thread_id
+        return CheckpointTuple(
+            config={
+                "configurable": {
+                    "thread_id": thread_id,
+                    "checkpoint_ns": ns,
+                    "checkpoint_id": cid,
+                }
+            },
+            checkpoint={**checkpoint, "channel_values": values},
+            metadata=cast(CheckpointMetadata, self._loads(stored.metadata, cp_key)),
+            parent_config=(
+                {
+                    "configurable": {
+                        "thread_id": thread_id,
+                        "checkpoint_ns": ns,
+                        "checkpoint_id": stored.parent_id,
+                    }
+                }
+                if stored.parent_id
+                else None
+            ),
+            pending_writes=pending,
+        )
+
+    # -- versions ------------------------------------------------------------------------
+
+    def get_next_version(self, current: str | int | float | None, channel: None) -> str:
+        """Returns a version greater than `current`, unique to this call.
+
+        The random tail keeps a fork from an older checkpoint from reusing the
+        version, and so the blob key, of the branch it forked from.
+        """
+        if current is None:
+            major = 0
+        elif isinstance(current, (int, float)):
+            major = int(current)
+        else:
+            major = int(current.split(".", 1)[0])
+        return f"{major + 1:032}.{random.getrandbits(64):016x}"
+
+    # -- put -----------------------------------------------------------------------------
+
+    def _put_steps(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> Generator[Step, list[Any], RunnableConfig]:
+        conf = _configurable(config, "put")
+        thread_id = _str_field(conf, "thread_id")
+        ns = _str_field(conf, "checkpoint_ns", "")
+        tk = self.keyspace.thread(thread_id)
+        cid = checkpoint["id"]
+        parent_id = conf.get("checkpoint_id")
+
+        copy = dict(checkpoint)
+        values: dict[str, Any] = copy.pop("channel_values", {}) or {}
+        meta = get_checkpoint_metadata(config, metadata)
+        run_id = meta.get("run_id")
+        run = escape(str(run_id)) if run_id else ""
+
+        written: dict[str, bytes] = {}
+        for channel, version in new_versions.items():
+            typed = self.serde.dumps_typed(values[channel]) if channel in values else ("empty", b"")
+            written[blob_suffix(channel, version)] = encode_blob(typed)
+        refs = [blob_suffix(ch, v) for ch, v in checkpoint["channel_versions"].items()]
+        payload = encode_checkpoint(
+            parent_id,
+            run,
+            refs,
+            self.serde.dumps_typed(copy),
+            self.serde.dumps_typed(meta),
+        )
+        suffixes = list(dict.fromkeys([*refs, *written]))
+        now = _now_ms()
+        ns_e = escape(ns)
+        keys = [
+            tk.cp(ns, cid),
+            tk.idx(ns),
+            tk.keys(ns),
+            tk.ns,
+            self.keyspace.threads,
+            *(f"{tk.blob_prefix}{ns_e}:{s}" for s in suffixes),
+        ]
+        if run:
+            keys.append(self.keyspace.run(str(run_id)))
+        args: list[str | bytes | int] = [
+            cid,
+            payload,
+            self._ttl_ms,
+            self._score(now),
+            now,
+            ns_e,
+            tk.component,
+            tk.run_member(ns, cid),
+            1 if run else 0,
+            len(suffixes),
+            tk.wr_prefix,
+            tk.cp_prefix,
+            tk.blob_prefix,
+        ]
+        for s in suffixes:
+            args += [s, written.get(s, b"")]
+        yield [Eval("put", tuple(keys), tuple(args))]
+        return {
+            "configurable": {
+                "thread_id": thread_id,
+                "checkpoint_ns": ns,
+                "checkpoint_id": cid,
+            }
+        }
+
+    def _put_writes_steps(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str,
+    ) -> Generator[Step, list[Any], None]:
+        conf = _configurable(config, "put_writes")
+        thread_id = _str_field(conf, "thread_id")
+        ns = _str_field(conf, "checkpoint_ns", "")
+        cid = _str_field(conf, "checkpoint_id")
+        if not writes:
+            return
+        tk = self.keyspace.thread(thread_id)
+        args: list[str | bytes | int] = [
+            cid,
+            escape(ns),
+            tk.component,
+            self._ttl_ms,
+            self._score(_now_ms()),
+        ]
+        for i, (channel, value) in enumerate(writes):
+            idx = WRITES_IDX_MAP.get(channel, i)
+            args += [
+                f"{escape(task_id)}:{idx}",
+                encode_write(task_id, idx, task_path, channel, self.serde.dumps_typed(value)),
+                1 if idx < 0 else 0,
+            ]
+        keys = (tk.wr(ns, cid), tk.keys(ns), tk.ns, self.keyspace.threads, tk.cp(ns, cid))
+        yield [Eval("put_writes", keys, tuple(args))]
+
+    # -- get -----------------------------------------------------------------------------
+
+    def _get_steps(
+        self, config: RunnableConfig
+    ) -> Generator[Step, list[Any], CheckpointTuple | None]:
+        conf = _configurable(config, "get_tuple")
+        thread_id = _str_field(conf, "thread_id")
+        ns = _str_field(conf, "checkpoint_ns", "")
+        cid = get_checkpoint_id(config) or ""
+        tk = self.keyspace.thread(thread_id)
+        refresh = self._ttl_ms if self.refresh_on_read else 0
+        keys = (tk.idx(ns), tk.keys(ns), tk.ns, self.keyspace.threads)
+        args = (
+            cid,
+            escape(ns),
+            tk.cp_prefix,
+            tk.wr_prefix,
+            tk.blob_prefix,
+            refresh,
+            self._score(_now_ms()),
+            tk.component,
+        )
+        (entry,) = yield [Eval("get", keys, args)]
+        if not entry:
+            return None
+        return self._tuple(tk, ns, _s(entry[0]), entry)
+
+    # -- list ----------------------------------------------------------------------------
+
+    def _list_steps(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> Generator[Step, list[Any], None]:
+        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int)):
+            raise TypeError(f"limit must be an int or None, got {limit!r}")
+        remaining = limit if limit is not None else -1
+        if remaining == 0:
+            return
+        before_id = get_checkpoint_id(before) if before else None
+        if config is None:
+            threads: Iterable[ThreadKeys] = []
+            cursor = 0
+            while True:
+                (page,) = yield [("ZRANGE", self.keyspace.threads, cursor, cursor + 499)]
+                if not page:
+                    return
+                cursor += len(page)
+                threads = [self.keyspace.thread_from_component(_s(m)) for m in page]
+                for tk in threads:
+                    remaining = yield from self._list_thread(
+                        tk, None, None, before_id, filter, remaining
+                    )
+                    if remaining == 0:
+                        return
+        conf = _configurable(config, "list")
+        thread_id = _str_field(conf, "thread_id")
+        ns = conf.get("checkpoint_ns")
+        only = get_checkpoint_id(config)
+        yield from self._list_thread(
+            self.keyspace.thread(thread_id),
+            None if ns is None else _str_field(conf, "checkpoint_ns"),
+            only,
+            before_id,
+            filter,
+            remaining,
+        )
+
+    def _list_thread(
+        self,
+        tk: ThreadKeys,
+        ns: str | None,
+        only: str | None,
+        before_id: str | None,
+        filter: dict[str, Any] | None,
+        remaining: int,
+    ) -> Generator[Step, list[Any], int]:
+        """Lists one thread (one namespace, or all); returns how many may still follow."""
+        if only is not None and before_id is not None and not only < before_id:
+            return remaining
+        page = _LIST_PAGE if filter or remaining < 0 else min(remaining, _LIST_PAGE * 8)
+        namespaces: list[str] | None = None if ns is None else [escape(ns)]
+        upper = "(" + before_id if before_id is not None else "+"
+        resume = ""
+        while True:
+            args: list[str | bytes | int] = [
+                tk.cp_prefix,
+                tk.wr_prefix,
+                tk.blob_prefix,
+                tk.idx_prefix,
+                upper,
+                page,
+                only or "",
+                resume,
+                *(namespaces or ()),
+            ]
+            (reply,) = yield [Eval("list", (tk.ns,), tuple(args))]
+            walked = [_s(n) for n in reply[0]]
+            entries = reply[1]
+            for ns_e, entry in entries:
+                ns_name = unescape(_s(ns_e))
+                tup = self._tuple(tk, ns_name, _s(entry[0]), entry)
+                if filter and not all(tup.metadata.get(k) == v for k, v in filter.items()):
+                    continue
+                yield tup
+                if remaining > 0:
+                    remaining -= 1
+                    if remaining == 0:
+                        return 0
+            if only is not None or len(entries) < page:
+                return remaining
+            last_ns, last_entry = entries[-1]
+            last = _s(last_ns)
+            namespaces = walked[walked.index(last) :]
+            resume = "(" + _s(last_entry[0])
+
+    # -- delete, prune, runs, copy -------------------------------------------------------
+
+    def _prefix_args(self, tk: ThreadKeys) -> tuple[str, ...]:
+        return (
+            tk.component,
+            tk.cp_prefix,
+            tk.wr_prefix,
+            tk.blob_prefix,
+            tk.idx_prefix,
+            tk.keys_prefix,
+            self.keyspace.run_prefix,
+        )
+
+    def _delete_thread_steps(self, thread_id: str) -> Generator[Step, list[Any], None]:
+        tk = self.keyspace.thread(_thread_arg(thread_id, "delete_thread"))
+        keys = (tk.ns, self.keyspace.threads)
+        yield [Eval("delete_thread", keys, self._prefix_args(tk))]
+
+    def _prune_steps(
+        self, thread_ids: Sequence[str], strategy: str
+    ) -> Generator[Step, list[Any], None]:
+        if strategy not in ("keep_latest", "delete"):
+            raise ValueError(
+                f"prune strategy {strategy!r} is not supported: use 'keep_latest' "
+                "(keep the newest checkpoint per namespace) or 'delete' (remove the threads)"
+            )
+        script = "prune_keep_latest" if strategy == "keep_latest" else "delete_thread"
+        tks = [self.keyspace.thread(_thread_arg(t, "prune")) for t in thread_ids]
+        for start in range(0, len(tks), _BATCH_THREADS):
+            yield [
+                Eval(script, (tk.ns, self.keyspace.threads), self._prefix_args(tk))
+                for tk in tks[start : start + _BATCH_THREADS]
+            ]
+
+    def _delete_for_runs_steps(self, run_ids: Sequence[str]) -> Generator[Step, list[Any], None]:
+        run_keys = [self.keyspace.run(_thread_arg(r, "delete_for_runs")) for r in run_ids]
+        if not run_keys:
+            return
+        members = yield [("SMEMBERS", k) for k in run_keys]
+        by_thread: dict[str, list[str]] = {}
+        for reply in members:
+            for member in reply or ():
+                thread_c, ns_e, cid = parse_run_member(_s(member))
+                by_thread.setdefault(thread_c, []).extend([ns_e, cid])
+        plan: Plan = []
+        for thread_c, pairs in by_thread.items():
+            tk = self.keyspace.thread_from_component(thread_c)
+            keys = (tk.ns, self.keyspace.threads)
+            plan.append(Eval("remove_checkpoints", keys, (*self._prefix_args(tk), *pairs)))
+        plan.append(("DEL", *run_keys))
+        yield plan
+
+    def _copy_thread_steps(
+        self, source_thread_id: str, target_thread_id: str
+    ) -> Generator[Step, list[Any], None]:
+        src = self.keyspace.thread(_thread_arg(source_thread_id, "copy_thread"))
+        dst = self.keyspace.thread(_thread_arg(target_thread_id, "copy_thread"))
+        if src == dst:
+            return
+        (exported,) = yield [
+            Eval(
+                "export_thread",
+                (src.ns,),
+                (src.cp_prefix, src.wr_prefix, src.blob_prefix, src.keys_prefix),
+            )
+        ]
+        if not exported:
+            return
+        args: list[str | bytes | int] = [
+            *self._prefix_args(dst),
+            self._ttl_ms,
+            self._score(_now_ms()),
+        ]
+        for ns_e, items in exported:
+            pairs = list(zip(items[::2], items[1::2], strict=True))
+            args += [_b(ns_e), len(pairs)]
+            for member, value in pairs:
+                if _b(member)[:1] == b"w":
+                    flat = [x for pair in _pairs(value) for x in pair]
+                    args += [_b(member), len(flat), *flat]
+                else:
+                    args += [_b(member), 1, _b(value)]
+        yield [Eval("import_thread", (dst.ns, self.keyspace.threads), tuple(args))]
+
+
+def _thread_arg(value: Any, what: str) -> str:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    if type(value).__name__ == "UUID":
+        return str(value)
+    raise TypeError(f"{what} takes str ids, got {type(value).__name__} {value!r}")
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def script_sources() -> dict[str, tuple[str, str]]:
+    """Name -> (sha, source) of every script, for loading."""
+    return {name: (s.sha, s.source) for name, s in SCRIPTS.items()}

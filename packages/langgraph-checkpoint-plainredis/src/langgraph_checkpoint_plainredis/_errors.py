@@ -1,0 +1,51 @@
+"""Exceptions raised by the savers. Each names the key or value at fault and the fix."""
+
+from __future__ import annotations
+
+__all__ = ["CorruptDataError", "LegacyKeyspaceError", "PlainRedisError", "WrongTypeError"]
+
+
+class PlainRedisError(Exception):
+    """Base class of every error this package raises on its own account."""
+
+
+class CorruptDataError(PlainRedisError, ValueError):
+    """A stored value cannot be decoded.
+
+    Attributes:
+        key: The Redis key that holds the value.
+    """
+
+    def __init__(self, key: str, reason: str) -> None:
+        self.key = key
+        super().__init__(
+            f"Redis key {key!r} does not hold a valid plainredis payload ({reason}); it was "
+            "truncated, corrupted or written by another program. The rest of the thread is "
+            "unaffected: delete this key (or restore it from a backup) to clear the error."
+        )
+
+
+class WrongTypeError(PlainRedisError, TypeError):
+    """A key under the saver's prefix holds a Redis type the layout does not use there."""
+
+    def __init__(self, key: str, found: str, expected: str) -> None:
+        self.key = key
+        super().__init__(
+            f"Redis key {key!r} is a {found}, but the plainredis layout keeps a {expected} "
+            "there. Another program writes under this prefix: give the saver its own "
+            "prefix= (or database), or delete the foreign key. Nothing was written."
+        )
+
+
+class LegacyKeyspaceError(PlainRedisError):
+    """The prefix holds data in the layout of langgraph-checkpoint-plainredis 0.1.0."""
+
+    def __init__(self, prefix: str) -> None:
+        self.prefix = prefix
+        super().__init__(
+            f"The keys under {prefix!r} were written by langgraph-checkpoint-plainredis 0.1.0. "
+            f"Migrate them once, losslessly and idempotently, with "
+            f"`plainredis migrate --url redis://... --prefix {prefix}` or "
+            f"`langgraph_checkpoint_plainredis.migrate_v010(client, prefix={prefix!r})`. "
+            "Nothing was written."
+        )

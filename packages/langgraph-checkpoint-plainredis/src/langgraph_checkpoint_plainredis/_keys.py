@@ -1,0 +1,224 @@
+"""The Redis key layout. Every key is built and parsed here and nowhere else.
+
+Layout (``T`` = escaped thread id, ``N`` = escaped checkpoint namespace, ``C`` =
+checkpoint id, ``CH`` = escaped channel, ``V`` = channel version tag)::
+
+    {prefix}:cp:{T}:N:C        string  checkpoint payload (parent id, metadata, blob refs)
+    {prefix}:blob:{T}:N:CH:V   string  one channel value at one version
+    {prefix}:wr:{T}:N:C        hash    pending writes of checkpoint C
+    {prefix}:idx:{T}:N         zset    timeline: member C, score 0 (lexicographic = id order)
+    {prefix}:keys:{T}:N        zset    every cp/blob of the timeline, score = expires-at ms
+    {prefix}:ns:{T}            zset    namespaces of the thread, score = expires-at ms
+    {prefix}:run:R             set     checkpoints written by run R, as "T:N:C"
+    {prefix}:threads           zset    registry of threads, score = expires-at ms
+
+Every key of one thread carries the hash tag ``{T}``, so on a cluster a thread lives in
+one slot. Components that are followed by another component are escaped (see
+`escape`), so ``:`` only ever separates; the trailing component (``C`` or ``V``) is
+stored raw because nothing comes after it.
+
+The Lua scripts receive per-kind prefixes from `ThreadKeys` and append
+``N .. ":" .. tail``; that concatenation is the only place outside this module that
+knows the separator, and it follows the layout above.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = [
+    "EMPTY_THREAD_TAG",
+    "KeySpace",
+    "blob_channel",
+    "blob_suffix",
+    "parse_run_member",
+    "ThreadKeys",
+    "escape",
+    "unescape",
+    "version_tag",
+]
+
+SEP = ":"
+# Characters that would make a key ambiguous (":"), move the cluster hash tag
+# ("{", "}"), act as glob metacharacters in SCAN MATCH ("*?[]\\"), or start an
+# escape ("%"). Control characters and space are escaped to keep keys printable.
+_SPECIAL = frozenset("%:{}*?[]\\") | frozenset(chr(i) for i in range(0x21)) | {"\x7f"}
+# An escaped string never holds a lone "%", so it can stand for the empty thread id
+# inside the hash tag, where "{}" would make Redis hash the whole key instead.
+EMPTY_THREAD_TAG = "%"
+
+
+def escape(value: str) -> str:
+    """Escapes `value` so it holds no separator, brace, glob or control character.
+
+    Non-ASCII text is kept as is; the result is reversible with `unescape`.
+    """
+    if not any(ch in _SPECIAL for ch in value):
+        return value
+    return "".join(f"%{ord(ch):02X}" if ch in _SPECIAL else ch for ch in value)
+
+
+def unescape(value: str) -> str:
+    """Reverses `escape`."""
+    if "%" not in value:
+        return value
+    out: list[str] = []
+    i = 0
+    while i < len(value):
+        ch = value[i]
+        if ch == "%":
+            out.append(chr(int(value[i + 1 : i + 3], 16)))
+            i += 3
+        else:
+            out.append(ch)
+            i += 1
+    return "".join(out)
+
+
+def version_tag(version: str | int | float) -> str:
+    """Returns the key form of a channel version; distinct versions get distinct tags."""
+    if isinstance(version, bool) or not isinstance(version, (str, int, float)):
+        raise TypeError(
+            f"channel version {version!r} has type {type(version).__name__}; "
+            "LangGraph channel versions are str, int or float"
+        )
+    if isinstance(version, int):
+        return f"#i{version}"
+    if isinstance(version, float):
+        return f"#f{version!r}"
+    return f"#s{version}" if version.startswith("#") else version
+
+
+def _thread_component(thread_id: str) -> str:
+    return escape(thread_id) or EMPTY_THREAD_TAG
+
+
+@dataclass(frozen=True)
+class ThreadKeys:
+    """Keys of one thread. Built by `KeySpace.thread`."""
+
+    prefix: str
+    thread_id: str
+    component: str  # escaped thread id, as inside the hash tag
+
+    def _base(self, kind: str) -> str:
+        return f"{self.prefix}{SEP}{kind}{SEP}{{{self.component}}}{SEP}"
+
+    @property
+    def cp_prefix(self) -> str:
+        """Prefix of checkpoint keys; a script appends ``N:C``."""
+        return self._base("cp")
+
+    @property
+    def blob_prefix(self) -> str:
+        """Prefix of blob keys; a script appends ``N:CH:V``."""
+        return self._base("blob")
+
+    @property
+    def wr_prefix(self) -> str:
+        """Prefix of pending-writes keys; a script appends ``N:C``."""
+        return self._base("wr")
+
+    @property
+    def idx_prefix(self) -> str:
+        """Prefix of timeline keys; a script appends ``N``."""
+        return self._base("idx")
+
+    @property
+    def keys_prefix(self) -> str:
+        """Prefix of key-index keys; a script appends ``N``."""
+        return self._base("keys")
+
+    @property
+    def ns(self) -> str:
+        """The zset of this thread's namespaces."""
+        return f"{self.prefix}{SEP}ns{SEP}{{{self.component}}}"
+
+    def cp(self, ns: str, checkpoint_id: str) -> str:
+        return f"{self.cp_prefix}{escape(ns)}{SEP}{checkpoint_id}"
+
+    def wr(self, ns: str, checkpoint_id: str) -> str:
+        return f"{self.wr_prefix}{escape(ns)}{SEP}{checkpoint_id}"
+
+    def blob(self, ns: str, channel: str, version: str | int | float) -> str:
+        return f"{self.blob_prefix}{escape(ns)}{SEP}{blob_suffix(channel, version)}"
+
+    def idx(self, ns: str) -> str:
+        return f"{self.idx_prefix}{escape(ns)}"
+
+    def keys(self, ns: str) -> str:
+        return f"{self.keys_prefix}{escape(ns)}"
+
+    def run_member(self, ns: str, checkpoint_id: str) -> str:
+        """The member naming one checkpoint inside a run set."""
+        return f"{self.component}{SEP}{escape(ns)}{SEP}{checkpoint_id}"
+
+
+def blob_suffix(channel: str, version: str | int | float) -> str:
+    """The part of a blob key after the namespace: ``CH:V``."""
+    return f"{escape(channel)}{SEP}{version_tag(version)}"
+
+
+class KeySpace:
+    """Builds and parses every key under one prefix."""
+
+    def __init__(self, prefix: str) -> None:
+        if not isinstance(prefix, str):
+            raise TypeError(f"prefix must be a str, got {type(prefix).__name__} {prefix!r}")
+        if not prefix:
+            raise ValueError("prefix must not be empty; pass e.g. prefix='lg'")
+        bad = sorted({ch for ch in prefix if ch in "{}*?[]\\" or ord(ch) <= 0x20})
+        if bad:
+            raise ValueError(
+                f"prefix {prefix!r} contains {''.join(bad)!r}; braces would move the "
+                "cluster hash tag and glob characters break SCAN patterns: use letters, "
+                "digits, '-', '_', '.' and ':' (e.g. 'myapp:agent')"
+            )
+        if prefix.endswith(SEP):
+            raise ValueError(
+                f"prefix {prefix!r} ends with {SEP!r}; the separator is added for you: "
+                f"pass {prefix.rstrip(SEP)!r}"
+            )
+        self.prefix = prefix
+
+    @property
+    def threads(self) -> str:
+        """The registry of threads."""
+        return f"{self.prefix}{SEP}threads"
+
+    @property
+    def run_prefix(self) -> str:
+        """Prefix of run sets; a script appends the escaped run id."""
+        return f"{self.prefix}{SEP}run{SEP}"
+
+    def run(self, run_id: str) -> str:
+        return f"{self.run_prefix}{escape(run_id)}"
+
+    @property
+    def pattern(self) -> str:
+        """A SCAN pattern matching every key of this keyspace."""
+        return f"{self.prefix}{SEP}*"
+
+    def thread(self, thread_id: str) -> ThreadKeys:
+        if not isinstance(thread_id, str):
+            raise TypeError(
+                f"thread_id must be a str, got {type(thread_id).__name__} {thread_id!r}; "
+                "convert it with str() before passing it in the config"
+            )
+        return ThreadKeys(self.prefix, thread_id, _thread_component(thread_id))
+
+    def thread_from_component(self, component: str) -> ThreadKeys:
+        """Rebuilds `ThreadKeys` from an escaped thread id as stored in the registry."""
+        thread_id = "" if component == EMPTY_THREAD_TAG else unescape(component)
+        return ThreadKeys(self.prefix, thread_id, component)
+
+
+def blob_channel(suffix: str) -> str:
+    """The channel name inside a blob suffix built by `blob_suffix`."""
+    return unescape(suffix.split(SEP, 1)[0])
+
+
+def parse_run_member(member: str) -> tuple[str, str, str]:
+    """Splits a run-set member into ``(escaped thread id, escaped namespace, checkpoint id)``."""
+    thread, ns, checkpoint_id = member.split(SEP, 2)
+    return thread, ns, checkpoint_id

@@ -1,0 +1,510 @@
+"""Lua scripts: each operation of the saver is one atomic script call.
+
+Scripts use only commands Redis 5.0 has and take every key prefix from
+`langgraph_checkpoint_plainredis._keys`; they append ``N .. ':' .. tail`` to a
+per-kind prefix exactly as the layout there describes. Members of the per-timeline
+``keys`` zset are ``c<checkpoint id>``, ``w<checkpoint id>`` and ``b<blob suffix>``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+__all__ = ["SCRIPTS", "Script"]
+
+_PRELUDE = r"""
+local function nsread(s, pos)
+  local colon = string.find(s, ':', pos, true)
+  if not colon then return nil, #s + 1 end
+  local n = tonumber(string.sub(s, pos, colon - 1))
+  if not n then return nil, #s + 1 end
+  return string.sub(s, colon + 1, colon + n), colon + n + 2
+end
+
+-- The escaped run id and the blob suffixes a checkpoint payload references.
+local function header(payload)
+  if string.byte(payload, 1) ~= 1 then return '', {} end
+  local _, pos = nsread(payload, 2)
+  local run, refsblob
+  run, pos = nsread(payload, pos)
+  refsblob, pos = nsread(payload, pos)
+  local refs = {}
+  if refsblob then
+    local p = 1
+    while p <= #refsblob do
+      local r
+      r, p = nsread(refsblob, p)
+      if r then refs[#refs + 1] = r end
+    end
+  end
+  return run or '', refs
+end
+
+local function wrongtype(key, found, expected)
+  return redis.error_reply('PLAINREDIS_WRONGTYPE ' .. found .. ' ' .. expected .. ' ' .. key)
+end
+
+-- Returns an error reply when key exists with a type other than expected.
+local function check(key, expected)
+  local t = redis.call('TYPE', key)['ok']
+  if t ~= 'none' and t ~= expected then return wrongtype(key, t, expected) end
+  return nil
+end
+
+local function check_registry(key)
+  local t = redis.call('TYPE', key)['ok']
+  if t == 'hash' then return redis.error_reply('PLAINREDIS_LEGACY ' .. key) end
+  if t ~= 'none' and t ~= 'zset' then return wrongtype(key, t, 'zset') end
+  return nil
+end
+
+local function get_string(key)
+  local v = redis.pcall('GET', key)
+  if type(v) == 'table' and v.err then
+    return nil, wrongtype(key, redis.call('TYPE', key)['ok'], 'string')
+  end
+  return v, nil
+end
+
+local function get_hash(key)
+  local v = redis.pcall('HGETALL', key)
+  if v.err then return nil, wrongtype(key, redis.call('TYPE', key)['ok'], 'hash') end
+  return v, nil
+end
+
+-- The newest checkpoint of a timeline whose payload still exists.
+local function latest(idx, cp_prefix, n)
+  local start = 0
+  while true do
+    local ids = redis.call('ZREVRANGE', idx, start, start + 7)
+    if #ids == 0 then return nil, nil, nil end
+    for _, c in ipairs(ids) do
+      local payload, err = get_string(cp_prefix .. n .. ':' .. c)
+      if err then return nil, nil, err end
+      if payload then return c, payload, nil end
+    end
+    start = start + 8
+  end
+end
+
+-- Reads one checkpoint: {id, payload, writes, blob values in ref order}.
+local function read_entry(n, cid, payload, wr_prefix, blob_prefix)
+  local writes, err = get_hash(wr_prefix .. n .. ':' .. cid)
+  if err then return nil, err end
+  local _, refs = header(payload)
+  local values = {}
+  if #refs > 0 then
+    local keys = {}
+    for i, r in ipairs(refs) do keys[i] = blob_prefix .. n .. ':' .. r end
+    values = redis.call('MGET', unpack(keys))
+  end
+  return {cid, payload, writes, values}, nil
+end
+
+-- Removes one checkpoint, its writes and its run-set membership.
+local function remove_checkpoint(t, n, cid, p)
+  local cpkey = p.cp .. n .. ':' .. cid
+  local payload = get_string(cpkey)
+  if payload then
+    local run = header(payload)
+    if run ~= '' then redis.call('SREM', p.run .. run, t .. ':' .. n .. ':' .. cid) end
+  end
+  redis.call('DEL', cpkey, p.wr .. n .. ':' .. cid)
+  redis.call('ZREM', p.idx .. n, cid)
+  redis.call('ZREM', p.keys .. n, 'c' .. cid, 'w' .. cid)
+end
+
+-- Deletes every key of one timeline.
+local function delete_timeline(t, n, p)
+  local members = redis.call('ZRANGE', p.keys .. n, 0, -1)
+  for _, m in ipairs(members) do
+    local kind, rest = string.sub(m, 1, 1), string.sub(m, 2)
+    if kind == 'c' then
+      remove_checkpoint(t, n, rest, p)
+    elseif kind == 'w' then
+      redis.call('DEL', p.wr .. n .. ':' .. rest)
+    elseif kind == 'b' then
+      redis.call('DEL', p.blob .. n .. ':' .. rest)
+    end
+  end
+  for _, cid in ipairs(redis.call('ZRANGE', p.idx .. n, 0, -1)) do
+    remove_checkpoint(t, n, cid, p)
+  end
+  redis.call('DEL', p.idx .. n, p.keys .. n)
+end
+
+-- Deletes blobs no remaining checkpoint references; drops an emptied timeline.
+-- Returns true when the timeline is gone.
+local function collect_garbage(t, n, p)
+  local ids = redis.call('ZRANGE', p.idx .. n, 0, -1)
+  if #ids == 0 then
+    delete_timeline(t, n, p)
+    return true
+  end
+  local live = {}
+  for _, cid in ipairs(ids) do
+    local payload = get_string(p.cp .. n .. ':' .. cid)
+    if payload then
+      local _, refs = header(payload)
+      for _, r in ipairs(refs) do live[r] = true end
+    end
+  end
+  for _, m in ipairs(redis.call('ZRANGE', p.keys .. n, 0, -1)) do
+    if string.sub(m, 1, 1) == 'b' and not live[string.sub(m, 2)] then
+      redis.call('DEL', p.blob .. n .. ':' .. string.sub(m, 2))
+      redis.call('ZREM', p.keys .. n, m)
+    end
+  end
+  return false
+end
+
+local function drop_empty_thread(nskey, registry, t)
+  if redis.call('ZCARD', nskey) == 0 then
+    redis.call('DEL', nskey)
+    redis.call('ZREM', registry, t)
+  end
+end
+"""
+
+# Prefix table shared by the thread-wide scripts: ARGV[2..7] in this order.
+_PREFIXES = r"""
+local p = {cp = ARGV[2], wr = ARGV[3], blob = ARGV[4], idx = ARGV[5], keys = ARGV[6],
+           run = ARGV[7]}
+"""
+
+PUT = r"""
+-- KEYS: cp, idx, keys, ns, registry, blob keys..., [run]
+-- ARGV: cid, payload, ttl_ms, score, now_ms, N, T, run member, has_run, n_blobs,
+--       wr_prefix, cp_prefix, blob_prefix, then per blob: suffix, value ('' = refresh)
+local cid, payload, ttl, score, now = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4], ARGV[5]
+local n, t, has_run, nb = ARGV[6], ARGV[7], ARGV[9] == '1', tonumber(ARGV[10])
+local err = check(KEYS[1], 'string') or check(KEYS[2], 'zset') or check(KEYS[3], 'zset')
+  or check(KEYS[4], 'zset') or check_registry(KEYS[5])
+if err then return err end
+for i = 1, nb do
+  err = check(KEYS[5 + i], 'string')
+  if err then return err end
+end
+if has_run then
+  err = check(KEYS[6 + nb], 'set')
+  if err then return err end
+end
+for i = 1, nb do
+  local key, suffix, value = KEYS[5 + i], ARGV[12 + 2 * i], ARGV[13 + 2 * i]
+  if value ~= '' then
+    if ttl > 0 then redis.call('SET', key, value, 'PX', ttl)
+    else redis.call('SET', key, value) end
+  elseif ttl > 0 then
+    redis.call('PEXPIRE', key, ttl)
+  end
+  redis.call('ZADD', KEYS[3], score, 'b' .. suffix)
+end
+if ttl > 0 then redis.call('SET', KEYS[1], payload, 'PX', ttl)
+else redis.call('SET', KEYS[1], payload) end
+redis.call('ZADD', KEYS[2], 0, cid)
+redis.call('ZADD', KEYS[3], score, 'c' .. cid)
+redis.call('ZADD', KEYS[4], score, n)
+redis.call('ZADD', KEYS[5], score, t)
+if has_run then
+  redis.call('SADD', KEYS[6 + nb], ARGV[8])
+  if ttl > 0 then redis.call('PEXPIRE', KEYS[6 + nb], ttl) end
+end
+if ttl > 0 then
+  redis.call('PEXPIRE', KEYS[2], ttl)
+  redis.call('PEXPIRE', KEYS[3], ttl)
+  redis.call('PEXPIRE', KEYS[4], ttl)
+  -- Drop index entries of keys that have expired, a bounded batch per put.
+  local dead = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', '(' .. now, 'LIMIT', 0, 64)
+  for _, m in ipairs(dead) do
+    local kind, rest = string.sub(m, 1, 1), string.sub(m, 2)
+    if kind == 'c' then
+      redis.call('ZREM', KEYS[2], rest)
+      redis.call('DEL', ARGV[12] .. n .. ':' .. rest)
+    elseif kind == 'w' then
+      redis.call('DEL', ARGV[11] .. n .. ':' .. rest)
+    else
+      redis.call('DEL', ARGV[13] .. n .. ':' .. rest)
+    end
+    redis.call('ZREM', KEYS[3], m)
+  end
+  redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', '(' .. now)
+  redis.call('ZREMRANGEBYSCORE', KEYS[5], '-inf', '(' .. now)
+end
+return 1
+"""
+
+PUT_WRITES = r"""
+-- KEYS: wr, keys, ns, registry, cp
+-- ARGV: cid, N, T, ttl_ms, score, then per write: field, value, overwrite flag
+local cid, n, t, ttl, score = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4]), ARGV[5]
+local err = check(KEYS[1], 'hash') or check(KEYS[2], 'zset') or check(KEYS[3], 'zset')
+  or check_registry(KEYS[4])
+if err then return err end
+for i = 6, #ARGV, 3 do
+  if ARGV[i + 2] == '1' then redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1])
+  else redis.call('HSETNX', KEYS[1], ARGV[i], ARGV[i + 1]) end
+end
+redis.call('ZADD', KEYS[2], score, 'w' .. cid)
+redis.call('ZADD', KEYS[3], score, n)
+redis.call('ZADD', KEYS[4], score, t)
+if ttl > 0 then
+  redis.call('PEXPIRE', KEYS[1], ttl)
+  redis.call('PEXPIRE', KEYS[2], ttl)
+  redis.call('PEXPIRE', KEYS[3], ttl)
+  redis.call('PEXPIRE', KEYS[5], ttl)
+end
+return 1
+"""
+
+GET = r"""
+-- KEYS: idx, keys, ns, registry
+-- ARGV: cid ('' = newest), N, cp_prefix, wr_prefix, blob_prefix, refresh ttl_ms, score, T
+local cid, n = ARGV[1], ARGV[2]
+local err = check(KEYS[1], 'zset')
+if err then return err end
+local payload
+if cid == '' then
+  cid, payload, err = latest(KEYS[1], ARGV[3], n)
+else
+  payload, err = get_string(ARGV[3] .. n .. ':' .. cid)
+end
+if err then return err end
+if not payload then return false end
+local entry
+entry, err = read_entry(n, cid, payload, ARGV[4], ARGV[5])
+if err then return err end
+local ttl = tonumber(ARGV[6])
+if ttl > 0 then
+  local score = ARGV[7]
+  redis.call('PEXPIRE', ARGV[3] .. n .. ':' .. cid, ttl)
+  redis.call('PEXPIRE', ARGV[4] .. n .. ':' .. cid, ttl)
+  redis.call('ZADD', KEYS[2], 'XX', score, 'c' .. cid, 'w' .. cid)
+  local _, refs = header(payload)
+  for _, r in ipairs(refs) do
+    redis.call('PEXPIRE', ARGV[5] .. n .. ':' .. r, ttl)
+    redis.call('ZADD', KEYS[2], 'XX', score, 'b' .. r)
+  end
+  redis.call('PEXPIRE', KEYS[1], ttl)
+  redis.call('PEXPIRE', KEYS[2], ttl)
+  redis.call('PEXPIRE', KEYS[3], ttl)
+  redis.call('ZADD', KEYS[3], 'XX', score, n)
+  redis.call('ZADD', KEYS[4], 'XX', score, ARGV[8])
+end
+return entry
+"""
+
+LIST = r"""
+-- KEYS: ns
+-- ARGV: cp_prefix, wr_prefix, blob_prefix, idx_prefix, before, limit, only_cid, resume,
+--       then the namespaces to walk in order (none: every namespace in the ns zset)
+-- Returns {namespaces walked, {N, entry}...}, newest first per namespace. `before` and
+-- `resume` are ZREVRANGEBYLEX upper bounds: `before` applies to every namespace,
+-- `resume` ('' = none) to the first one only, so a caller can page on.
+local before, limit, only, resume = ARGV[5], tonumber(ARGV[6]), ARGV[7], ARGV[8]
+local nss = {}
+if #ARGV < 9 then
+  local err = check(KEYS[1], 'zset')
+  if err then return err end
+  nss = redis.call('ZRANGE', KEYS[1], 0, -1)
+else
+  for i = 9, #ARGV do nss[#nss + 1] = ARGV[i] end
+end
+local out, count = {}, 0
+for i, n in ipairs(nss) do
+  local idx = ARGV[4] .. n
+  local err = check(idx, 'zset')
+  if err then return err end
+  local ids = {}
+  if only ~= '' and redis.call('ZSCORE', idx, only) then ids = {only} end
+  local upper = before
+  if i == 1 and resume ~= '' then upper = resume end
+  while true do
+    local want = limit - count
+    if only == '' then
+      ids = redis.call('ZREVRANGEBYLEX', idx, upper, '-', 'LIMIT', 0, want)
+    end
+    for _, cid in ipairs(ids) do
+      local payload
+      payload, err = get_string(ARGV[1] .. n .. ':' .. cid)
+      if err then return err end
+      if payload then
+        local entry
+        entry, err = read_entry(n, cid, payload, ARGV[2], ARGV[3])
+        if err then return err end
+        out[#out + 1] = {n, entry}
+        count = count + 1
+      end
+    end
+    -- An id whose payload expired yields nothing: read on until the page is full.
+    if only ~= '' or #ids < want or count >= limit then break end
+    upper = '(' .. ids[#ids]
+  end
+  if count >= limit then break end
+end
+return {nss, out}
+"""
+
+DELETE_THREAD = (
+    _PREFIXES
+    + r"""
+-- KEYS: ns, registry; ARGV: T, then the prefix table
+local t = ARGV[1]
+local err = check(KEYS[1], 'zset') or check_registry(KEYS[2])
+if err then return err end
+for _, n in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do delete_timeline(t, n, p) end
+redis.call('DEL', KEYS[1])
+redis.call('ZREM', KEYS[2], t)
+return 1
+"""
+)
+
+PRUNE_KEEP_LATEST = (
+    _PREFIXES
+    + r"""
+-- KEYS: ns, registry; ARGV: T, then the prefix table
+local t = ARGV[1]
+local err = check(KEYS[1], 'zset') or check_registry(KEYS[2])
+if err then return err end
+for _, n in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do
+  local keep = latest(p.idx .. n, p.cp, n)
+  for _, cid in ipairs(redis.call('ZRANGE', p.idx .. n, 0, -1)) do
+    if cid ~= keep then remove_checkpoint(t, n, cid, p) end
+  end
+  for _, m in ipairs(redis.call('ZRANGE', p.keys .. n, 0, -1)) do
+    if string.sub(m, 1, 1) == 'w' and string.sub(m, 2) ~= keep then
+      redis.call('DEL', p.wr .. n .. ':' .. string.sub(m, 2))
+      redis.call('ZREM', p.keys .. n, m)
+    end
+  end
+  if collect_garbage(t, n, p) then redis.call('ZREM', KEYS[1], n) end
+end
+drop_empty_thread(KEYS[1], KEYS[2], t)
+return 1
+"""
+)
+
+REMOVE_CHECKPOINTS = (
+    _PREFIXES
+    + r"""
+-- KEYS: ns, registry; ARGV: T, the prefix table, then pairs N, checkpoint id
+local t = ARGV[1]
+local err = check(KEYS[1], 'zset') or check_registry(KEYS[2])
+if err then return err end
+local touched = {}
+for i = 8, #ARGV, 2 do
+  local n, cid = ARGV[i], ARGV[i + 1]
+  remove_checkpoint(t, n, cid, p)
+  touched[n] = true
+end
+for n in pairs(touched) do
+  if collect_garbage(t, n, p) then redis.call('ZREM', KEYS[1], n) end
+end
+drop_empty_thread(KEYS[1], KEYS[2], t)
+return 1
+"""
+)
+
+EXPORT_THREAD = r"""
+-- KEYS: ns; ARGV: cp_prefix, wr_prefix, blob_prefix, keys_prefix
+-- Returns per namespace {N, {member, value}...}; a writes value is the flat HGETALL.
+local err = check(KEYS[1], 'zset')
+if err then return err end
+local out = {}
+for _, n in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do
+  local items = {}
+  for _, m in ipairs(redis.call('ZRANGE', ARGV[4] .. n, 0, -1)) do
+    local kind, rest = string.sub(m, 1, 1), string.sub(m, 2)
+    local value
+    if kind == 'c' then value = get_string(ARGV[1] .. n .. ':' .. rest)
+    elseif kind == 'w' then value = get_hash(ARGV[2] .. n .. ':' .. rest)
+    else value = get_string(ARGV[3] .. n .. ':' .. rest) end
+    if value and (kind ~= 'w' or #value > 0) then
+      items[#items + 1] = m
+      items[#items + 1] = value
+    end
+  end
+  out[#out + 1] = {n, items}
+end
+return out
+"""
+
+IMPORT_THREAD = (
+    _PREFIXES
+    + r"""
+-- KEYS: ns, registry; ARGV: T, the prefix table, ttl_ms, score, then per namespace:
+--   N, item count, then per item: member, value count, values (a writes item carries
+--   field/value pairs; others one value)
+local t, ttl, score = ARGV[1], tonumber(ARGV[8]), ARGV[9]
+local err = check(KEYS[1], 'zset') or check_registry(KEYS[2])
+if err then return err end
+local i = 10
+while i <= #ARGV do
+  local n, count = ARGV[i], tonumber(ARGV[i + 1])
+  i = i + 2
+  for _ = 1, count do
+    local m, nvals = ARGV[i], tonumber(ARGV[i + 1])
+    local kind, rest = string.sub(m, 1, 1), string.sub(m, 2)
+    local key
+    if kind == 'c' then
+      key = p.cp .. n .. ':' .. rest
+      redis.call('SET', key, ARGV[i + 2])
+      redis.call('ZADD', p.idx .. n, 0, rest)
+      local run = header(ARGV[i + 2])
+      if run ~= '' then redis.call('SADD', p.run .. run, t .. ':' .. n .. ':' .. rest) end
+    elseif kind == 'w' then
+      key = p.wr .. n .. ':' .. rest
+      for j = i + 2, i + 1 + nvals, 2 do redis.call('HSET', key, ARGV[j], ARGV[j + 1]) end
+    else
+      key = p.blob .. n .. ':' .. rest
+      redis.call('SET', key, ARGV[i + 2])
+    end
+    if ttl > 0 then redis.call('PEXPIRE', key, ttl) end
+    redis.call('ZADD', p.keys .. n, score, m)
+    i = i + 2 + nvals
+  end
+  redis.call('ZADD', KEYS[1], score, n)
+  if ttl > 0 then
+    redis.call('PEXPIRE', p.idx .. n, ttl)
+    redis.call('PEXPIRE', p.keys .. n, ttl)
+  end
+end
+if redis.call('EXISTS', KEYS[1]) == 1 then
+  redis.call('ZADD', KEYS[2], score, t)
+  if ttl > 0 then redis.call('PEXPIRE', KEYS[1], ttl) end
+end
+return 1
+"""
+)
+
+
+@dataclass(frozen=True)
+class Script:
+    """A Lua script and its SHA1, for EVALSHA with an EVAL fallback."""
+
+    name: str
+    source: str
+
+    @property
+    def sha(self) -> str:
+        return hashlib.sha1(self.source.encode()).hexdigest()
+
+
+def _script(name: str, body: str) -> Script:
+    return Script(name, _PRELUDE + body)
+
+
+SCRIPTS = {
+    s.name: s
+    for s in (
+        _script("put", PUT),
+        _script("put_writes", PUT_WRITES),
+        _script("get", GET),
+        _script("list", LIST),
+        _script("delete_thread", DELETE_THREAD),
+        _script("prune_keep_latest", PRUNE_KEEP_LATEST),
+        _script("remove_checkpoints", REMOVE_CHECKPOINTS),
+        _script("export_thread", EXPORT_THREAD),
+        _script("import_thread", IMPORT_THREAD),
+    )
+}

@@ -1,0 +1,241 @@
+"""`RedisSaver`: the blocking shell around `SaverCore`."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import AsyncIterator, Generator, Iterator, Sequence
+from types import TracebackType
+from typing import Any, TypeVar
+
+import redis
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import (
+    BaseCheckpointSaver,
+    ChannelVersions,
+    Checkpoint,
+    CheckpointMetadata,
+    CheckpointTuple,
+)
+from langgraph.checkpoint.serde.base import SerializerProtocol
+from redis.exceptions import NoScriptError, ResponseError
+
+from ._core import Plan, SaverCore, Step, translate_error
+from ._shell import validate_client, wire_args, wrong_side
+
+__all__ = ["RedisSaver"]
+
+T = TypeVar("T")
+_use_async = functools.partial(
+    wrong_side,
+    "RedisSaver",
+    other="AsyncRedisSaver",
+    usage="blocking (invoke, stream, get_state)",
+)
+
+
+class RedisSaver(SaverCore, BaseCheckpointSaver[str]):
+    """LangGraph checkpointer on plain Redis 5.0+, for `invoke`, `stream` and `get_state`.
+
+    Args:
+        url: Redis URL, e.g. ``redis://127.0.0.1:6379/0`` (``rediss://`` for TLS).
+        client: A `redis.Redis` to reuse instead; the other connection arguments are
+            ignored and `close` leaves it open.
+        prefix: Namespace of every key, without a trailing ``:``.
+        ttl: Seconds a thread lives after its last write; None keeps it forever.
+        serde: Serializer for checkpoints and writes (LangGraph's JsonPlusSerializer
+            by default).
+        refresh_on_read: Also refresh the TTL of what `get_tuple` reads.
+        protocol: RESP version for a client built from `url`: 2 works on every
+            server from Redis 5; 3 needs Redis 6+.
+        **connection_kwargs: Passed to `redis.Redis.from_url`.
+    """
+
+    def __init__(
+        self,
+        url: str | None = None,
+        *,
+        client: redis.Redis | None = None,
+        prefix: str = "lg",
+        ttl: float | None = None,
+        serde: SerializerProtocol | None = None,
+        refresh_on_read: bool = False,
+        protocol: int = 2,
+        **connection_kwargs: Any,
+    ) -> None:
+        super().__init__(serde=serde)
+        self._init_core(prefix, ttl, refresh_on_read)
+        if client is not None:
+            validate_client(client, "RedisSaver", "sync")
+            self._client, self._owns_client = client, False
+        elif url is not None:
+            self._client = redis.Redis.from_url(url, protocol=protocol, **connection_kwargs)
+            self._owns_client = True
+        else:
+            raise ValueError(
+                "RedisSaver needs a server: pass url='redis://127.0.0.1:6379/0' "
+                "or client=redis.Redis(...)"
+            )
+
+    @property
+    def client(self) -> redis.Redis:
+        """The Redis client the saver uses."""
+        return self._client
+
+    def __enter__(self) -> RedisSaver:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Closes the connection pool, unless the client was passed in."""
+        if self._owns_client:
+            self._client.close()
+
+    # -- running plans -------------------------------------------------------------------
+
+    def _send(self, plan: Plan, fallback: bool) -> list[Any]:
+        if len(plan) == 1:
+            return [self._client.execute_command(*wire_args(plan[0], fallback))]
+        pipe = self._client.pipeline(transaction=False)
+        for cmd in plan:
+            pipe.execute_command(*wire_args(cmd, fallback))
+        return pipe.execute()
+
+    def _run(self, plan: Plan) -> list[Any]:
+        try:
+            try:
+                return self._send(plan, fallback=False)
+            except NoScriptError:
+                # The server lost its script cache (restart, SCRIPT FLUSH): send the
+                # source once; EVAL caches it again. Nothing ran, so nothing repeats.
+                return self._send(plan, fallback=True)
+        except ResponseError as exc:
+            mapped = translate_error(str(exc), self.prefix)
+            if mapped is None:
+                raise
+            raise mapped from None
+
+    def _drive(self, steps: Generator[Step, list[Any], T]) -> T:
+        reply: Any = None
+        while True:
+            try:
+                step = steps.send(reply)
+            except StopIteration as stop:
+                return stop.value  # type: ignore[no-any-return]
+            reply = self._run(step) if isinstance(step, list) else None
+
+    # -- BaseCheckpointSaver -------------------------------------------------------------
+
+    def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        """Returns the checkpoint `config` names (its ``checkpoint_id``, else the newest)."""
+        return self._drive(self._get_steps(config))
+
+    def list(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> Iterator[CheckpointTuple]:
+        """Yields checkpoints newest first; `config=None` walks every thread."""
+        steps = self._list_steps(config, filter=filter, before=before, limit=limit)
+        reply: Any = None
+        while True:
+            try:
+                step = steps.send(reply)
+            except StopIteration:
+                return
+            if isinstance(step, list):
+                reply = self._run(step)
+            else:
+                reply = None
+                yield step
+
+    def put(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        """Stores a checkpoint and its new channel values atomically, in one round trip."""
+        return self._drive(self._put_steps(config, checkpoint, metadata, new_versions))
+
+    def put_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        """Stores pending writes; the first write per (task, index) wins."""
+        self._drive(self._put_writes_steps(config, writes, task_id, task_path))
+
+    def delete_thread(self, thread_id: str) -> None:
+        """Deletes every key of the thread, in every namespace."""
+        self._drive(self._delete_thread_steps(thread_id))
+
+    def delete_for_runs(self, run_ids: Sequence[str]) -> None:
+        """Deletes the checkpoints (and their writes) written by the given runs."""
+        self._drive(self._delete_for_runs_steps(run_ids))
+
+    def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        """Copies every checkpoint, write and blob of one thread to another."""
+        self._drive(self._copy_thread_steps(source_thread_id, target_thread_id))
+
+    def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        """Keeps only the newest checkpoint per namespace, or deletes the threads."""
+        self._drive(self._prune_steps(thread_ids, strategy))
+
+    # -- the other side ------------------------------------------------------------------
+
+    async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        _use_async("aget_tuple")
+
+    async def alist(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> AsyncIterator[CheckpointTuple]:
+        _use_async("alist")
+        yield  # pragma: no cover
+
+    async def aput(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        _use_async("aput")
+
+    async def aput_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        _use_async("aput_writes")
+
+    async def adelete_thread(self, thread_id: str) -> None:
+        _use_async("adelete_thread")
+
+    async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
+        _use_async("adelete_for_runs")
+
+    async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        _use_async("acopy_thread")
+
+    async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        _use_async("aprune")
