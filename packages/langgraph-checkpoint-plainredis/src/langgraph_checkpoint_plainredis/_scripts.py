@@ -279,7 +279,7 @@ if ttl > 0 then
   local score = ARGV[7]
   redis.call('PEXPIRE', ARGV[3] .. n .. ':' .. cid, ttl)
   redis.call('PEXPIRE', ARGV[4] .. n .. ':' .. cid, ttl)
-  redis.call('ZADD', KEYS[2], 'XX', score, 'c' .. cid, 'w' .. cid)
+  redis.call('ZADD', KEYS[2], 'XX', score, 'c' .. cid, score, 'w' .. cid)
   local _, refs = header(payload)
   for _, r in ipairs(refs) do
     redis.call('PEXPIRE', ARGV[5] .. n .. ':' .. r, ttl)

@@ -1,0 +1,70 @@
+"""Stored byte formats: round trips, and only CorruptDataError escapes a decoder."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from langgraph_checkpoint_plainredis import CorruptDataError
+from langgraph_checkpoint_plainredis._codec import (
+    decode_blob,
+    decode_checkpoint,
+    decode_write,
+    encode_blob,
+    encode_checkpoint,
+    encode_write,
+    split_netstrings,
+)
+
+typed = st.tuples(st.sampled_from(["msgpack", "json", "empty", "null", "custom/type"]), st.binary())
+
+
+@given(
+    st.one_of(st.none(), st.text(min_size=1)),
+    st.text(),
+    st.lists(st.text(), max_size=5),
+    typed,
+    typed,
+)
+def test_checkpoint_round_trip(parent, run, refs, checkpoint, metadata) -> None:  # type: ignore[no-untyped-def]
+    data = encode_checkpoint(parent, run, refs, checkpoint, metadata)
+    stored = decode_checkpoint(data, "k")
+    assert stored == (parent, run, refs, checkpoint, metadata)
+
+
+@given(typed)
+def test_blob_round_trip(value: tuple[str, bytes]) -> None:
+    assert decode_blob(encode_blob(value), "k") == value
+
+
+@given(st.text(), st.integers(-4, 1000), st.text(), st.text(), typed)
+def test_write_round_trip(task_id, idx, task_path, channel, value) -> None:  # type: ignore[no-untyped-def]
+    data = encode_write(task_id, idx, task_path, channel, value)
+    assert decode_write(data, "k") == (task_id, idx, task_path, channel, value)
+
+
+@given(st.binary(max_size=200))
+def test_decoders_raise_only_corrupt_data_error(data: bytes) -> None:
+    for decode in (decode_checkpoint, decode_blob, decode_write):
+        try:
+            decode(data, "lg:cp:{t}::x")
+        except CorruptDataError as exc:
+            assert exc.key == "lg:cp:{t}::x"
+            assert "lg:cp:{t}::x" in str(exc)
+
+
+@given(typed, st.integers(min_value=1, max_value=40))
+def test_truncated_values_are_reported(value: tuple[str, bytes], cut: int) -> None:
+    data = encode_checkpoint("p", "r", ["a:b"], value, value)
+    with pytest.raises(CorruptDataError):
+        decode_checkpoint(data[: max(0, len(data) - cut)], "key")
+
+
+def test_json_base64_payload_of_010_is_not_mistaken_for_ours() -> None:
+    with pytest.raises(CorruptDataError, match="version-1"):
+        decode_checkpoint(b'{"t": "msgpack", "d": "g6pj"}', "lg:cp:t::1")
+
+
+def test_netstrings_split() -> None:
+    assert split_netstrings(b"1:a,0:,3:b:c,") == [b"a", b"", b"b:c"]

@@ -1,0 +1,161 @@
+"""Cost, counted exactly: round trips and commands per operation, for both classes."""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+import redis
+from agentstate_testkit.savers import (
+    RoundTrips,
+    SyncAsAsync,
+    counting_async_client,
+    counting_client,
+)
+from langgraph.checkpoint.base import empty_checkpoint
+
+from langgraph_checkpoint_plainredis import AsyncRedisSaver, RedisSaver
+from langgraph_checkpoint_plainredis._keys import KeySpace
+from langgraph_checkpoint_plainredis._scripts import SCRIPTS
+
+
+@pytest.fixture(params=["async", "sync"])
+async def counted(
+    request: pytest.FixtureRequest, redis_url: str, prefix: str
+) -> AsyncIterator[tuple[Any, RoundTrips]]:
+    if request.param == "async":
+        aclient, counter = counting_async_client(redis_url)
+        yield AsyncRedisSaver(client=aclient, prefix=prefix), counter
+        await aclient.aclose()
+    else:
+        client, counter = counting_client(redis_url)
+        yield SyncAsAsync(RedisSaver(client=client, prefix=prefix)), counter
+        client.close()
+
+
+def cfg(thread: str, cid: str | None = None) -> dict[str, Any]:
+    conf: dict[str, Any] = {"thread_id": thread, "checkpoint_ns": ""}
+    if cid:
+        conf["checkpoint_id"] = cid
+    return {"configurable": conf}
+
+
+async def grow(saver: Any, thread: str, n: int) -> list[dict[str, Any]]:
+    configs = []
+    parent: str | None = None
+    for step in range(n):
+        cp = empty_checkpoint()
+        cp["id"] = f"{step:06d}"
+        cp["channel_values"] = {"m": step, "other": "x"}
+        cp["channel_versions"] = {"m": step + 1, "other": 1}
+        new = {"m": step + 1, "other": 1} if step == 0 else {"m": step + 1}
+        c = await saver.aput(cfg(thread, parent), cp, {"step": step}, new)
+        parent = c["configurable"]["checkpoint_id"]
+        configs.append(c)
+    return configs
+
+
+async def warm(saver: Any) -> None:
+    """Loads every script once, so counts below are the steady state."""
+    await grow(saver, "warm", 2)
+    await saver.aput_writes(cfg("warm", "000001"), [("x", 1)], "t")
+    await saver.aget_tuple(cfg("warm"))
+    [t async for t in saver.alist(cfg("warm"), limit=1)]
+    await saver.adelete_thread("none")
+    await saver.acopy_thread("warm", "warm2")
+    await saver.aprune(["warm2"])
+
+
+async def test_each_operation_costs_a_constant_number_of_round_trips(
+    counted: tuple[Any, RoundTrips],
+) -> None:
+    saver, counter = counted
+    await warm(saver)
+    for n in (3, 300):
+        thread = f"t{n}"
+        configs = await grow(saver, thread, n)
+        with counter.measure():
+            await saver.aput(configs[-1], empty_checkpoint(), {}, {"m": 999})
+        assert counter.round_trips == 1
+        with counter.measure():
+            await saver.aput_writes(configs[-1], [("a", 1), ("__interrupt__", 2)], "task")
+        assert counter.round_trips == 1
+        with counter.measure():
+            assert await saver.aget_tuple(cfg(thread)) is not None
+        assert counter.round_trips == 1
+        with counter.measure():
+            assert await saver.aget_tuple(configs[0]) is not None
+        assert counter.round_trips == 1
+        with counter.measure():
+            assert len([t async for t in saver.alist(cfg(thread), limit=10)]) == min(10, n + 1)
+        assert counter.round_trips == 1
+        with counter.measure():
+            before = cfg(thread, configs[n // 2]["configurable"]["checkpoint_id"])
+            assert len([t async for t in saver.alist(cfg(thread), before=before, limit=1)]) == 1
+        assert counter.round_trips == 1
+        with counter.measure():
+            await saver.acopy_thread(thread, thread + "-copy")
+        assert counter.round_trips == 2
+        with counter.measure():
+            await saver.aprune([thread + "-copy"], strategy="keep_latest")
+        assert counter.round_trips == 1
+        with counter.measure():
+            await saver.adelete_thread(thread)
+        assert counter.round_trips == 1
+
+
+async def test_per_thread_operations_ignore_other_threads(
+    counted: tuple[Any, RoundTrips], redis_url: str, prefix: str
+) -> None:
+    saver, counter = counted
+    await warm(saver)
+    await grow(saver, "mine", 5)
+    seen: list[list[tuple[Any, ...]]] = []
+    for others in (10, 1000):
+        client = redis.Redis.from_url(redis_url, protocol=2)
+        # Register other threads cheaply but for real, through the saver's own put.
+        for i in range(len(seen) * 10, others):
+            await grow(saver, f"other-{i}", 1)
+        client.close()
+        with counter.measure():
+            await saver.aget_tuple(cfg("mine"))
+            [t async for t in saver.alist(cfg("mine"), limit=3)]
+            [t async for t in saver.alist({"configurable": {"thread_id": "mine"}}, limit=3)]
+            await saver.adelete_thread(f"unknown-{uuid.uuid4()}")
+        registry = KeySpace(prefix).threads.encode()
+        touched = [c for c in counter.commands if registry in [_b(a) for a in c]]
+        # Scripts name the registry only to touch one member (ZREM, ZADD XX): O(log n).
+        assert all(_b(c[0]) == b"EVALSHA" for c in touched)
+        assert counter.round_trips == 4
+        seen.append([c[:1] for c in counter.commands])
+    assert seen[0] == seen[1]
+    assert not any(_b(c[0]).upper() in (b"SCAN", b"KEYS", b"HGETALL") for c in counter.commands)
+
+
+def _b(value: Any) -> bytes:
+    return value if isinstance(value, bytes) else str(value).encode()
+
+
+FORBIDDEN = [
+    r"'ZADD', [^)]*'GT'",
+    r"'ZADD', [^)]*'LT'",
+    r"GETDEL",
+    r"GETEX",
+    r"'COPY'",
+    r"'EXPIRE', [^)]*'NX'",
+    r"'ZRANGE', [^)]*'BYSCORE'",
+    r"'ZRANGE', [^)]*'BYLEX'",
+    r"'ZRANGE', [^)]*'REV'",
+    r"HELLO",
+    r"ZRANGESTORE",
+    r"LMPOP|ZMPOP|SINTERCARD|ZINTERCARD|HRANDFIELD|ZRANDMEMBER|SMISMEMBER|LPOS",
+]
+
+
+@pytest.mark.parametrize("pattern", FORBIDDEN)
+def test_scripts_use_only_redis_5_commands(pattern: str) -> None:
+    for script in SCRIPTS.values():
+        assert not re.search(pattern, script.source, re.IGNORECASE), (script.name, pattern)

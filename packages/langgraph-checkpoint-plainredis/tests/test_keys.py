@@ -1,0 +1,100 @@
+"""The key layout: unambiguous for any strings, one hash slot per thread."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from langgraph_checkpoint_plainredis._keys import (
+    EMPTY_THREAD_TAG,
+    KeySpace,
+    blob_channel,
+    blob_suffix,
+    escape,
+    parse_run_member,
+    unescape,
+    version_tag,
+)
+
+text = st.text(max_size=40)
+
+
+@given(text)
+def test_escape_round_trips_and_hides_separators(value: str) -> None:
+    escaped = escape(value)
+    assert unescape(escaped) == value
+    assert not set(escaped) & set(":{}*?[]\\ \n\t")
+
+
+@given(text, text, text, text)
+def test_different_thread_and_namespace_never_share_a_key(
+    t1: str, n1: str, t2: str, n2: str
+) -> None:
+    ks = KeySpace("lg")
+    a, b = ks.thread(t1), ks.thread(t2)
+    if (t1, n1) == (t2, n2):
+        return
+    assert a.idx(n1) != b.idx(n2)
+    assert a.cp(n1, "c") != b.cp(n2, "c")
+    assert a.blob(n1, "messages", "1") != b.blob(n2, "messages", "1")
+
+
+def test_seed_collision_case_is_separated() -> None:
+    ks = KeySpace("lg")
+    # 0.1.0 stored both at lg:idx:a:b:c.
+    assert ks.thread("a").idx("b:c") == "lg:idx:{a}:b%3Ac"
+    assert ks.thread("a:b").idx("c") == "lg:idx:{a%3Ab}:c"
+
+
+@given(text, text, text)
+def test_every_key_of_a_thread_has_the_same_hash_tag(thread: str, ns: str, cid: str) -> None:
+    tk = KeySpace("myapp:agent").thread(thread)
+    tag = "{" + (escape(thread) or EMPTY_THREAD_TAG) + "}"
+    for key in (
+        tk.cp(ns, cid),
+        tk.wr(ns, cid),
+        tk.blob(ns, "ch", 3),
+        tk.idx(ns),
+        tk.keys(ns),
+        tk.ns,
+    ):
+        first = key.index("{")
+        assert key[first : key.index("}", first) + 1] == tag
+
+
+def test_empty_thread_id_gets_a_non_empty_hash_tag() -> None:
+    # "{}" would make Redis hash the whole key and scatter the thread on a cluster.
+    assert KeySpace("lg").thread("").idx("") == "lg:idx:{%}:"
+
+
+@given(st.one_of(st.text(max_size=20), st.integers(), st.floats(allow_nan=False)))
+def test_version_tags_are_injective_per_type(version: str | int | float) -> None:
+    tag = version_tag(version)
+    assert version_tag(str(version)) != tag or isinstance(version, str)
+    assert blob_channel(blob_suffix("branch:to:agent", version)) == "branch:to:agent"
+
+
+def test_run_member_round_trip() -> None:
+    tk = KeySpace("lg").thread("u:1")
+    assert parse_run_member(tk.run_member("sub:2", "cid:x")) == ("u%3A1", "sub%3A2", "cid:x")
+
+
+@pytest.mark.parametrize(
+    ("prefix", "error"),
+    [
+        ("", ValueError),
+        ("a{b}", ValueError),
+        ("lg:", ValueError),
+        ("a b", ValueError),
+        (3, TypeError),
+    ],
+)
+def test_bad_prefix_is_refused_with_the_fix(prefix: object, error: type[Exception]) -> None:
+    with pytest.raises(error, match="prefix"):
+        KeySpace(prefix)  # type: ignore[arg-type]
+
+
+def test_thread_id_must_be_text() -> None:
+    with pytest.raises(TypeError, match="str"):
+        KeySpace("lg").thread(b"x")  # type: ignore[arg-type]

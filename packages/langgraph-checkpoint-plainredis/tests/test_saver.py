@@ -1,0 +1,543 @@
+"""Semantics of both savers against real servers: one test per guarantee."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import threading
+import time
+import uuid
+from typing import Any
+
+import pytest
+import redis
+from langgraph.checkpoint.base import empty_checkpoint
+
+from langgraph_checkpoint_plainredis import (
+    AsyncRedisSaver,
+    CorruptDataError,
+    LegacyKeyspaceError,
+    RedisSaver,
+    WrongTypeError,
+)
+from langgraph_checkpoint_plainredis._keys import KeySpace, escape
+
+
+def cfg(thread: str, ns: str = "", cid: str | None = None) -> dict[str, Any]:
+    conf: dict[str, Any] = {"thread_id": thread, "checkpoint_ns": ns}
+    if cid is not None:
+        conf["checkpoint_id"] = cid
+    return {"configurable": conf}
+
+
+def checkpoint(values: dict[str, Any], versions: dict[str, Any], cid: str | None = None) -> Any:
+    cp = empty_checkpoint()
+    if cid is not None:
+        cp["id"] = cid
+    cp["channel_values"] = dict(values)
+    cp["channel_versions"] = dict(versions)
+    return cp
+
+
+async def put(
+    saver: Any,
+    thread: str,
+    values: dict[str, Any],
+    versions: dict[str, Any],
+    *,
+    ns: str = "",
+    parent: str | None = None,
+    new: dict[str, Any] | None = None,
+    cid: str | None = None,
+    **meta: Any,
+) -> dict[str, Any]:
+    cp = checkpoint(values, versions, cid)
+    metadata = {"source": "loop", "step": 0, "parents": {}, **meta}
+    result: dict[str, Any] = await saver.aput(
+        cfg(thread, ns, parent), cp, metadata, versions if new is None else new
+    )
+    return result
+
+
+async def ids(saver: Any, config: Any, **kwargs: Any) -> list[str]:
+    return [t.checkpoint["id"] async for t in saver.alist(config, **kwargs)]
+
+
+def reachable_keys(client: redis.Redis, prefix: str) -> set[bytes]:
+    """Every key the registry leads to; anything else under the prefix is an orphan."""
+    ks = KeySpace(prefix)
+    found: set[bytes] = set()
+    for component in client.zrange(ks.threads, 0, -1):
+        tk = ks.thread_from_component(component.decode())
+        found.add(tk.ns.encode())
+        for ns_e in client.zrange(tk.ns, 0, -1):
+            ns_e = ns_e.decode()
+            for key in (tk.idx_prefix + ns_e, tk.keys_prefix + ns_e):
+                found.add(key.encode())
+            for member in client.zrange(tk.keys_prefix + ns_e, 0, -1):
+                kind, rest = member[:1], member[1:].decode()
+                base = {b"c": tk.cp_prefix, b"w": tk.wr_prefix, b"b": tk.blob_prefix}[kind]
+                found.add(f"{base}{ns_e}:{rest}".encode())
+    return {k for k in found if client.exists(k)} | {ks.threads.encode()}
+
+
+def orphans(client: redis.Redis, prefix: str) -> set[bytes]:
+    keys = {k for k in client.scan_iter(match=f"{prefix}:*", count=1000)}
+    run_sets = {k for k in keys if k.startswith(f"{prefix}:run:".encode())}
+    return keys - run_sets - reachable_keys(client, prefix)
+
+
+# -- list ------------------------------------------------------------------------------
+
+
+async def test_list_is_newest_first_with_exclusive_before_filter_and_limit(saver: Any) -> None:
+    t = "t-" + uuid.uuid4().hex
+    parent = None
+    stored = []
+    for step in range(6):
+        c = await put(saver, t, {"x": step}, {"x": saver.get_next_version(None, None)},
+                      parent=parent, step=step, kind="even" if step % 2 == 0 else "odd")  # fmt: skip
+        parent = c["configurable"]["checkpoint_id"]
+        stored.append(parent)
+    newest_first = stored[::-1]
+    assert await ids(saver, cfg(t)) == newest_first
+    assert await ids(saver, cfg(t), limit=2) == newest_first[:2]
+    assert await ids(saver, cfg(t), before=cfg(t, cid=stored[3])) == stored[:3][::-1]
+    assert await ids(saver, cfg(t), before=cfg(t, cid=stored[3]), limit=1) == [stored[2]]
+    assert await ids(saver, cfg(t), filter={"kind": "even"}) == newest_first[1::2]
+    assert await ids(saver, cfg(t), filter={"kind": "even", "step": 2}) == [stored[2]]
+    assert await ids(saver, cfg(t), filter={"kind": "even"}, limit=2) == newest_first[1::2][:2]
+    assert await ids(saver, cfg(t, cid=stored[1])) == [stored[1]]
+    assert await ids(saver, cfg(t), limit=0) == []
+
+
+async def test_list_pages_through_long_timelines(saver: Any) -> None:
+    t = "long-" + uuid.uuid4().hex
+    stored = [
+        (await put(saver, t, {}, {}, cid=f"{i:05d}"))["configurable"]["checkpoint_id"]
+        for i in range(300)
+    ]
+    assert await ids(saver, cfg(t)) == stored[::-1]
+    assert await ids(saver, cfg(t), filter={"step": 0}) == stored[::-1]
+    assert await ids(saver, cfg(t), filter={"step": 1}) == []
+
+
+async def test_list_none_walks_every_thread_and_namespace(saver: Any) -> None:
+    made = set()
+    for thread in ("a", "a:b", "用户:7"):
+        for ns in ("", "sub:1"):
+            c = await put(saver, thread, {}, {}, ns=ns)
+            made.add((thread, ns, c["configurable"]["checkpoint_id"]))
+    listed = {
+        (t.config["configurable"]["thread_id"], t.config["configurable"]["checkpoint_ns"],
+         t.checkpoint["id"])
+        async for t in saver.alist(None)
+    }  # fmt: skip
+    assert listed == made
+    assert len([t async for t in saver.alist(None, limit=4)]) == 4
+    # A thread config without checkpoint_ns walks the thread's namespaces only.
+    assert {t.config["configurable"]["checkpoint_ns"] async for t in saver.alist(
+        {"configurable": {"thread_id": "a"}})} == {"", "sub:1"}  # fmt: skip
+
+
+# -- writes ----------------------------------------------------------------------------
+
+
+async def test_put_writes_first_write_wins_special_channels_overwrite(saver: Any) -> None:
+    c = await put(saver, "w", {}, {})
+    await saver.aput_writes(c, [("ch", 1), ("__interrupt__", "i1")], "task")
+    await saver.aput_writes(c, [("ch", 2), ("__interrupt__", "i2")], "task")
+    tup = await saver.aget_tuple(c)
+    assert sorted(tup.pending_writes, key=repr) == [
+        ("task", "__interrupt__", "i2"),
+        ("task", "ch", 1),
+    ]
+
+
+async def test_pending_writes_come_back_in_task_path_task_id_index_order(saver: Any) -> None:
+    c = await put(saver, "order", {}, {})
+    await saver.aput_writes(c, [("a", 1), ("b", 2)], "t-z", task_path="~1")
+    await saver.aput_writes(c, [("c", 3)], "t-a", task_path="~2")
+    await saver.aput_writes(c, [("d", 4)], "t-m", task_path="~1")
+    await saver.aput_writes(c, [("e", 5)], "t-b", task_path="")
+    tup = await saver.aget_tuple(c)
+    assert tup.pending_writes == [
+        ("t-b", "e", 5),
+        ("t-m", "d", 4),
+        ("t-z", "a", 1),
+        ("t-z", "b", 2),
+        ("t-a", "c", 3),
+    ]
+
+
+def test_racing_put_writes_keep_the_first_value(sync_saver: RedisSaver) -> None:
+    c = sync_saver.put(cfg("race"), checkpoint({}, {}), {}, {})
+    for round_ in range(20):
+        barrier = threading.Barrier(4)
+
+        def write(value: int, task: str = f"task-{round_}") -> None:
+            barrier.wait()
+            sync_saver.put_writes(c, [("ch", value)], task)
+
+        workers = [threading.Thread(target=write, args=(v,)) for v in range(4)]
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join()
+        tup = sync_saver.get_tuple(c)
+        mine = [w for w in tup.pending_writes if w[0] == f"task-{round_}"]
+        assert len(mine) == 1 and mine[0][2] in range(4)
+        sync_saver.put_writes(c, [("ch", 99)], f"task-{round_}")
+        assert sync_saver.get_tuple(c).pending_writes == tup.pending_writes
+
+
+async def test_channel_in_new_versions_but_not_in_values_reads_back_absent(saver: Any) -> None:
+    c = await put(saver, "absent", {"x": 1}, {"x": "1", "gone": "1"})
+    tup = await saver.aget_tuple(c)
+    assert tup.checkpoint["channel_values"] == {"x": 1}
+    c2 = await put(
+        saver, "absent", {"x": None}, {"x": "2"}, parent=c["configurable"]["checkpoint_id"]
+    )
+    assert (await saver.aget_tuple(c2)).checkpoint["channel_values"] == {"x": None}
+
+
+# -- keys ------------------------------------------------------------------------------
+
+WEIRD = [
+    "a",
+    "a:b",
+    "a:b:c",
+    "*",
+    "?",
+    "[x]",
+    "{t}",
+    "}{",
+    "\\",
+    " sp ace ",
+    "用户-7:会话-1",
+    "",
+    "x" * 10_000,
+]
+
+
+async def test_thread_and_namespace_pairs_never_collide(saver: Any) -> None:
+    await put(saver, "a", {"v": "thread a, ns b:c"}, {"v": 1}, ns="b:c")
+    await put(saver, "a:b", {"v": "thread a:b, ns c"}, {"v": 1}, ns="c")
+    assert (await saver.aget_tuple(cfg("a", "b:c"))).checkpoint["channel_values"][
+        "v"
+    ] == "thread a, ns b:c"
+    assert (await saver.aget_tuple(cfg("a:b", "c"))).checkpoint["channel_values"][
+        "v"
+    ] == "thread a:b, ns c"
+    await saver.adelete_thread("a")
+    assert await saver.aget_tuple(cfg("a", "b:c")) is None
+    assert await saver.aget_tuple(cfg("a:b", "c")) is not None
+
+
+@pytest.mark.parametrize("weird", WEIRD, ids=lambda w: repr(w[:12]))
+async def test_any_string_works_as_thread_namespace_checkpoint_and_channel(
+    saver: Any, weird: str
+) -> None:
+    c = await put(saver, weird, {weird: weird}, {weird: 1}, ns=weird, cid=weird or "0")
+    tup = await saver.aget_tuple(c)
+    assert tup.checkpoint["channel_values"] == {weird: weird}
+    await saver.aput_writes(c, [(weird, weird)], weird)
+    assert (await saver.aget_tuple(c)).pending_writes == [(weird, weird, weird)]
+    assert await ids(saver, cfg(weird, weird)) == [weird or "0"]
+    listed = {t.config["configurable"]["thread_id"] async for t in saver.alist(None)}
+    assert weird in listed
+    await saver.adelete_thread(weird)
+    assert await saver.aget_tuple(c) is None
+
+
+def test_delete_leaves_prefix_sharing_threads_and_no_orphans(
+    sync_saver: RedisSaver, client: redis.Redis, prefix: str
+) -> None:
+    for thread in ("a", "a:b", "a*"):
+        for ns in ("", "x"):
+            c = sync_saver.put(
+                cfg(thread, ns), checkpoint({"m": thread}, {"m": 1}), {"run_id": "r"}, {"m": 1}
+            )
+            sync_saver.put_writes(c, [("m", 1)], "t")
+    sync_saver.delete_thread("a")
+    assert sync_saver.get_tuple(cfg("a")) is None
+    assert sync_saver.get_tuple(cfg("a:b", "x")).checkpoint["channel_values"] == {"m": "a:b"}
+    assert sync_saver.get_tuple(cfg("a*")).checkpoint["channel_values"] == {"m": "a*"}
+    assert orphans(client, prefix) == set()
+    sync_saver.delete_thread("a:b")
+    sync_saver.delete_thread("a*")
+    assert set(client.scan_iter(match=f"{prefix}:*")) == set()
+
+
+# -- forks -----------------------------------------------------------------------------
+
+
+async def test_fork_never_changes_what_existing_checkpoints_read(saver: Any) -> None:
+    v1 = saver.get_next_version(None, None)
+    a = await put(saver, "fork", {"m": ["one"]}, {"m": v1})
+    a_id = a["configurable"]["checkpoint_id"]
+    v2 = saver.get_next_version(v1, None)
+    b = await put(saver, "fork", {"m": ["one", "two"]}, {"m": v2}, parent=a_id)
+    v2_fork = saver.get_next_version(v1, None)
+    assert v2_fork != v2
+    await put(saver, "fork", {"m": ["one", "bis"]}, {"m": v2_fork}, parent=a_id)
+    assert (await saver.aget_tuple(b)).checkpoint["channel_values"] == {"m": ["one", "two"]}
+
+
+# -- TTL -------------------------------------------------------------------------------
+
+
+def test_ttl_refreshes_every_blob_the_newest_checkpoint_reads(redis_url: str, prefix: str) -> None:
+    with RedisSaver(redis_url, prefix=prefix, ttl=1.5) as saver:
+        c = saver.put(
+            cfg("ttl"),
+            checkpoint({"stable": "s", "m": 1}, {"stable": 1, "m": 1}),
+            {},
+            {"stable": 1, "m": 1},
+        )
+        for step in range(2, 5):
+            time.sleep(0.6)
+            c = saver.put(
+                c, checkpoint({"stable": "s", "m": step}, {"stable": 1, "m": step}), {}, {"m": step}
+            )
+        # "stable" was written 1.8 s ago with a 1.5 s ttl: only refreshes keep it.
+        assert saver.get_tuple(cfg("ttl")).checkpoint["channel_values"] == {"stable": "s", "m": 4}
+
+
+def test_expired_threads_leave_listings_and_indexes(
+    redis_url: str, prefix: str, client: redis.Redis
+) -> None:
+    ks = KeySpace(prefix)
+    with RedisSaver(redis_url, prefix=prefix, ttl=1) as saver:
+        parent = None
+        for step in range(5):
+            parent = saver.put(cfg("old", cid=parent) if parent else cfg("old"),
+                               checkpoint({"m": step}, {"m": step + 1}), {}, {"m": step + 1})["configurable"]["checkpoint_id"]  # fmt: skip
+        time.sleep(1.3)
+        assert list(saver.list(None)) == []
+        assert saver.get_tuple(cfg("old")) is None
+        c = saver.put(cfg("new"), checkpoint({"m": 0}, {"m": 1}), {}, {"m": 1})
+        for step in range(5):
+            c = saver.put(c, checkpoint({"m": step}, {"m": step + 2}), {}, {"m": step + 2})
+        time.sleep(1.3)
+        saver.put(c, checkpoint({"m": 9}, {"m": 9}), {}, {"m": 9})
+        tk = ks.thread("new")
+        # Neither the registry nor the timeline keeps ids of expired checkpoints.
+        assert client.zrange(ks.threads, 0, -1) == [b"new"]
+        assert client.zcard(tk.idx("")) == 1
+        assert client.zcard(tk.keys("")) == 2  # the checkpoint and its one blob
+        assert orphans(client, prefix) == set()
+
+
+def test_refresh_on_read_keeps_a_read_thread_alive(redis_url: str, prefix: str) -> None:
+    with RedisSaver(redis_url, prefix=prefix, ttl=1.2, refresh_on_read=True) as saver:
+        saver.put(cfg("r"), checkpoint({"m": 1}, {"m": 1}), {}, {"m": 1})
+        for _ in range(3):
+            time.sleep(0.6)
+            assert saver.get_tuple(cfg("r")) is not None
+        assert [t.config["configurable"]["thread_id"] for t in saver.list(None)] == ["r"]
+
+
+# -- atomicity -------------------------------------------------------------------------
+
+
+def test_a_put_cut_off_mid_send_writes_nothing(
+    redis_url: str, prefix: str, client: redis.Redis
+) -> None:
+    saver = RedisSaver(redis_url, prefix=prefix)
+    plan = next(saver._put_steps(cfg("cut"), checkpoint({"m": [1] * 1000}, {"m": 1}), {}, {"m": 1}))
+    from langgraph_checkpoint_plainredis._shell import wire_args
+
+    packed = b"".join(
+        client.connection_pool.get_connection().pack_command(*wire_args(plan[0], True))
+    )
+    host, port = (
+        client.connection_pool.connection_kwargs["host"],
+        client.connection_pool.connection_kwargs["port"],
+    )
+    with socket.create_connection((host, port)) as sock:
+        sock.sendall(packed[: len(packed) // 2])
+    time.sleep(0.1)
+    assert set(client.scan_iter(match=f"{prefix}:*")) == set()
+    saver.close()
+
+
+def test_a_refused_put_writes_nothing(
+    sync_saver: RedisSaver, client: redis.Redis, prefix: str
+) -> None:
+    tk = KeySpace(prefix).thread("t")
+    client.set(tk.idx(""), "foreign")
+    with pytest.raises(WrongTypeError, match="zset") as info:
+        sync_saver.put(cfg("t"), checkpoint({"m": 1}, {"m": 1}), {}, {"m": 1})
+    assert info.value.key == tk.idx("")
+    assert set(client.scan_iter(match=f"{prefix}:*")) == {tk.idx("").encode()}
+
+
+def test_delete_racing_put_leaves_no_orphans(
+    sync_saver: RedisSaver, client: redis.Redis, prefix: str
+) -> None:
+    stop = time.monotonic() + 1.5
+
+    def writer() -> None:
+        c = cfg("busy")
+        step = 0
+        while time.monotonic() < stop:
+            step += 1
+            c = sync_saver.put(cfg("busy", cid=c["configurable"].get("checkpoint_id")),
+                               checkpoint({"m": step}, {"m": step}), {"run_id": "r1"}, {"m": step})  # fmt: skip
+            sync_saver.put_writes(c, [("m", step)], "task")
+
+    def deleter() -> None:
+        while time.monotonic() < stop:
+            sync_saver.delete_thread("busy")
+
+    threads = [threading.Thread(target=writer), threading.Thread(target=deleter)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert orphans(client, prefix) == set()
+    sync_saver.delete_thread("busy")
+    assert set(client.scan_iter(match=f"{prefix}:*")) == set()
+
+
+# -- bad input -------------------------------------------------------------------------
+
+
+async def test_config_without_thread_id_names_the_missing_key(saver: Any) -> None:
+    with pytest.raises(ValueError, match="thread_id"):
+        await saver.aget_tuple({"configurable": {}})
+    with pytest.raises(ValueError, match="thread_id"):
+        await saver.aput({"configurable": {"checkpoint_ns": ""}}, checkpoint({}, {}), {}, {})
+
+
+async def test_corrupted_payload_names_the_key_and_spares_the_rest(
+    saver: Any, client: redis.Redis, prefix: str
+) -> None:
+    a = await put(saver, "c", {"m": 1}, {"m": "1"})
+    b = await put(saver, "c", {"m": 2}, {"m": "2"}, parent=a["configurable"]["checkpoint_id"])
+    tk = KeySpace(prefix).thread("c")
+    bad = tk.cp("", b["configurable"]["checkpoint_id"])
+    client.set(bad, client.get(bad)[:-7])
+    with pytest.raises(CorruptDataError) as info:
+        await saver.aget_tuple(cfg("c"))
+    assert info.value.key == bad and bad in str(info.value)
+    assert (await saver.aget_tuple(a)).checkpoint["channel_values"] == {"m": 1}
+    client.set(tk.blob("", "m", "1"), b"\x01m\xc1")
+    with pytest.raises(CorruptDataError, match="blob"):
+        await saver.aget_tuple(a)
+
+
+async def test_foreign_value_under_the_prefix_is_a_clear_error(
+    saver: Any, client: redis.Redis, prefix: str
+) -> None:
+    c = await put(saver, "f", {}, {})
+    wr = KeySpace(prefix).thread("f").wr("", c["configurable"]["checkpoint_id"])
+    client.set(wr, "not a hash")
+    with pytest.raises(WrongTypeError, match="hash"):
+        await saver.aget_tuple(c)
+    with pytest.raises(WrongTypeError, match="hash"):
+        await saver.aput_writes(c, [("x", 1)], "t")
+    assert client.get(wr) == b"not a hash"
+
+
+def test_keyspace_of_010_asks_for_the_migration(
+    redis_url: str, prefix: str, client: redis.Redis
+) -> None:
+    client.hset(f"{prefix}:threads", f"{prefix}:idx:t:", '{"thread": "t", "ns": ""}')
+    with RedisSaver(redis_url, prefix=prefix) as saver:
+        with pytest.raises(LegacyKeyspaceError, match="migrate"):
+            saver.put(cfg("t"), checkpoint({}, {}), {}, {})
+    assert client.type(f"{prefix}:threads") == b"hash"
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "match"),
+    [
+        ({"ttl": 0}, ValueError, "ttl=0"),
+        ({"ttl": -5}, ValueError, "ttl"),
+        ({"ttl": "1h"}, TypeError, "ttl"),
+        ({"prefix": "a{b}"}, ValueError, "prefix"),
+        ({"prefix": ""}, ValueError, "prefix"),
+        ({"refresh_on_read": "yes"}, TypeError, "refresh_on_read"),
+    ],
+)
+def test_invalid_arguments_say_what_to_pass(
+    redis_url: str, kwargs: dict[str, Any], error: type, match: str
+) -> None:
+    with pytest.raises(error, match=match):
+        RedisSaver(redis_url, **kwargs)
+    with pytest.raises(error, match=match):
+        AsyncRedisSaver(redis_url, **kwargs)
+
+
+def test_a_saver_needs_a_url_or_client() -> None:
+    with pytest.raises(ValueError, match="url="):
+        RedisSaver()
+    with pytest.raises(ValueError, match="decode_responses=False"):
+        RedisSaver(client=redis.Redis(decode_responses=True))
+
+
+# -- the two classes -------------------------------------------------------------------
+
+
+async def test_wrong_side_names_the_class_to_use(
+    sync_saver: RedisSaver, async_saver: AsyncRedisSaver
+) -> None:
+    with pytest.raises(NotImplementedError, match="AsyncRedisSaver"):
+        await sync_saver.aget_tuple(cfg("x"))
+    with pytest.raises(NotImplementedError, match="RedisSaver"):
+        async_saver.get_tuple(cfg("x"))
+    with pytest.raises(NotImplementedError, match="RedisSaver"):
+        async_saver.list(None)
+
+
+def test_sync_and_async_classes_stay_parallel() -> None:
+    """Same methods in the same order; only the calling style differs."""
+    api = {"get_tuple", "list", "put", "put_writes", "delete_thread", "delete_for_runs",
+           "copy_thread", "prune", "close"}  # fmt: skip
+    renames = {"__aenter__": "__enter__", "__aexit__": "__exit__"}
+
+    def as_sync(name: str) -> str:
+        if name in renames:
+            return renames[name]
+        if name.startswith("a") and name[1:] in api:
+            return name[1:]
+        return "a" + name if name in api else name
+
+    sync_names = [n for n in vars(RedisSaver) if not n.startswith("__doc")]
+    async_names = [as_sync(n) for n in vars(AsyncRedisSaver) if not n.startswith("__doc")]
+    assert async_names == sync_names
+
+
+async def test_one_thread_written_by_one_class_is_read_by_the_other(
+    sync_saver: RedisSaver, async_saver: AsyncRedisSaver
+) -> None:
+    c = await asyncio.to_thread(
+        sync_saver.put, cfg("mixed"), checkpoint({"m": [1]}, {"m": 1}), {}, {"m": 1}
+    )
+    await async_saver.aput_writes(c, [("m", 2)], "task")
+    c2 = await async_saver.aput(c, checkpoint({"m": [1, 2]}, {"m": 2}), {}, {"m": 2})
+    tup = await asyncio.to_thread(sync_saver.get_tuple, cfg("mixed"))
+    assert tup.config == c2 and tup.checkpoint["channel_values"] == {"m": [1, 2]}
+    assert (await asyncio.to_thread(sync_saver.get_tuple, c)).pending_writes == [("task", "m", 2)]
+
+
+def test_a_passed_client_is_reused_and_left_open(client: redis.Redis, prefix: str) -> None:
+    saver = RedisSaver(client=client, prefix=prefix)
+    saver.put(cfg("p"), checkpoint({}, {}), {}, {})
+    saver.close()
+    assert client.ping()
+
+
+def test_resp3_on_request(server_pool: Any, prefix: str) -> None:
+    with RedisSaver(server_pool.get("redis-7"), prefix=prefix, protocol=3) as saver:
+        c = saver.put(cfg("r3"), checkpoint({"m": 1}, {"m": 1}), {}, {"m": 1})
+        saver.put_writes(c, [("m", 2)], "t")
+        tup = saver.get_tuple(c)
+        assert tup.checkpoint["channel_values"] == {"m": 1} and tup.pending_writes == [
+            ("t", "m", 2)
+        ]
+        assert [t.checkpoint["id"] for t in saver.list(None)] == [
+            c["configurable"]["checkpoint_id"]
+        ]

@@ -1,0 +1,189 @@
+"""Test helpers shared by every package's suite: adapters, round-trip counters, conformance."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from typing import Any
+
+import redis
+import redis.asyncio as aioredis
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import (
+    BaseCheckpointSaver,
+    ChannelVersions,
+    Checkpoint,
+    CheckpointMetadata,
+    CheckpointTuple,
+)
+
+__all__ = [
+    "RoundTrips",
+    "SyncAsAsync",
+    "assert_conformance",
+    "counting_async_client",
+    "counting_client",
+    "scan_keys",
+]
+
+
+class SyncAsAsync(BaseCheckpointSaver[Any]):
+    """Exposes a sync saver's methods under the async names, each run in a worker thread.
+
+    Lets one async test (and the conformance suite, which calls only `a*` methods)
+    exercise `put`, `get_tuple`, `list`... of a blocking saver. Optional capabilities
+    are forwarded only when the wrapped saver has them.
+    """
+
+    def __init__(self, inner: BaseCheckpointSaver[Any]) -> None:
+        super().__init__(serde=inner.serde)
+        self.inner = inner
+
+    def get_next_version(self, current: Any, channel: None) -> Any:
+        return self.inner.get_next_version(current, channel)
+
+    async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        return await asyncio.to_thread(self.inner.get_tuple, config)
+
+    async def alist(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> AsyncIterator[CheckpointTuple]:
+        items = await asyncio.to_thread(
+            lambda: list(self.inner.list(config, filter=filter, before=before, limit=limit))
+        )
+        for item in items:
+            yield item
+
+    async def aput(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        return await asyncio.to_thread(self.inner.put, config, checkpoint, metadata, new_versions)
+
+    async def aput_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        await asyncio.to_thread(self.inner.put_writes, config, writes, task_id, task_path)
+
+    async def adelete_thread(self, thread_id: str) -> None:
+        await asyncio.to_thread(self.inner.delete_thread, thread_id)
+
+    async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
+        await asyncio.to_thread(self.inner.delete_for_runs, run_ids)
+
+    async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        await asyncio.to_thread(self.inner.copy_thread, source_thread_id, target_thread_id)
+
+    async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        await asyncio.to_thread(self.inner.prune, thread_ids, strategy=strategy)
+
+
+class RoundTrips:
+    """Counts round trips (packed sends) and commands made through a client."""
+
+    def __init__(self) -> None:
+        self.round_trips = 0
+        self.commands: list[tuple[Any, ...]] = []
+
+    def reset(self) -> None:
+        self.round_trips = 0
+        self.commands.clear()
+
+    @contextlib.contextmanager
+    def measure(self) -> Iterator[RoundTrips]:
+        self.reset()
+        yield self
+
+
+def _counting_connection(base: type, counter: RoundTrips) -> type:
+    class Counting(base):  # type: ignore[misc, valid-type]
+        def pack_commands(self, commands: Any) -> Any:
+            counter.commands.extend(tuple(c) for c in commands)
+            return super().pack_commands(commands)
+
+        def pack_command(self, *args: Any) -> Any:
+            counter.commands.append(args)
+            return super().pack_command(*args)
+
+        def send_packed_command(self, command: Any, check_health: bool = True) -> Any:
+            counter.round_trips += 1
+            return super().send_packed_command(command, check_health)
+
+    return Counting
+
+
+def _counting_async_connection(base: type, counter: RoundTrips) -> type:
+    class Counting(base):  # type: ignore[misc, valid-type]
+        def pack_commands(self, commands: Any) -> Any:
+            counter.commands.extend(tuple(c) for c in commands)
+            return super().pack_commands(commands)
+
+        def pack_command(self, *args: Any) -> Any:
+            counter.commands.append(args)
+            return super().pack_command(*args)
+
+        async def send_packed_command(self, command: Any, check_health: bool = True) -> Any:
+            counter.round_trips += 1
+            return await super().send_packed_command(command, check_health)
+
+    return Counting
+
+
+def counting_client(url: str, **kwargs: Any) -> tuple[redis.Redis, RoundTrips]:
+    """A blocking client (RESP2) whose round trips and commands are counted."""
+    counter = RoundTrips()
+    pool = redis.ConnectionPool.from_url(url, protocol=2, **kwargs)
+    pool.connection_class = _counting_connection(pool.connection_class, counter)
+    return redis.Redis(connection_pool=pool), counter
+
+
+def counting_async_client(url: str, **kwargs: Any) -> tuple[aioredis.Redis, RoundTrips]:
+    """An asyncio client (RESP2) whose round trips and commands are counted."""
+    counter = RoundTrips()
+    pool = aioredis.ConnectionPool.from_url(url, protocol=2, **kwargs)
+    pool.connection_class = _counting_async_connection(pool.connection_class, counter)
+    return aioredis.Redis(connection_pool=pool), counter
+
+
+def scan_keys(client: redis.Redis, prefix: str) -> list[bytes]:
+    """Every key under `prefix` (SCAN, never KEYS)."""
+    return sorted(client.scan_iter(match=f"{prefix}:*", count=1000))
+
+
+async def assert_conformance(
+    factory: Callable[[], Any],
+    name: str,
+    expected: set[str] | None = None,
+) -> None:
+    """Runs `langgraph-checkpoint-conformance` and fails with its report unless all passed.
+
+    Args:
+        factory: An async generator function yielding a fresh saver (cleanup after yield).
+        name: Name shown in the report.
+        expected: The capabilities that must be detected; all eight by default.
+    """
+    from langgraph.checkpoint.conformance import checkpointer_test, validate
+    from langgraph.checkpoint.conformance.capabilities import ALL_CAPABILITIES
+
+    registered = checkpointer_test(name=name)(factory)
+    report = await validate(registered)
+    want = expected if expected is not None else {c.value for c in ALL_CAPABILITIES}
+    detected = {cap for cap, result in report.results.items() if result.detected}
+    failures = {
+        cap: result.failures for cap, result in report.results.items() if result.passed is False
+    }
+    assert detected == want, f"{name}: detected {sorted(detected)}, expected {sorted(want)}"
+    assert not failures, f"{name}: conformance failures: {failures}"
