@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 import redis
-from agentstate_testkit.savers import SyncAsAsync
 
+from agentstate_testkit.savers import SyncAsAsync
 from langgraph_checkpoint_plainredis import AsyncRedisSaver, RedisSaver
 
 

@@ -6,7 +6,6 @@ import uuid
 from collections.abc import AsyncIterator
 
 from agentstate_testkit.savers import SyncAsAsync, assert_conformance
-
 from langgraph_checkpoint_plainredis import AsyncRedisSaver, RedisSaver
 
 

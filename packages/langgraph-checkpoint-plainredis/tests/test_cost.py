@@ -9,14 +9,14 @@ from typing import Any
 
 import pytest
 import redis
+from langgraph.checkpoint.base import empty_checkpoint
+
 from agentstate_testkit.savers import (
     RoundTrips,
     SyncAsAsync,
     counting_async_client,
     counting_client,
 )
-from langgraph.checkpoint.base import empty_checkpoint
-
 from langgraph_checkpoint_plainredis import AsyncRedisSaver, RedisSaver
 from langgraph_checkpoint_plainredis._keys import KeySpace
 from langgraph_checkpoint_plainredis._scripts import SCRIPTS

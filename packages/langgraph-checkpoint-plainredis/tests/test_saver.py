@@ -20,7 +20,7 @@ from langgraph_checkpoint_plainredis import (
     RedisSaver,
     WrongTypeError,
 )
-from langgraph_checkpoint_plainredis._keys import KeySpace, escape
+from langgraph_checkpoint_plainredis._keys import KeySpace
 
 
 def cfg(thread: str, ns: str = "", cid: str | None = None) -> dict[str, Any]:
@@ -95,8 +95,15 @@ async def test_list_is_newest_first_with_exclusive_before_filter_and_limit(saver
     parent = None
     stored = []
     for step in range(6):
-        c = await put(saver, t, {"x": step}, {"x": saver.get_next_version(None, None)},
-                      parent=parent, step=step, kind="even" if step % 2 == 0 else "odd")  # fmt: skip
+        c = await put(
+            saver,
+            t,
+            {"x": step},
+            {"x": saver.get_next_version(None, None)},
+            parent=parent,
+            step=step,
+            kind="even" if step % 2 == 0 else "odd",
+        )
         parent = c["configurable"]["checkpoint_id"]
         stored.append(parent)
     newest_first = stored[::-1]
@@ -129,15 +136,20 @@ async def test_list_none_walks_every_thread_and_namespace(saver: Any) -> None:
             c = await put(saver, thread, {}, {}, ns=ns)
             made.add((thread, ns, c["configurable"]["checkpoint_id"]))
     listed = {
-        (t.config["configurable"]["thread_id"], t.config["configurable"]["checkpoint_ns"],
-         t.checkpoint["id"])
+        (
+            t.config["configurable"]["thread_id"],
+            t.config["configurable"]["checkpoint_ns"],
+            t.checkpoint["id"],
+        )
         async for t in saver.alist(None)
-    }  # fmt: skip
+    }
     assert listed == made
     assert len([t async for t in saver.alist(None, limit=4)]) == 4
     # A thread config without checkpoint_ns walks the thread's namespaces only.
-    assert {t.config["configurable"]["checkpoint_ns"] async for t in saver.alist(
-        {"configurable": {"thread_id": "a"}})} == {"", "sub:1"}  # fmt: skip
+    assert {
+        t.config["configurable"]["checkpoint_ns"]
+        async for t in saver.alist({"configurable": {"thread_id": "a"}})
+    } == {"", "sub:1"}
 
 
 # -- writes ----------------------------------------------------------------------------
@@ -175,7 +187,7 @@ def test_racing_put_writes_keep_the_first_value(sync_saver: RedisSaver) -> None:
     for round_ in range(20):
         barrier = threading.Barrier(4)
 
-        def write(value: int, task: str = f"task-{round_}") -> None:
+        def write(value: int, task: str = f"task-{round_}", barrier: Any = barrier) -> None:
             barrier.wait()
             sync_saver.put_writes(c, [("ch", value)], task)
 
@@ -311,8 +323,12 @@ def test_expired_threads_leave_listings_and_indexes(
     with RedisSaver(redis_url, prefix=prefix, ttl=1) as saver:
         parent = None
         for step in range(5):
-            parent = saver.put(cfg("old", cid=parent) if parent else cfg("old"),
-                               checkpoint({"m": step}, {"m": step + 1}), {}, {"m": step + 1})["configurable"]["checkpoint_id"]  # fmt: skip
+            parent = saver.put(
+                cfg("old", cid=parent) if parent else cfg("old"),
+                checkpoint({"m": step}, {"m": step + 1}),
+                {},
+                {"m": step + 1},
+            )["configurable"]["checkpoint_id"]
         time.sleep(1.3)
         assert list(saver.list(None)) == []
         assert saver.get_tuple(cfg("old")) is None
@@ -383,8 +399,12 @@ def test_delete_racing_put_leaves_no_orphans(
         step = 0
         while time.monotonic() < stop:
             step += 1
-            c = sync_saver.put(cfg("busy", cid=c["configurable"].get("checkpoint_id")),
-                               checkpoint({"m": step}, {"m": step}), {"run_id": "r1"}, {"m": step})  # fmt: skip
+            c = sync_saver.put(
+                cfg("busy", cid=c["configurable"].get("checkpoint_id")),
+                checkpoint({"m": step}, {"m": step}),
+                {"run_id": "r1"},
+                {"m": step},
+            )
             sync_saver.put_writes(c, [("m", step)], "task")
 
     def deleter() -> None:
@@ -494,8 +514,17 @@ async def test_wrong_side_names_the_class_to_use(
 
 def test_sync_and_async_classes_stay_parallel() -> None:
     """Same methods in the same order; only the calling style differs."""
-    api = {"get_tuple", "list", "put", "put_writes", "delete_thread", "delete_for_runs",
-           "copy_thread", "prune", "close"}  # fmt: skip
+    api = {
+        "get_tuple",
+        "list",
+        "put",
+        "put_writes",
+        "delete_thread",
+        "delete_for_runs",
+        "copy_thread",
+        "prune",
+        "close",
+    }
     renames = {"__aenter__": "__enter__", "__aexit__": "__exit__"}
 
     def as_sync(name: str) -> str:

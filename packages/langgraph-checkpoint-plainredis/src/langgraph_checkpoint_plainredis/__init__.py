@@ -7,6 +7,7 @@ written by one and read by the other.
 
 from ._aio import AsyncRedisSaver
 from ._errors import CorruptDataError, LegacyKeyspaceError, PlainRedisError, WrongTypeError
+from ._migrate import MigrationReport, migrate_v010
 from ._sync import RedisSaver
 
 __version__ = "0.2.0"
@@ -15,8 +16,10 @@ __all__ = [
     "AsyncRedisSaver",
     "CorruptDataError",
     "LegacyKeyspaceError",
+    "MigrationReport",
     "PlainRedisError",
     "RedisSaver",
     "WrongTypeError",
     "__version__",
+    "migrate_v010",
 ]

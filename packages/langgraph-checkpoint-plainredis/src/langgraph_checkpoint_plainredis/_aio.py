@@ -101,7 +101,7 @@ class AsyncRedisSaver(SaverCore, BaseCheckpointSaver[str]):
 
     async def _send(self, plan: Plan, fallback: bool) -> list[Any]:
         if len(plan) == 1:
-            return [await self._client.execute_command(*wire_args(plan[0], fallback))]
+            return [await self._client.execute_command(*wire_args(plan[0], fallback))]  # type: ignore[no-untyped-call]
         pipe = self._client.pipeline(transaction=False)
         for cmd in plan:
             pipe.execute_command(*wire_args(cmd, fallback))

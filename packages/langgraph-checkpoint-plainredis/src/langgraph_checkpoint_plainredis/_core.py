@@ -45,6 +45,7 @@ from ._keys import (
     escape,
     parse_run_member,
     unescape,
+    write_field,
 )
 from ._scripts import SCRIPTS
 
@@ -179,7 +180,7 @@ class SaverCore:
         for suffix, raw in zip(stored.refs, entry[3] or (), strict=False):
             if raw is None or raw is False:
                 continue
-            blob_key = f"{tk.blob_prefix}{escape(ns)}:{suffix}"
+            blob_key = tk.blob_at(ns, suffix)
             typed = decode_blob(_b(raw), blob_key)
             if typed[0] != "empty":
                 values[blob_channel(suffix)] = self._loads(typed, blob_key)
@@ -248,8 +249,8 @@ class SaverCore:
         cid = checkpoint["id"]
         parent_id = conf.get("checkpoint_id")
 
-        copy = dict(checkpoint)
-        values: dict[str, Any] = copy.pop("channel_values", {}) or {}
+        copy: dict[str, Any] = dict(checkpoint)
+        values: dict[str, Any] = copy.pop("channel_values", None) or {}
         meta = get_checkpoint_metadata(config, metadata)
         run_id = meta.get("run_id")
         run = escape(str(run_id)) if run_id else ""
@@ -266,6 +267,27 @@ class SaverCore:
             self.serde.dumps_typed(copy),
             self.serde.dumps_typed(meta),
         )
+        run_key = self.keyspace.run(str(run_id)) if run else None
+        yield [self._put_eval(tk, ns, cid, payload, refs, written, run_key)]
+        return {
+            "configurable": {
+                "thread_id": thread_id,
+                "checkpoint_ns": ns,
+                "checkpoint_id": cid,
+            }
+        }
+
+    def _put_eval(
+        self,
+        tk: ThreadKeys,
+        ns: str,
+        cid: str,
+        payload: bytes,
+        refs: Sequence[str],
+        written: Mapping[str, bytes],
+        run_key: str | None,
+    ) -> Eval:
+        """The script call storing one encoded checkpoint and its encoded new blobs."""
         suffixes = list(dict.fromkeys([*refs, *written]))
         now = _now_ms()
         ns_e = escape(ns)
@@ -275,10 +297,10 @@ class SaverCore:
             tk.keys(ns),
             tk.ns,
             self.keyspace.threads,
-            *(f"{tk.blob_prefix}{ns_e}:{s}" for s in suffixes),
+            *(tk.blob_at(ns, s) for s in suffixes),
         ]
-        if run:
-            keys.append(self.keyspace.run(str(run_id)))
+        if run_key:
+            keys.append(run_key)
         args: list[str | bytes | int] = [
             cid,
             payload,
@@ -288,7 +310,7 @@ class SaverCore:
             ns_e,
             tk.component,
             tk.run_member(ns, cid),
-            1 if run else 0,
+            1 if run_key else 0,
             len(suffixes),
             tk.wr_prefix,
             tk.cp_prefix,
@@ -296,14 +318,7 @@ class SaverCore:
         ]
         for s in suffixes:
             args += [s, written.get(s, b"")]
-        yield [Eval("put", tuple(keys), tuple(args))]
-        return {
-            "configurable": {
-                "thread_id": thread_id,
-                "checkpoint_ns": ns,
-                "checkpoint_id": cid,
-            }
-        }
+        return Eval("put", tuple(keys), tuple(args))
 
     def _put_writes_steps(
         self,
@@ -329,7 +344,7 @@ class SaverCore:
         for i, (channel, value) in enumerate(writes):
             idx = WRITES_IDX_MAP.get(channel, i)
             args += [
-                f"{escape(task_id)}:{idx}",
+                write_field(task_id, idx),
                 encode_write(task_id, idx, task_path, channel, self.serde.dumps_typed(value)),
                 1 if idx < 0 else 0,
             ]
@@ -435,7 +450,7 @@ class SaverCore:
                 resume,
                 *(namespaces or ()),
             ]
-            (reply,) = yield [Eval("list", (tk.ns,), tuple(args))]
+            (reply,) = yield [Eval("list", (tk.ns, self.keyspace.threads), tuple(args))]
             walked = [_s(n) for n in reply[0]]
             entries = reply[1]
             for ns_e, entry in entries:

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 __all__ = [
     "EMPTY_THREAD_TAG",
     "KeySpace",
+    "LegacyKeys",
     "blob_channel",
     "blob_suffix",
     "parse_run_member",
@@ -36,6 +37,7 @@ __all__ = [
     "escape",
     "unescape",
     "version_tag",
+    "write_field",
 ]
 
 SEP = ":"
@@ -141,7 +143,11 @@ class ThreadKeys:
         return f"{self.wr_prefix}{escape(ns)}{SEP}{checkpoint_id}"
 
     def blob(self, ns: str, channel: str, version: str | int | float) -> str:
-        return f"{self.blob_prefix}{escape(ns)}{SEP}{blob_suffix(channel, version)}"
+        return self.blob_at(ns, blob_suffix(channel, version))
+
+    def blob_at(self, ns: str, suffix: str) -> str:
+        """The blob key for a suffix built by `blob_suffix`."""
+        return f"{self.blob_prefix}{escape(ns)}{SEP}{suffix}"
 
     def idx(self, ns: str) -> str:
         return f"{self.idx_prefix}{escape(ns)}"
@@ -211,6 +217,49 @@ class KeySpace:
         """Rebuilds `ThreadKeys` from an escaped thread id as stored in the registry."""
         thread_id = "" if component == EMPTY_THREAD_TAG else unescape(component)
         return ThreadKeys(self.prefix, thread_id, component)
+
+
+def write_field(task_id: str, idx: int) -> str:
+    """The field of one pending write inside a writes hash."""
+    return f"{escape(task_id)}{SEP}{idx}"
+
+
+class LegacyKeys:
+    """The layout of langgraph-checkpoint-plainredis 0.1.0, read only by the migration.
+
+    0.1.0 joined raw ids with ``:``; its keys cannot be parsed, only rebuilt from the
+    registry hash, whose values name the thread and namespace exactly.
+    """
+
+    def __init__(self, prefix: str) -> None:
+        self.prefix = prefix
+
+    @property
+    def registry(self) -> str:
+        return f"{self.prefix}{SEP}threads"
+
+    @property
+    def stash(self) -> str:
+        """Where the migration parks the 0.1.0 registry while it works."""
+        return f"{self.prefix}{SEP}v010{SEP}threads"
+
+    @property
+    def seq(self) -> str:
+        return f"{self.prefix}{SEP}seq"
+
+    def cp(self, thread_id: str, ns: str, checkpoint_id: str) -> str:
+        return SEP.join((self.prefix, "cp", thread_id, ns, checkpoint_id))
+
+    def wr(self, thread_id: str, ns: str, checkpoint_id: str) -> str:
+        return SEP.join((self.prefix, "wr", thread_id, ns, checkpoint_id))
+
+    def blob(self, thread_id: str, ns: str, channel: str, version: object) -> str:
+        return SEP.join((self.prefix, "blob", thread_id, ns, channel, str(version)))
+
+    @staticmethod
+    def write_index(field: str) -> int:
+        """The write index at the end of a 0.1.0 writes-hash field ``task_id:idx``."""
+        return int(field.rsplit(SEP, 1)[1])
 
 
 def blob_channel(suffix: str) -> str:

@@ -261,7 +261,7 @@ GET = r"""
 -- KEYS: idx, keys, ns, registry
 -- ARGV: cid ('' = newest), N, cp_prefix, wr_prefix, blob_prefix, refresh ttl_ms, score, T
 local cid, n = ARGV[1], ARGV[2]
-local err = check(KEYS[1], 'zset')
+local err = check(KEYS[1], 'zset') or check_registry(KEYS[4])
 if err then return err end
 local payload
 if cid == '' then
@@ -295,7 +295,7 @@ return entry
 """
 
 LIST = r"""
--- KEYS: ns
+-- KEYS: ns, registry
 -- ARGV: cp_prefix, wr_prefix, blob_prefix, idx_prefix, before, limit, only_cid, resume,
 --       then the namespaces to walk in order (none: every namespace in the ns zset)
 -- Returns {namespaces walked, {N, entry}...}, newest first per namespace. `before` and
@@ -303,6 +303,8 @@ LIST = r"""
 -- `resume` ('' = none) to the first one only, so a caller can page on.
 local before, limit, only, resume = ARGV[5], tonumber(ARGV[6]), ARGV[7], ARGV[8]
 local nss = {}
+local legacy = check_registry(KEYS[2])
+if legacy then return legacy end
 if #ARGV < 9 then
   local err = check(KEYS[1], 'zset')
   if err then return err end

@@ -101,10 +101,10 @@ class RedisSaver(SaverCore, BaseCheckpointSaver[str]):
 
     def _send(self, plan: Plan, fallback: bool) -> list[Any]:
         if len(plan) == 1:
-            return [self._client.execute_command(*wire_args(plan[0], fallback))]
+            return [self._client.execute_command(*wire_args(plan[0], fallback))]  # type: ignore[no-untyped-call]
         pipe = self._client.pipeline(transaction=False)
         for cmd in plan:
-            pipe.execute_command(*wire_args(cmd, fallback))
+            pipe.execute_command(*wire_args(cmd, fallback))  # type: ignore[no-untyped-call]
         return pipe.execute()
 
     def _run(self, plan: Plan) -> list[Any]:

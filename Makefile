@@ -1,0 +1,56 @@
+# The verbs a newcomer needs. Only Python is assumed: uv is installed into .cache/ when missing.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+UV_SYSTEM := $(shell command -v uv 2>/dev/null)
+UV := $(if $(UV_SYSTEM),$(UV_SYSTEM),.cache/uv/bin/uv)
+RUN := $(UV) run --frozen
+PACKAGES := langgraph-checkpoint-plainredis agentstate-reducer agentstate-reducer-langgraph
+SRC := packages/langgraph-checkpoint-plainredis/src packages/agentstate-reducer/src \
+       packages/agentstate-reducer-langgraph/src tests-integration/src
+PYTEST_ARGS ?=
+
+.PHONY: help
+help:  ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-18s %s\n", $$1, $$2}'
+
+.cache/uv/bin/uv:
+	python3 -m venv .cache/uv
+	.cache/uv/bin/pip install --quiet --disable-pip-version-check uv
+
+.venv/.synced: $(UV) uv.lock pyproject.toml $(wildcard packages/*/pyproject.toml) tests-integration/pyproject.toml
+	$(UV) sync --frozen
+	@touch $@
+
+.PHONY: sync
+sync: .venv/.synced  ## create .venv with every package and tool
+
+.PHONY: servers
+servers: sync  ## download and cache the test servers (Redis 5/6/7/8, Valkey, PostgreSQL 15)
+	$(RUN) python -m agentstate_testkit provision
+
+.PHONY: lint
+lint: sync  ## ruff and strict mypy
+	$(RUN) ruff check .
+	$(RUN) ruff format --check .
+	$(RUN) mypy $(SRC)
+
+.PHONY: test-unit
+test-unit: sync  ## each package's own tests (real servers where they need one)
+	$(RUN) pytest packages $(PYTEST_ARGS)
+
+.PHONY: test-integration
+test-integration: sync  ## the cross-package suite and the server harness checks
+	$(RUN) pytest tests-integration $(PYTEST_ARGS)
+
+.PHONY: test
+test: lint servers test-unit test-integration  ## everything CI runs
+
+.PHONY: build
+build: sync  ## one wheel and one sdist per package into dist/
+	rm -rf dist
+	for p in $(PACKAGES); do $(UV) build --package $$p --no-sources --out-dir dist || exit 1; done
+
+.PHONY: clean
+clean:  ## remove build output and caches (keeps downloaded servers)
+	rm -rf dist .pytest_cache .mypy_cache .ruff_cache .hypothesis

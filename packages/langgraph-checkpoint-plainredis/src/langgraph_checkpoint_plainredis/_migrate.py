@@ -1,0 +1,185 @@
+"""One-shot, idempotent migration of a keyspace written by plainredis 0.1.0.
+
+0.1.0 wrapped every value as JSON ``{"t": type, "d": base64}``, joined raw ids with
+``:`` and used integer channel versions. The migration reads each (thread, namespace)
+the 0.1.0 registry names, writes it in the current layout (blob bytes are copied as
+they are; only the checkpoint header is re-encoded), checks it reads back, and then
+deletes the old keys. Integer versions become the current zero-padded string form,
+which keeps their order, so graphs resume where they stopped.
+
+Stop every 0.1.0 writer first. A run that stops half-way is safe to repeat: the
+registry is parked under ``{prefix}:v010:threads`` until every thread is done.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import redis
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.serde.base import SerializerProtocol
+
+from ._codec import encode_blob, encode_checkpoint
+from ._core import _b, _s
+from ._errors import CorruptDataError
+from ._keys import LegacyKeys, blob_suffix, escape
+from ._sync import RedisSaver
+
+__all__ = ["MigrationReport", "migrate_v010"]
+
+_MIGRATED_MINOR = "0" * 16
+
+
+@dataclass
+class MigrationReport:
+    """What `migrate_v010` did."""
+
+    threads: int = 0
+    checkpoints: int = 0
+    writes: int = 0
+    blobs: int = 0
+    old_keys_deleted: int = 0
+    skipped: list[str] = field(default_factory=list)
+
+
+def _unwrap(raw: Any, key: str) -> tuple[str, bytes] | None:
+    if raw is None:
+        return None
+    try:
+        doc = json.loads(raw)
+        return str(doc["t"]), base64.b64decode(doc["d"])
+    except (ValueError, KeyError, TypeError) as exc:
+        raise CorruptDataError(key, f"not a 0.1.0 JSON+base64 value: {exc}") from None
+
+
+def _version(value: Any) -> Any:
+    """Integer versions of 0.1.0 become strings that sort the same way."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return f"{value:032}.{_MIGRATED_MINOR}"
+    return value
+
+
+def migrate_v010(
+    client: redis.Redis,
+    prefix: str = "lg",
+    *,
+    ttl: float | None = None,
+    serde: SerializerProtocol | None = None,
+    keep_old: bool = False,
+    progress: Callable[[str], None] | None = None,
+) -> MigrationReport:
+    """Moves a 0.1.0 keyspace into the current layout, losslessly and idempotently.
+
+    Args:
+        client: A blocking client (``decode_responses=False``).
+        prefix: The prefix 0.1.0 used (its default was ``lg``).
+        ttl: TTL for the migrated threads, as the saver's `ttl`.
+        serde: The serializer 0.1.0 was configured with, if not the default.
+        keep_old: Leave the 0.1.0 keys in place (they no longer clash with the new ones).
+        progress: Called with a line of text per migrated (thread, namespace).
+
+    Returns:
+        Counts of what was migrated.
+    """
+    legacy = LegacyKeys(prefix)
+    saver = RedisSaver(client=client, prefix=prefix, ttl=ttl, serde=serde)
+    report = MigrationReport()
+    if client.type(legacy.registry) == b"hash":
+        # Park the old registry: the current layout keeps a zset under that name.
+        if client.exists(legacy.stash):
+            for fld, value in client.hgetall(legacy.registry).items():
+                client.hset(legacy.stash, fld, value)
+            client.delete(legacy.registry)
+        else:
+            client.rename(legacy.registry, legacy.stash)
+    entries = client.hgetall(legacy.stash)
+    for idx_key, value in entries.items():
+        try:
+            where = json.loads(value)
+            thread_id, ns = str(where["thread"]), str(where["ns"])
+        except (ValueError, KeyError, TypeError):
+            report.skipped.append(_b(idx_key).decode(errors="replace"))
+            continue
+        old_keys = _migrate_timeline(saver, client, legacy, _b(idx_key), thread_id, ns, report)
+        if progress:
+            progress(f"migrated thread {thread_id!r} namespace {ns!r}")
+        if not keep_old:
+            report.old_keys_deleted += client.delete(*old_keys) if old_keys else 0
+        client.hdel(legacy.stash, idx_key)
+        report.threads += 1
+    if not report.skipped:
+        report.old_keys_deleted += client.delete(legacy.stash, legacy.seq) if not keep_old else 0
+    return report
+
+
+def _migrate_timeline(
+    saver: RedisSaver,
+    client: redis.Redis,
+    legacy: LegacyKeys,
+    idx_key: bytes,
+    thread_id: str,
+    ns: str,
+    report: MigrationReport,
+) -> list[bytes | str]:
+    """Copies one (thread, namespace); returns the 0.1.0 keys it read."""
+    serde = saver.serde
+    tk = saver.keyspace.thread(thread_id)
+    old_keys: list[bytes | str] = [idx_key]
+    for raw_id in client.zrange(idx_key, 0, -1):
+        cid = _s(raw_id)
+        cp_key = legacy.cp(thread_id, ns, cid)
+        typed = _unwrap(client.get(cp_key), cp_key)
+        if typed is None:
+            continue  # expired under 0.1.0's TTL: nothing to carry over
+        doc = serde.loads_typed(typed)
+        checkpoint, metadata, parent_id = doc["checkpoint"], doc["metadata"], doc["parent_id"]
+        old_versions = dict(checkpoint["channel_versions"])
+        checkpoint["channel_versions"] = {ch: _version(v) for ch, v in old_versions.items()}
+        checkpoint["versions_seen"] = {
+            node: {ch: _version(v) for ch, v in seen.items()}
+            for node, seen in checkpoint.get("versions_seen", {}).items()
+        }
+        checkpoint.pop("channel_values", None)
+        written: dict[str, bytes] = {}
+        for channel, version in old_versions.items():
+            blob_key = legacy.blob(thread_id, ns, channel, version)
+            blob = _unwrap(client.get(blob_key), blob_key)
+            old_keys.append(blob_key)
+            if blob is not None:
+                written[blob_suffix(channel, _version(version))] = encode_blob(blob)
+        refs = [blob_suffix(ch, v) for ch, v in checkpoint["channel_versions"].items()]
+        run_id = metadata.get("run_id")
+        payload = encode_checkpoint(
+            parent_id,
+            escape(str(run_id)) if run_id else "",
+            refs,
+            serde.dumps_typed(checkpoint),
+            serde.dumps_typed(metadata),
+        )
+        run_key = saver.keyspace.run(str(run_id)) if run_id else None
+        saver._run([saver._put_eval(tk, ns, cid, payload, refs, written, run_key)])
+        report.checkpoints += 1
+        report.blobs += len(written)
+
+        wr_key = legacy.wr(thread_id, ns, cid)
+        old_keys.extend([cp_key, wr_key])
+        by_task: dict[str, list[tuple[int, str, Any]]] = {}
+        for fld, raw in client.hgetall(wr_key).items():
+            unwrapped = _unwrap(raw, wr_key)
+            if unwrapped is None:
+                continue
+            task_id, channel, value = serde.loads_typed(unwrapped)
+            index = LegacyKeys.write_index(_s(fld))
+            by_task.setdefault(task_id, []).append((index, channel, value))
+        config: RunnableConfig = {
+            "configurable": {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": cid}
+        }
+        for task_id, writes in by_task.items():
+            writes.sort(key=lambda w: (w[0] < 0, w[0]))
+            saver.put_writes(config, [(ch, v) for _, ch, v in writes], task_id)
+            report.writes += len(writes)
+    return old_keys

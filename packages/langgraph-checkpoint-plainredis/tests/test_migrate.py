@@ -1,0 +1,152 @@
+"""Upgrading in place from 0.1.0: data really written by the published package."""
+
+from __future__ import annotations
+
+import base64
+import json
+import uuid
+from pathlib import Path
+from typing import Annotated, Any, TypedDict
+
+import pytest
+import redis
+from langchain_core.messages import AIMessage, HumanMessage
+from langgraph.graph import END, START, StateGraph
+from langgraph.graph.message import add_messages
+
+from langgraph_checkpoint_plainredis import LegacyKeyspaceError, RedisSaver, migrate_v010
+from langgraph_checkpoint_plainredis._cli import main
+
+DUMP = json.loads((Path(__file__).parent / "data" / "v010_dump.json").read_text())
+
+
+def _bytes(entry: dict[str, Any], value: str) -> bytes:
+    return base64.b64decode(value) if entry.get("encoding") == "base64" else value.encode()
+
+
+def restore(client: redis.Redis, rename: dict[str, str]) -> None:
+    """Loads the recorded keys, each prefix renamed so the test owns its keys."""
+
+    def move(name: str) -> str:
+        for old, new in rename.items():
+            if name.startswith(old + ":"):
+                return new + name[len(old) :]
+        raise AssertionError(name)
+
+    for entry in DUMP["keys"]:
+        key = move(entry["key"])
+        if entry["type"] == "string":
+            client.set(key, _bytes(entry, entry["value"]))
+        elif entry["type"] == "hash":
+            for field, value in entry["value"].items():
+                field = move(field) if field.startswith(tuple(rename)) else field
+                client.hset(key, field, _bytes(entry, value))
+        else:
+            client.zadd(key, {member: score for member, score in entry["value"]})
+
+
+@pytest.fixture
+def restored(client: redis.Redis) -> dict[str, str]:
+    rename = {p: f"test:{uuid.uuid4().hex[:8]}:{p}" for p in DUMP["prefixes"]}
+    restore(client, rename)
+    return rename
+
+
+def contents(values: dict[str, Any]) -> list[str]:
+    return [m.content for m in values.get("messages", [])]
+
+
+def check_against_010_reading(saver: RedisSaver, expected: dict[str, Any]) -> None:
+    conf = {"thread_id": expected["thread_id"], "checkpoint_ns": expected["checkpoint_ns"]}
+    listed = list(saver.list({"configurable": conf}))
+    assert [t.checkpoint["id"] for t in listed] == expected["checkpoint_ids"]
+    by_id = {t.checkpoint["id"]: t for t in listed}
+    for want in expected["checkpoints"]:
+        got = by_id[want["checkpoint_id"]]
+        assert contents(got.checkpoint["channel_values"]) == want["messages"]
+        parent = got.parent_config["configurable"]["checkpoint_id"] if got.parent_config else None
+        assert parent == want["parent_checkpoint_id"]
+        assert [[w[0], w[1]] for w in got.pending_writes] == want["pending_writes"]
+    latest = saver.get_tuple({"configurable": conf})
+    want = expected["latest"]
+    assert latest.checkpoint["id"] == want["checkpoint_id"]
+    assert latest.metadata == want["metadata"]
+    assert sorted(latest.checkpoint["channel_values"]) == sorted(want["channel_values_keys"])
+    # Integer versions became strings in the same order.
+    assert sorted(want["channel_versions"], key=want["channel_versions"].get) == sorted(
+        latest.checkpoint["channel_versions"], key=latest.checkpoint["channel_versions"].get
+    )
+
+
+def test_migration_reads_back_what_010_read(
+    client: redis.Redis, redis_url: str, restored: dict[str, str]
+) -> None:
+    for old, new in restored.items():
+        with RedisSaver(redis_url, prefix=new) as saver:
+            with pytest.raises(LegacyKeyspaceError, match="plainredis migrate"):
+                saver.get_tuple({"configurable": {"thread_id": "t-fork"}})
+        report = migrate_v010(client, new)
+        assert report.skipped == [] and report.checkpoints > 0
+        with RedisSaver(redis_url, prefix=new) as saver:
+            for expected in DUMP["expected"]["threads"]:
+                if expected["prefix"] == old:
+                    check_against_010_reading(saver, expected)
+            for deleted in DUMP["expected"]["deleted_threads"]:
+                if deleted["prefix"] == old:
+                    assert (
+                        saver.get_tuple({"configurable": {"thread_id": deleted["thread_id"]}})
+                        is None
+                    )
+        # Only keys of the current layout remain; a second run changes nothing.
+        keys = sorted(client.scan_iter(match=f"{new}:*"))
+        assert all(b":{" in k or k in (f"{new}:threads".encode(),) or b":run:" in k for k in keys)
+        again = migrate_v010(client, new)
+        assert (again.threads, again.checkpoints) == (0, 0)
+        assert sorted(client.scan_iter(match=f"{new}:*")) == keys
+
+
+class State(TypedDict):
+    messages: Annotated[list[Any], add_messages]
+
+
+def test_a_migrated_thread_resumes_and_forks_safely(
+    client: redis.Redis, redis_url: str, restored: dict[str, str]
+) -> None:
+    prefix = restored["lg"]
+    assert main(["migrate", "--url", redis_url, "--prefix", prefix]) == 0
+
+    def agent(state: State) -> dict[str, Any]:
+        return {"messages": [AIMessage(content=f"echo: {state['messages'][-1].content}")]}
+
+    def polish(state: State) -> dict[str, Any]:
+        return {"messages": [AIMessage(content=f"polished: {state['messages'][-1].content}")]}
+
+    with RedisSaver(redis_url, prefix=prefix) as saver:
+        graph = (
+            StateGraph(State)
+            .add_node("agent", agent)
+            .add_node("polish", polish)
+            .add_edge(START, "agent")
+            .add_edge("agent", "polish")
+            .add_edge("polish", END)
+            .compile(checkpointer=saver)
+        )
+        config = {"configurable": {"thread_id": "t-fork"}}
+        before = [(s.config, contents(s.values)) for s in graph.get_state_history(config)]
+        graph.invoke({"messages": [HumanMessage("three")]}, config)
+        assert contents(graph.get_state(config).values)[-3:] == [
+            "three",
+            "echo: three",
+            "polished: echo: three",
+        ]
+        # A fork from a migrated checkpoint leaves every existing checkpoint as it was.
+        graph.invoke({"messages": [HumanMessage("fork")]}, before[3][0])
+        for old_config, old_contents in before:
+            assert contents(graph.get_state(old_config).values) == old_contents
+
+
+def test_migrate_command_rejects_bad_arguments(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["migrate"])
+    assert exit_info.value.code == 2
+    assert "--url" in capsys.readouterr().err
