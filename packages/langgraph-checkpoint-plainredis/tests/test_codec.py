@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -33,9 +35,18 @@ def test_checkpoint_round_trip(parent, run, refs, checkpoint, metadata) -> None:
     assert stored == (parent, run, refs, checkpoint, metadata)
 
 
-@given(typed)
-def test_blob_round_trip(value: tuple[str, bytes]) -> None:
-    assert decode_blob(encode_blob(value), "k") == value
+@given(typed, st.booleans())
+def test_blob_round_trip(value: tuple[str, bytes], compress: bool) -> None:
+    assert decode_blob(encode_blob(value, compress), "k") == value
+
+
+def test_large_blobs_are_compressed_only_when_it_pays() -> None:
+    text = (b"content additional_kwargs response_metadata " * 40, random.Random(0).randbytes(900))
+    squeezed = encode_blob(("msgpack", text[0]), compress=True)
+    assert len(squeezed) < len(text[0]) // 4
+    assert len(encode_blob(("msgpack", text[1]), compress=True)) == len(text[1]) + 2
+    with pytest.raises(CorruptDataError, match="compressed"):
+        decode_blob(squeezed[:-5], "k")
 
 
 @given(st.text(), st.integers(-4, 1000), st.text(), st.text(), typed)

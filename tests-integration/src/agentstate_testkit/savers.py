@@ -109,7 +109,7 @@ class RoundTrips:
 
 
 def _counting_connection(base: type, counter: RoundTrips) -> type:
-    class Counting(base):  # type: ignore[misc, valid-type]
+    class Counting(base):  # type: ignore[misc]
         def pack_commands(self, commands: Any) -> Any:
             counter.commands.extend(tuple(c) for c in commands)
             return super().pack_commands(commands)
@@ -126,7 +126,7 @@ def _counting_connection(base: type, counter: RoundTrips) -> type:
 
 
 def _counting_async_connection(base: type, counter: RoundTrips) -> type:
-    class Counting(base):  # type: ignore[misc, valid-type]
+    class Counting(base):  # type: ignore[misc]
         def pack_commands(self, commands: Any) -> Any:
             counter.commands.extend(tuple(c) for c in commands)
             return super().pack_commands(commands)

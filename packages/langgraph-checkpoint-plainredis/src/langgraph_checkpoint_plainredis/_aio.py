@@ -45,6 +45,8 @@ class AsyncRedisSaver(SaverCore, BaseCheckpointSaver[str]):
         serde: Serializer for checkpoints and writes (LangGraph's JsonPlusSerializer
             by default).
         refresh_on_read: Also refresh the TTL of what `aget_tuple` reads.
+        compress: zlib-compress channel values of 512 bytes or more when that saves
+            an eighth; readers handle both forms whatever this is set to.
         protocol: RESP version for a client built from `url`: 2 works on every
             server from Redis 5; 3 needs Redis 6+.
         **connection_kwargs: Passed to `redis.asyncio.Redis.from_url`.
@@ -59,11 +61,12 @@ class AsyncRedisSaver(SaverCore, BaseCheckpointSaver[str]):
         ttl: float | None = None,
         serde: SerializerProtocol | None = None,
         refresh_on_read: bool = False,
+        compress: bool = True,
         protocol: int = 2,
         **connection_kwargs: Any,
     ) -> None:
         super().__init__(serde=serde)
-        self._init_core(prefix, ttl, refresh_on_read)
+        self._init_core(prefix, ttl, refresh_on_read, compress)
         if client is not None:
             validate_client(client, "AsyncRedisSaver", "async")
             self._client, self._owns_client = client, False

@@ -6,12 +6,14 @@ scripts can also read. Format version 1:
 - checkpoint: ``\\x01`` parent run refs ctype checkpoint mtype metadata
   (each a netstring; ``run`` is the escaped run id, ``refs`` the netstring-joined blob
   suffixes the checkpoint reads, so scripts can find them without decoding msgpack)
-- blob: ``\\x01`` + one type-code byte + data, or ``\\x02`` + netstring(type) + data
+- blob: ``\\x01`` + one type-code byte + data, or ``\\x02`` + netstring(type) + data;
+  the first byte gains ``0x10`` when data is zlib-compressed
 - write: ``\\x01`` task_id idx task_path channel type data (each a netstring)
 """
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Sequence
 from typing import NamedTuple
 
@@ -32,6 +34,8 @@ __all__ = [
 
 V1 = b"\x01"
 V1_NAMED_TYPE = b"\x02"
+_ZLIB = 0x10  # flag on the first byte of a blob: the data is zlib-compressed
+COMPRESS_MIN = 512
 # One-byte codes for the types LangGraph's serializers emit; anything else is spelled out.
 _TYPE_CODES = {
     "msgpack": b"m",
@@ -137,29 +141,48 @@ def decode_checkpoint(data: bytes, key: str) -> StoredCheckpoint:
         raise CorruptDataError(key, f"invalid UTF-8: {exc}") from None
 
 
-def encode_blob(typed: tuple[str, bytes]) -> bytes:
-    """Encodes one channel value as returned by ``serde.dumps_typed``."""
+def encode_blob(typed: tuple[str, bytes], compress: bool = False) -> bytes:
+    """Encodes one channel value as returned by ``serde.dumps_typed``.
+
+    With `compress`, values of at least `COMPRESS_MIN` bytes are zlib-compressed when
+    that saves an eighth or more.
+    """
+    data = typed[1]
+    flag = 0
+    if compress and len(data) >= COMPRESS_MIN:
+        packed = zlib.compress(data, 1)
+        if len(packed) <= len(data) - len(data) // 8:
+            data, flag = packed, _ZLIB
     code = _TYPE_CODES.get(typed[0])
     if code is not None:
-        return V1 + code + typed[1]
-    return V1_NAMED_TYPE + _netstring(typed[0].encode()) + typed[1]
+        return bytes((V1[0] | flag,)) + code + data
+    return bytes((V1_NAMED_TYPE[0] | flag,)) + _netstring(typed[0].encode()) + data
 
 
 def decode_blob(data: bytes, key: str) -> tuple[str, bytes]:
     """Decodes a blob value read from `key` into ``(type, bytes)``."""
-    head = data[:1]
-    if head == V1 and len(data) >= 2:
+    head = data[0] if data else -1
+    if head & ~_ZLIB == V1[0] and len(data) >= 2:
         name = _CODE_TYPES.get(data[1])
         if name is None:
             raise CorruptDataError(key, f"unknown type code {data[1:2]!r}")
-        return name, data[2:]
-    if head == V1_NAMED_TYPE:
+        return name, _inflate(data[2:], head, key)
+    if head & ~_ZLIB == V1_NAMED_TYPE[0]:
         type_, pos = _read(data, 1, key)
         try:
-            return type_.decode(), data[pos:]
+            return type_.decode(), _inflate(data[pos:], head, key)
         except UnicodeDecodeError:
             raise CorruptDataError(key, "type name is not UTF-8") from None
     raise CorruptDataError(key, f"not a version-1 blob (first bytes {data[:2]!r})")
+
+
+def _inflate(data: bytes, head: int, key: str) -> bytes:
+    if not head & _ZLIB:
+        return data
+    try:
+        return zlib.decompress(data)
+    except zlib.error as exc:
+        raise CorruptDataError(key, f"compressed value is damaged: {exc}") from None
 
 
 class StoredWrite(NamedTuple):

@@ -66,6 +66,9 @@ Plan = list[Command]
 # What an operation generator yields: a plan to run, or (for list) a result.
 Step = Plan | CheckpointTuple
 
+# Channel versions are "<zero-padded counter>.<48 random bits>": string order follows
+# the counter, and two forks from one parent never pick the same version.
+VERSION_DIGITS = 10
 _LIST_PAGE = 128
 _BATCH_THREADS = 64
 
@@ -149,7 +152,9 @@ class SaverCore:
 
     serde: SerializerProtocol
 
-    def _init_core(self, prefix: str, ttl: float | None, refresh_on_read: bool) -> None:
+    def _init_core(
+        self, prefix: str, ttl: float | None, refresh_on_read: bool, compress: bool
+    ) -> None:
         self.keyspace = KeySpace(prefix)
         self.prefix = prefix
         self.ttl = ttl
@@ -157,6 +162,9 @@ class SaverCore:
         if not isinstance(refresh_on_read, bool):
             raise TypeError(f"refresh_on_read must be True or False, got {refresh_on_read!r}")
         self.refresh_on_read = refresh_on_read
+        if not isinstance(compress, bool):
+            raise TypeError(f"compress must be True or False, got {compress!r}")
+        self.compress = compress
 
     # -- helpers -------------------------------------------------------------------------
 
@@ -231,7 +239,7 @@ class SaverCore:
             major = int(current)
         else:
             major = int(current.split(".", 1)[0])
-        return f"{major + 1:032}.{random.getrandbits(64):016x}"
+        return f"{major + 1:0{VERSION_DIGITS}}.{random.getrandbits(48):012x}"
 
     # -- put -----------------------------------------------------------------------------
 
@@ -258,7 +266,7 @@ class SaverCore:
         written: dict[str, bytes] = {}
         for channel, version in new_versions.items():
             typed = self.serde.dumps_typed(values[channel]) if channel in values else ("empty", b"")
-            written[blob_suffix(channel, version)] = encode_blob(typed)
+            written[blob_suffix(channel, version)] = encode_blob(typed, self.compress)
         refs = [blob_suffix(ch, v) for ch, v in checkpoint["channel_versions"].items()]
         payload = encode_checkpoint(
             parent_id,

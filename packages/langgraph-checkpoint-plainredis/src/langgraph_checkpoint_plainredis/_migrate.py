@@ -24,14 +24,14 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from ._codec import encode_blob, encode_checkpoint
-from ._core import _b, _s
+from ._core import VERSION_DIGITS, _b, _s
 from ._errors import CorruptDataError
 from ._keys import LegacyKeys, blob_suffix, escape
 from ._sync import RedisSaver
 
 __all__ = ["MigrationReport", "migrate_v010"]
 
-_MIGRATED_MINOR = "0" * 16
+_MIGRATED_MINOR = "0" * 12
 
 
 @dataclass
@@ -59,7 +59,7 @@ def _unwrap(raw: Any, key: str) -> tuple[str, bytes] | None:
 def _version(value: Any) -> Any:
     """Integer versions of 0.1.0 become strings that sort the same way."""
     if isinstance(value, int) and not isinstance(value, bool):
-        return f"{value:032}.{_MIGRATED_MINOR}"
+        return f"{value:0{VERSION_DIGITS}}.{_MIGRATED_MINOR}"
     return value
 
 

@@ -1,0 +1,64 @@
+"""Stored bytes, counted exactly: raw payloads against 0.1.0's JSON+base64 wrapping."""
+
+from __future__ import annotations
+
+import base64
+import json
+import random
+from typing import Annotated, Any, TypedDict
+
+import redis
+from langchain_core.messages import AIMessage, HumanMessage
+from langgraph.graph import START, StateGraph
+from langgraph.graph.message import add_messages
+
+from langgraph_checkpoint_plainredis import RedisSaver
+from langgraph_checkpoint_plainredis._codec import decode_blob, decode_checkpoint, decode_write
+
+
+class State(TypedDict):
+    messages: Annotated[list[Any], add_messages]
+
+
+WORDS = "redis graph state thread window memory latency replica shard key value turn agent".split()
+
+
+def reply(state: State) -> dict[str, Any]:
+    # Varied text (a seeded shuffle), so compression has no easy repetition to exploit.
+    rng = random.Random(len(state["messages"]))
+    answer = " ".join(rng.choice(WORDS) + str(rng.randrange(1000)) for _ in range(60))
+    return {"messages": [AIMessage(content=answer)]}
+
+
+def wrapped(typed: tuple[str, bytes]) -> int:
+    """Bytes 0.1.0 stored for one serialized value."""
+    return len(json.dumps({"t": typed[0], "d": base64.b64encode(typed[1]).decode()}))
+
+
+def test_a_50_turn_thread_stores_at_most_three_quarters_of_the_wrapped_format(
+    redis_url: str, prefix: str, client: redis.Redis
+) -> None:
+    with RedisSaver(redis_url, prefix=prefix) as saver:
+        graph = StateGraph(State).add_node("reply", reply).add_edge(START, "reply")
+        app = graph.compile(checkpointer=saver)
+        config = {"configurable": {"thread_id": "chat"}}
+        for turn in range(50):
+            app.invoke({"messages": [HumanMessage(f"question number {turn} about Redis")]}, config)
+    ours = theirs = 0
+    for key in client.scan_iter(match=f"{prefix}:*"):
+        name = key.decode()
+        if ":cp:" in name:
+            raw = client.get(key)
+            stored = decode_checkpoint(raw, name)
+            ours += len(raw)
+            theirs += wrapped((stored.checkpoint[0], stored.checkpoint[1] + stored.metadata[1]))
+        elif ":blob:" in name:
+            raw = client.get(key)
+            ours += len(raw)
+            theirs += wrapped(decode_blob(raw, name))
+        elif ":wr:" in name:
+            for value in client.hvals(key):
+                ours += len(value)
+                theirs += wrapped(decode_write(value, name).value)
+    assert theirs > 0
+    assert ours <= 0.75 * theirs, (ours, theirs, ours / theirs)
