@@ -1,0 +1,374 @@
+"""`ReducingSaver`: any LangGraph checkpointer, with a bounded messages channel."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import AsyncIterator, Callable, Collection, Iterator, Sequence
+from typing import Any
+
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import (
+    BaseCheckpointSaver,
+    ChannelVersions,
+    Checkpoint,
+    CheckpointMetadata,
+    CheckpointTuple,
+)
+from langgraph.checkpoint.serde.types import _DeltaSnapshot
+
+from agentstate_reducer import MessageReducer, ReducerResult
+
+__all__ = [
+    "ReducingSaver",
+    "aplan_reduction",
+    "apply_reducer",
+    "memory_namespace",
+    "plan_reduction",
+]
+
+# Methods a saver may or may not implement. The wrapper has one only when the inner
+# saver overrides it, so capability probes (LangGraph's, the conformance suite's) see
+# exactly the inner saver's capabilities.
+OPTIONAL_METHODS = (
+    "delete_for_runs",
+    "adelete_for_runs",
+    "copy_thread",
+    "acopy_thread",
+    "prune",
+    "aprune",
+    "get_delta_channel_history",
+    "aget_delta_channel_history",
+)
+
+
+def memory_namespace(reducer: Any, config: RunnableConfig | None) -> Any:
+    """The long-term-memory namespace for a run.
+
+    ``config["configurable"][reducer.config.namespace_key]`` when set, else
+    ``("memories", thread_id)``, else None.
+    """
+    configurable = (config or {}).get("configurable") or {}
+    key = getattr(getattr(reducer, "config", None), "namespace_key", "memory_namespace")
+    namespace = configurable.get(key)
+    if namespace is not None:
+        return tuple(namespace) if isinstance(namespace, list) else namespace
+    thread_id = configurable.get("thread_id")
+    return ("memories", str(thread_id)) if thread_id is not None else None
+
+
+def _refuse_delta_channel(
+    checkpoint: Checkpoint, metadata: CheckpointMetadata | None, messages_key: str
+) -> None:
+    value = checkpoint["channel_values"].get(messages_key)
+    counters = (metadata or {}).get("counters_since_delta_snapshot") or {}
+    if isinstance(value, _DeltaSnapshot) or messages_key in counters:
+        raise ValueError(
+            f"the {messages_key!r} channel is a DeltaChannel: its stored value is a snapshot "
+            "that later writes are replayed onto, so replacing it with a reduced list would "
+            "corrupt the thread. Declare it as Annotated[list, add_messages] to use "
+            "ReducingSaver, or store this graph with the inner saver directly."
+        )
+
+
+def _messages_to_cut(
+    reducer: MessageReducer,
+    checkpoint: Checkpoint,
+    config: RunnableConfig | None,
+    messages_key: str,
+    metadata: CheckpointMetadata | None,
+) -> tuple[list[Any] | None, Any]:
+    _refuse_delta_channel(checkpoint, metadata, messages_key)
+    messages = checkpoint["channel_values"].get(messages_key)
+    return (messages if isinstance(messages, list) else None), memory_namespace(reducer, config)
+
+
+def _with_messages(
+    checkpoint: Checkpoint, messages_key: str, before: list[Any], result: ReducerResult
+) -> Checkpoint:
+    if not result.pruned and len(result.surviving) == len(before):
+        return checkpoint
+    reduced = copy.copy(checkpoint)
+    reduced["channel_values"] = {**checkpoint["channel_values"], messages_key: result.surviving}
+    return reduced
+
+
+def plan_reduction(
+    reducer: MessageReducer,
+    checkpoint: Checkpoint,
+    config: RunnableConfig | None,
+    messages_key: str = "messages",
+    metadata: CheckpointMetadata | None = None,
+) -> tuple[Checkpoint, ReducerResult | None, Any]:
+    """Cuts the messages channel of `checkpoint` without delivering anything.
+
+    Returns:
+        The checkpoint to store (a copy when the cut changed the list, else the same
+        object), the cut (None when there was no message list), and the namespace.
+    """
+    messages, namespace = _messages_to_cut(reducer, checkpoint, config, messages_key, metadata)
+    if messages is None:
+        return checkpoint, None, namespace
+    result = reducer.plan(messages, None, namespace)
+    return _with_messages(checkpoint, messages_key, messages, result), result, namespace
+
+
+async def aplan_reduction(
+    reducer: MessageReducer,
+    checkpoint: Checkpoint,
+    config: RunnableConfig | None,
+    messages_key: str = "messages",
+    metadata: CheckpointMetadata | None = None,
+) -> tuple[Checkpoint, ReducerResult | None, Any]:
+    """`plan_reduction`, awaiting a coroutine `summarize_fn`."""
+    messages, namespace = _messages_to_cut(reducer, checkpoint, config, messages_key, metadata)
+    if messages is None:
+        return checkpoint, None, namespace
+    result = await reducer.aplan(messages, None, namespace)
+    return _with_messages(checkpoint, messages_key, messages, result), result, namespace
+
+
+def apply_reducer(
+    reducer: MessageReducer | None,
+    checkpoint: Checkpoint,
+    config: RunnableConfig | None,
+    messages_key: str = "messages",
+) -> Checkpoint:
+    """Returns `checkpoint` with its messages channel reduced, delivering what was pruned.
+
+    Non-mutating: a copy when something was cut, else `checkpoint` itself. For a
+    saver of your own, call it in ``put`` (and deliver after the store, as
+    `ReducingSaver` does, if a failed store must not reach long-term memory).
+    """
+    if reducer is None:
+        return checkpoint
+    reduced, result, namespace = plan_reduction(reducer, checkpoint, config, messages_key)
+    if result is not None and result.pruned:
+        reducer.deliver(result.pruned, namespace)
+    return reduced
+
+
+class ReducingSaver(BaseCheckpointSaver[Any]):
+    """Wraps any `BaseCheckpointSaver` so every checkpoint holds a bounded message window.
+
+    The constructor looks at the inner saver once:
+
+    - no ``reducer`` attribute: the wrapper reduces the messages channel in `put`/`aput`;
+    - ``reducer = None``: the wrapper gives the inner saver its reducer and passes every
+      call through, so the reduction runs once, inside the saver;
+    - the same reducer object (also another `ReducingSaver`): pass-through;
+    - a different reducer: `ValueError`, since two reducers keep two delivery ledgers and
+      pruned turns would reach long-term memory twice.
+
+    Pruned messages are delivered after the inner store succeeded, so a failed `put`
+    that is retried delivers once.
+
+    Args:
+        inner: The checkpointer that stores.
+        reducer: The `MessageReducer` that cuts and delivers.
+        messages_key: The state channel holding the message list.
+    """
+
+    inner: BaseCheckpointSaver[Any]
+    reducer: MessageReducer
+    messages_key: str
+    passthrough: bool
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> ReducingSaver:
+        # copy.copy() calls __new__ without arguments: keep the class it already has.
+        inner = args[0] if args else kwargs.get("inner")
+        target = cls if inner is None else _class_for(cls, type(inner))
+        return super().__new__(target)
+
+    def __init__(
+        self,
+        inner: BaseCheckpointSaver[Any],
+        reducer: MessageReducer,
+        *,
+        messages_key: str = "messages",
+    ) -> None:
+        if not isinstance(inner, BaseCheckpointSaver):
+            raise TypeError(
+                f"ReducingSaver wraps a LangGraph BaseCheckpointSaver, got "
+                f"{type(inner).__name__}: pass e.g. InMemorySaver(), PostgresSaver(...)"
+            )
+        if reducer is None or not hasattr(reducer, "plan"):
+            raise TypeError(
+                f"ReducingSaver needs a MessageReducer, got {reducer!r}; to store without "
+                "reducing, use the inner saver directly"
+            )
+        if not isinstance(messages_key, str) or not messages_key:
+            raise ValueError(f"messages_key must be a channel name, got {messages_key!r}")
+        super().__init__(serde=inner.serde)
+        self.inner = inner
+        self.reducer = reducer
+        self.messages_key = messages_key
+        self.passthrough = _adopt(inner, reducer)
+
+    # -- reading ---------------------------------------------------------------------------
+
+    @property
+    def config_specs(self) -> list[Any]:
+        return self.inner.config_specs
+
+    def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        return self.inner.get_tuple(config)
+
+    def list(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> Iterator[CheckpointTuple]:
+        return self.inner.list(config, filter=filter, before=before, limit=limit)
+
+    async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        return await self.inner.aget_tuple(config)
+
+    async def alist(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> AsyncIterator[CheckpointTuple]:
+        async for item in self.inner.alist(config, filter=filter, before=before, limit=limit):
+            yield item
+
+    # -- writing ---------------------------------------------------------------------------
+
+    def put(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        if self.passthrough or self.messages_key not in new_versions:
+            return self.inner.put(config, checkpoint, metadata, new_versions)
+        reduced, result, namespace = plan_reduction(
+            self.reducer, checkpoint, config, self.messages_key, metadata
+        )
+        stored = self.inner.put(config, reduced, metadata, new_versions)
+        if result is not None and result.pruned:
+            self.reducer.deliver(result.pruned, namespace)
+        return stored
+
+    async def aput(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        if self.passthrough or self.messages_key not in new_versions:
+            return await self.inner.aput(config, checkpoint, metadata, new_versions)
+        reduced, result, namespace = await aplan_reduction(
+            self.reducer, checkpoint, config, self.messages_key, metadata
+        )
+        stored = await self.inner.aput(config, reduced, metadata, new_versions)
+        if result is not None and result.pruned:
+            await self.reducer.adeliver(result.pruned, namespace)
+        return stored
+
+    def put_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        self.inner.put_writes(config, writes, task_id, task_path)
+
+    async def aput_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        await self.inner.aput_writes(config, writes, task_id, task_path)
+
+    def delete_thread(self, thread_id: str) -> None:
+        self.inner.delete_thread(thread_id)
+
+    async def adelete_thread(self, thread_id: str) -> None:
+        await self.inner.adelete_thread(thread_id)
+
+    # -- the rest --------------------------------------------------------------------------
+
+    def get_next_version(self, current: Any, channel: None) -> Any:
+        return self.inner.get_next_version(current, channel)
+
+    def with_allowlist(self, extra_allowlist: Collection[tuple[str, ...]]) -> ReducingSaver:
+        """A clone whose inner saver carries the derived msgpack allowlist."""
+        inner = self.inner.with_allowlist(extra_allowlist)
+        if inner is self.inner:
+            return self
+        clone = copy.copy(self)
+        clone.inner = inner
+        clone.serde = inner.serde
+        return clone
+
+    def __repr__(self) -> str:
+        mode = "pass-through" if self.passthrough else "reducing"
+        return f"ReducingSaver({self.inner!r}, {self.reducer!r}, {mode})"
+
+
+def _adopt(inner: BaseCheckpointSaver[Any], reducer: MessageReducer) -> bool:
+    """Decides pass-through, handing `reducer` to a saver that has a free slot for one."""
+    if not hasattr(inner, "reducer"):
+        return False
+    current = inner.reducer
+    if current is None:
+        inner.reducer = reducer
+        return True
+    if current is reducer:
+        return True
+    raise ValueError(
+        f"{type(inner).__name__} already has a different reducer ({current!r}). Two reducers "
+        "keep two delivery ledgers, so every pruned turn would reach long-term memory twice. "
+        "Wrap it with the same reducer object, or build the inner saver without one."
+    )
+
+
+def _delegate(name: str) -> Callable[..., Any]:
+    if name.startswith("a"):
+
+        async def forward_async(self: ReducingSaver, *args: Any, **kwargs: Any) -> Any:
+            return await getattr(self.inner, name)(*args, **kwargs)
+
+        forward_async.__name__ = name
+        return forward_async
+
+    def forward(self: ReducingSaver, *args: Any, **kwargs: Any) -> Any:
+        return getattr(self.inner, name)(*args, **kwargs)
+
+    forward.__name__ = name
+    return forward
+
+
+_CLASSES: dict[tuple[type, frozenset[str]], type] = {}
+
+
+def _class_for(base: type, inner_type: type) -> type:
+    """`base`, subclassed with delegates for the optional methods `inner_type` has."""
+    if base is not ReducingSaver and not issubclass(base, ReducingSaver):
+        return base
+    if getattr(base, "_capabilities", None) is not None:
+        return base  # already a capability class
+    names = frozenset(
+        n
+        for n in OPTIONAL_METHODS
+        if getattr(inner_type, n, None) is not getattr(BaseCheckpointSaver, n)
+    )
+    key = (base, names)
+    if key not in _CLASSES:
+        namespace: dict[str, Any] = {n: _delegate(n) for n in names}
+        namespace["_capabilities"] = names
+        namespace["__module__"] = base.__module__
+        namespace["__qualname__"] = base.__qualname__
+        _CLASSES[key] = type(base.__name__, (base,), namespace)
+    return _CLASSES[key]

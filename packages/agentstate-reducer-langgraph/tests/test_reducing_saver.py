@@ -1,0 +1,324 @@
+"""ReducingSaver over in-process savers: modes, capabilities, delivery, edge cases."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import sqlite3
+import subprocess
+import sys
+import uuid
+from collections.abc import AsyncIterator
+from typing import Annotated, Any, TypedDict
+
+import pytest
+from langchain_core.messages import AIMessage, HumanMessage
+from langgraph.checkpoint.base import BaseCheckpointSaver, empty_checkpoint
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.checkpoint.sqlite import SqliteSaver
+from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
+from langgraph.graph import START, StateGraph
+from langgraph.graph.message import add_messages
+
+from agentstate_reducer import MessageReducer, ReducerConfig
+from agentstate_reducer_langgraph import ReducingSaver, apply_reducer, memory_namespace
+from agentstate_testkit.savers import assert_conformance
+
+
+class State(TypedDict):
+    messages: Annotated[list[Any], add_messages]
+
+
+def reply(state: State) -> dict[str, Any]:
+    return {"messages": [AIMessage(content=f"echo: {state['messages'][-1].content}")]}
+
+
+def chat_graph(checkpointer: Any) -> Any:
+    return (
+        StateGraph(State)
+        .add_node("reply", reply)
+        .add_edge(START, "reply")
+        .compile(checkpointer=checkpointer)
+    )
+
+
+class Recorder:
+    """An on_prune hook that remembers every (message, namespace) it was handed."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, Any]] = []
+
+    def __call__(self, pruned: list[Any], namespace: Any) -> None:
+        self.seen.extend((m.content, namespace) for m in pruned)
+
+
+def reducer(hook: Any = None, window: int = 6, keep: int = 4) -> MessageReducer:
+    hooks = [hook] if hook is not None else []
+    return MessageReducer(
+        config=ReducerConfig(min_messages=keep, max_messages=window, on_prune=hooks)
+    )
+
+
+def checkpoint_with(messages: list[Any]) -> Any:
+    cp = empty_checkpoint()
+    cp["channel_values"] = {"messages": messages}
+    cp["channel_versions"] = {"messages": 1}
+    return cp
+
+
+# -- conformance: the wrapper has exactly the inner saver's capabilities -----------------------
+
+
+async def test_conformance_around_in_memory_saver() -> None:
+    async def factory() -> AsyncIterator[ReducingSaver]:
+        yield ReducingSaver(InMemorySaver(), reducer())
+
+    await assert_conformance(
+        factory,
+        "ReducingSaver(InMemorySaver)",
+        expected={"put", "put_writes", "get_tuple", "list", "delete_thread"},
+    )
+
+
+async def test_conformance_around_async_sqlite_saver(tmp_path: Any) -> None:
+    async def factory() -> AsyncIterator[ReducingSaver]:
+        async with AsyncSqliteSaver.from_conn_string(str(tmp_path / f"{uuid.uuid4()}.db")) as s:
+            yield ReducingSaver(s, reducer())
+
+    await assert_conformance(
+        factory,
+        "ReducingSaver(AsyncSqliteSaver)",
+        expected={"put", "put_writes", "get_tuple", "list", "delete_thread"},
+    )
+
+
+def test_optional_methods_follow_the_inner_saver() -> None:
+    plain = ReducingSaver(InMemorySaver(), reducer())
+    assert not hasattr(type(plain), "aprune") or type(plain).aprune is BaseCheckpointSaver.aprune
+    assert (
+        type(plain).get_delta_channel_history is not BaseCheckpointSaver.get_delta_channel_history
+    )
+    assert isinstance(plain, ReducingSaver)
+
+    class Prunable(InMemorySaver):
+        def prune(self, thread_ids: Any, *, strategy: str = "keep_latest") -> None:
+            self.pruned = (list(thread_ids), strategy)
+
+    inner = Prunable()
+    wrapped = ReducingSaver(inner, reducer())
+    wrapped.prune(["t"], strategy="delete")
+    assert inner.pruned == (["t"], "delete")
+    assert type(wrapped).aprune is BaseCheckpointSaver.aprune
+
+
+# -- the four constructor cases -----------------------------------------------------------
+
+
+class SaverWithSlot(InMemorySaver):
+    """A saver that reduces natively when given a reducer (like the seed's own savers)."""
+
+    def __init__(self, reducer: MessageReducer | None = None) -> None:
+        super().__init__()
+        self.reducer = reducer
+
+    def put(self, config: Any, checkpoint: Any, metadata: Any, new_versions: Any) -> Any:
+        return super().put(
+            config, apply_reducer(self.reducer, checkpoint, config), metadata, new_versions
+        )
+
+
+def test_no_reducer_attribute_means_the_wrapper_reduces() -> None:
+    saver = ReducingSaver(InMemorySaver(), reducer())
+    assert (saver.passthrough, type(saver.inner)) == (False, InMemorySaver)
+
+
+def test_a_free_reducer_slot_is_filled_and_calls_pass_through() -> None:
+    r = reducer(hook := Recorder())
+    inner = SaverWithSlot()
+    saver = ReducingSaver(inner, r)
+    assert saver.passthrough and inner.reducer is r and saver.reducer is r
+    graph = chat_graph(saver)
+    config = {"configurable": {"thread_id": "slot"}}
+    for turn in range(5):
+        graph.invoke({"messages": [HumanMessage(f"m{turn}")]}, config)
+    assert len(graph.get_state(config).values["messages"]) <= 6
+    contents = [c for c, _ in hook.seen]
+    assert len(contents) == len(set(contents)) > 0
+
+
+def test_the_same_reducer_passes_through_and_a_different_one_is_refused() -> None:
+    r = reducer()
+    assert ReducingSaver(SaverWithSlot(r), r).passthrough
+    assert ReducingSaver(ReducingSaver(InMemorySaver(), r), r).passthrough
+    with pytest.raises(ValueError, match="twice"):
+        ReducingSaver(SaverWithSlot(reducer()), r)
+    with pytest.raises(ValueError, match="twice"):
+        ReducingSaver(ReducingSaver(InMemorySaver(), reducer()), r)
+
+
+def test_bad_arguments_say_what_to_pass() -> None:
+    with pytest.raises(TypeError, match="BaseCheckpointSaver"):
+        ReducingSaver(object(), reducer())  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="MessageReducer"):
+        ReducingSaver(InMemorySaver(), None)  # type: ignore[arg-type]
+
+
+# -- put -------------------------------------------------------------------------------
+
+
+def test_put_never_mutates_the_callers_checkpoint() -> None:
+    saver = ReducingSaver(InMemorySaver(), reducer(window=3, keep=2))
+    messages = [HumanMessage(f"m{i}", id=f"id{i}") for i in range(5)]
+    cp = checkpoint_with(messages)
+    before = copy.deepcopy(cp)
+    stored = saver.put(
+        {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}, cp, {}, {"messages": 1}
+    )
+    assert cp == before
+    assert len(saver.get_tuple(stored).checkpoint["channel_values"]["messages"]) <= 3
+
+
+def test_steps_that_do_not_write_messages_are_stored_as_given() -> None:
+    saver = ReducingSaver(InMemorySaver(), reducer(window=3, keep=2))
+    cp = checkpoint_with([HumanMessage(f"m{i}") for i in range(5)])
+    stored = saver.put({"configurable": {"thread_id": "t", "checkpoint_ns": ""}}, cp, {}, {})
+    assert saver.get_tuple(stored).checkpoint["id"] == cp["id"]
+
+
+def test_a_failed_inner_put_delivers_nothing_and_the_retry_delivers_once() -> None:
+    hook = Recorder()
+
+    class Flaky(InMemorySaver):
+        fail = True
+
+        def put(self, *args: Any) -> Any:
+            if self.fail:
+                self.fail = False
+                raise ConnectionError("store down")
+            return super().put(*args)
+
+    saver = ReducingSaver(Flaky(), reducer(hook, window=3, keep=2))
+    cp = checkpoint_with([HumanMessage(f"m{i}", id=f"id{i}") for i in range(5)])
+    config = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
+    with pytest.raises(ConnectionError):
+        saver.put(config, cp, {}, {"messages": 1})
+    assert hook.seen == []
+    saver.put(config, cp, {}, {"messages": 1})
+    saver.put(config, cp, {}, {"messages": 1})
+    assert sorted(c for c, _ in hook.seen) == ["m1", "m2", "m3"]  # m0 is preserved first
+
+
+def test_delta_channel_is_refused_before_anything_is_stored() -> None:
+    from langgraph.checkpoint.serde.types import _DeltaSnapshot
+
+    inner = InMemorySaver()
+    saver = ReducingSaver(inner, reducer())
+    cp = checkpoint_with(_DeltaSnapshot([HumanMessage("x")]))  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="DeltaChannel"):
+        saver.put(
+            {"configurable": {"thread_id": "d", "checkpoint_ns": ""}}, cp, {}, {"messages": 1}
+        )
+    cp = checkpoint_with([HumanMessage("x")])
+    meta = {"counters_since_delta_snapshot": {"messages": [1, 1]}}
+    with pytest.raises(ValueError, match="add_messages"):
+        saver.put(
+            {"configurable": {"thread_id": "d", "checkpoint_ns": ""}}, cp, meta, {"messages": 1}
+        )
+    assert list(inner.list(None)) == []
+
+
+# -- real graphs -----------------------------------------------------------------------
+
+
+def test_pruned_turns_reach_on_prune_once_each_with_the_run_namespace() -> None:
+    hook = Recorder()
+    saver = ReducingSaver(InMemorySaver(), reducer(hook))
+    graph = chat_graph(saver)
+    config = {"configurable": {"thread_id": "chat", "memory_namespace": ("memories", "user-7")}}
+    for turn in range(10):
+        graph.invoke({"messages": [HumanMessage(f"q{turn}")]}, config)
+    state = graph.get_state(config).values["messages"]
+    assert len(state) <= 6
+    contents = [c for c, _ in hook.seen]
+    assert len(contents) == len(set(contents))
+    assert {ns for _, ns in hook.seen} == {("memories", "user-7")}
+    kept = {m.content for m in state}
+    everything = {f"q{t}" for t in range(10)} | {f"echo: q{t}" for t in range(10)}
+    assert set(contents) | kept == everything and not set(contents) & kept
+
+
+async def test_async_hooks_are_awaited_on_the_aput_path() -> None:
+    seen: list[str] = []
+
+    async def remember(pruned: list[Any], namespace: Any) -> None:
+        await asyncio.sleep(0)
+        seen.extend(m.content for m in pruned)
+
+    saver = ReducingSaver(InMemorySaver(), reducer(remember))
+    graph = chat_graph(saver)
+    config = {"configurable": {"thread_id": "async"}}
+    for turn in range(6):
+        await graph.ainvoke({"messages": [HumanMessage(f"q{turn}")]}, config)
+    assert seen and len(seen) == len(set(seen))
+    assert len((await graph.aget_state(config)).values["messages"]) <= 6
+
+
+def test_sync_graph_over_sqlite_saver(tmp_path: Any) -> None:
+    hook = Recorder()
+    conn = sqlite3.connect(tmp_path / "chat.db", check_same_thread=False)
+    saver = ReducingSaver(SqliteSaver(conn), reducer(hook))
+    graph = chat_graph(saver)
+    config = {"configurable": {"thread_id": "sqlite"}}
+    for turn in range(8):
+        graph.invoke({"messages": [HumanMessage(f"q{turn}")]}, config)
+    assert len(graph.get_state(config).values["messages"]) <= 6
+    assert hook.seen and {ns for _, ns in hook.seen} == {("memories", "sqlite")}
+    conn.close()
+
+
+def test_memory_namespace_rule() -> None:
+    r = reducer()
+    assert memory_namespace(
+        r, {"configurable": {"thread_id": "t", "memory_namespace": ["a", "b"]}}
+    ) == ("a", "b")
+    assert memory_namespace(r, {"configurable": {"thread_id": "t"}}) == ("memories", "t")
+    assert memory_namespace(r, {}) is None
+    custom = MessageReducer(config=ReducerConfig(namespace_key="user_ns"))
+    assert memory_namespace(custom, {"configurable": {"user_ns": "u", "thread_id": "t"}}) == "u"
+
+
+def test_strict_msgpack_allowlist_copies_the_wrapper() -> None:
+    script = """
+import os
+os.environ["LANGGRAPH_STRICT_MSGPACK"] = "true"
+from typing import Annotated, Any, TypedDict
+from langchain_core.messages import AIMessage, HumanMessage
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.graph import START, StateGraph
+from langgraph.graph.message import add_messages
+from agentstate_reducer import MessageReducer, ReducerConfig
+from agentstate_reducer.langgraph import ReducingSaver
+
+class State(TypedDict):
+    messages: Annotated[list[Any], add_messages]
+
+reducer = MessageReducer(config=ReducerConfig(min_messages=2, max_messages=4))
+saver = ReducingSaver(InMemorySaver(), reducer)
+builder = StateGraph(State).add_node("r", lambda s: {"messages": [AIMessage("ok")]})
+graph = builder.add_edge(START, "r").compile(checkpointer=saver)
+c = {"configurable": {"thread_id": "strict"}}
+for i in range(5):
+    graph.invoke({"messages": [HumanMessage(f"q{i}")]}, c)
+print(len(graph.get_state(c).values["messages"]))
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert int(done.stdout.strip()) <= 4
+
+
+def test_the_seed_import_path_works() -> None:
+    from agentstate_reducer.langgraph import ReducingSaver as FromExtra
+
+    assert FromExtra is ReducingSaver

@@ -1,0 +1,358 @@
+"""Run `on_prune` hooks off the request path: `Background` (threads) and `AsyncBackground`."""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import inspect
+import logging
+import queue
+import threading
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+from ._config import RememberFn
+from ._delivery import hook_key
+
+logger = logging.getLogger("agentstate_reducer")
+
+Done = Callable[[BaseException | None], None]
+"""Called once a batch settles: with None after the hook returned, else with the error."""
+
+
+class BatchDropped(RuntimeError):
+    """A background hook did not accept a batch: its backlog was full or it was closed."""
+
+
+def _check_sizes(owner: str, workers: object, max_pending: object) -> None:
+    for label, value in (("workers", workers), ("max_pending", max_pending)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{owner}({label}={value!r}) must be an int >= 1")
+
+
+def _settle(done: Done | None, error: BaseException | None) -> None:
+    if done is None:
+        return
+    try:
+        done(error)
+    except Exception:
+        logger.exception("delivery bookkeeping failed after a background hook")
+
+
+_live: weakref.WeakSet[Background] = weakref.WeakSet()
+
+
+@atexit.register
+def _drain_at_exit() -> None:
+    for background in list(_live):
+        background.close()
+
+
+class Background:
+    """Run a hook on a bounded pool of worker threads.
+
+    Used in `on_prune`, a batch counts as delivered (in the reducer's ledger) only when
+    `fn` returns in the worker; a batch that fails or is dropped stays undelivered and is
+    retried by the reducer's next delivery. Called directly, it only runs `fn` and logs.
+
+    Args:
+        fn: The hook `(pruned, namespace)`. A coroutine function runs in the worker with
+            `asyncio.run`; prefer `AsyncBackground` when it needs the app's event loop.
+        workers: Worker threads, started on first use.
+        max_pending: Most batches waiting or running; beyond that batches are dropped,
+            counted and logged, never blocking the caller.
+        name: The ledger key; defaults to the qualified name of `fn`. Set it when two
+            hooks share a function, or keep it stable so a durable ledger keeps matching.
+
+    Attributes:
+        dropped: Batches dropped (backlog full or closed).
+        dropped_messages: Messages in those batches.
+        failed: Batches whose `fn` raised.
+    """
+
+    def __init__(
+        self,
+        fn: RememberFn,
+        *,
+        workers: int = 2,
+        max_pending: int = 1000,
+        name: str | None = None,
+    ) -> None:
+        _check_sizes("Background", workers, max_pending)
+        self.fn = fn
+        self.name = name or hook_key(fn)
+        self.workers = workers
+        self.max_pending = max_pending
+        self.dropped = 0
+        self.dropped_messages = 0
+        self.failed = 0
+        self._queue: queue.Queue[tuple[list[Any], Any, Done | None] | None] = queue.Queue()
+        self._threads: list[threading.Thread] = []
+        self._lock = threading.Lock()
+        self._idle = threading.Condition(self._lock)
+        self._unsettled = 0
+        self._closed = False
+        _live.add(self)
+
+    def __call__(self, pruned: list[Any], namespace: Any) -> None:
+        """Queue `fn(pruned, namespace)`; never blocks."""
+        self.submit(pruned, namespace)
+
+    def submit(self, pruned: list[Any], namespace: Any, done: Done | None = None) -> bool:
+        """Queue a copy of `pruned` for `fn`.
+
+        Args:
+            pruned: The messages; copied, so the caller may reuse the list.
+            namespace: Passed to `fn` unchanged.
+            done: Called in the worker once `fn` settled, with None or its error.
+
+        Returns:
+            True when queued; False when dropped because the backlog is full or `close`
+            was called. `done` is not called for a dropped batch.
+        """
+        with self._lock:
+            if self._closed:
+                reason = "it is closed"
+            elif self._unsettled >= self.max_pending:
+                reason = f"its backlog of {self.max_pending} batches is full"
+            else:
+                self._start_workers()
+                self._unsettled += 1
+                self._queue.put((list(pruned), namespace, done))
+                return True
+            self.dropped += 1
+            self.dropped_messages += len(pruned)
+        logger.warning(
+            "Background %s dropped a batch of %d messages because %s (%d batches dropped "
+            "so far); raise max_pending or workers, or make the hook faster",
+            self.name,
+            len(pruned),
+            reason,
+            self.dropped,
+        )
+        return False
+
+    def flush(self, timeout: float | None = None) -> bool:
+        """Wait until every queued batch has settled; return False on timeout."""
+        with self._idle:
+            return self._idle.wait_for(lambda: self._unsettled == 0, timeout)
+
+    def close(self, wait: bool = True) -> None:
+        """Stop accepting batches; with `wait`, run those queued and join the workers."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            threads = list(self._threads)
+        for _ in threads:
+            self._queue.put(None)
+        if wait:
+            for thread in threads:
+                thread.join()
+
+    def __enter__(self) -> Background:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return (
+            f"Background({self.name}, workers={self.workers}, max_pending={self.max_pending}, "
+            f"dropped={self.dropped})"
+        )
+
+    def _start_workers(self) -> None:
+        while len(self._threads) < self.workers:
+            thread = threading.Thread(
+                target=self._work,
+                name=f"agentstate-on-prune-{len(self._threads)}",
+                daemon=True,
+            )
+            self._threads.append(thread)
+            thread.start()
+
+    def _work(self) -> None:
+        while True:
+            item = self._queue.get()
+            if item is None:
+                return
+            pruned, namespace, done = item
+            error: BaseException | None = None
+            try:
+                result = self.fn(pruned, namespace)
+                if inspect.isawaitable(result):
+                    asyncio.run(_await(result))
+            except BaseException as exc:
+                error = exc
+                with self._lock:
+                    self.failed += 1
+                logger.warning(
+                    "Background %s: hook failed on %d messages; they stay undelivered",
+                    self.name,
+                    len(pruned),
+                    exc_info=True,
+                )
+                if not isinstance(exc, Exception):
+                    raise
+            finally:
+                _settle(done, error)
+                with self._idle:
+                    self._unsettled -= 1
+                    self._idle.notify_all()
+
+
+async def _await(awaitable: Any) -> Any:
+    return await awaitable
+
+
+class AsyncBackground:
+    """Run a coroutine hook as event-loop tasks, at most `workers` at a time.
+
+    The asyncio counterpart of `Background`. Batches run on the loop that is running when
+    the first batch arrives; batches submitted from another thread are handed to that loop.
+    Drain it with `await aclose()` or `async with` before the loop stops: nothing drains it
+    at interpreter exit.
+
+    Args:
+        fn: The hook `(pruned, namespace)`; a coroutine function, or a plain function.
+        workers: Most batches running at once.
+        max_pending: Most batches waiting or running; beyond that batches are dropped.
+        name: The ledger key; defaults to the qualified name of `fn`.
+
+    Attributes:
+        dropped: Batches dropped (backlog full, closed, or no event loop).
+        dropped_messages: Messages in those batches.
+        failed: Batches whose `fn` raised.
+    """
+
+    def __init__(
+        self,
+        fn: RememberFn,
+        *,
+        workers: int = 2,
+        max_pending: int = 1000,
+        name: str | None = None,
+    ) -> None:
+        _check_sizes("AsyncBackground", workers, max_pending)
+        self.fn = fn
+        self.name = name or hook_key(fn)
+        self.workers = workers
+        self.max_pending = max_pending
+        self.dropped = 0
+        self.dropped_messages = 0
+        self.failed = 0
+        self._lock = threading.Lock()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._slots: asyncio.Semaphore | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._unsettled = 0
+        self._closed = False
+
+    def __call__(self, pruned: list[Any], namespace: Any) -> None:
+        """Schedule `fn(pruned, namespace)`; never blocks."""
+        self.submit(pruned, namespace)
+
+    def submit(self, pruned: list[Any], namespace: Any, done: Done | None = None) -> bool:
+        """Schedule a copy of `pruned` for `fn`.
+
+        Args:
+            pruned: The messages; copied, so the caller may reuse the list.
+            namespace: Passed to `fn` unchanged.
+            done: Called on the loop once `fn` settled, with None or its error.
+
+        Returns:
+            True when scheduled; False when dropped (backlog full, closed, or no running
+            event loop yet). `done` is not called for a dropped batch.
+        """
+        batch = list(pruned)
+        try:
+            running: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        with self._lock:
+            if self._loop is None or self._loop.is_closed():
+                self._loop = running
+            loop = self._loop
+            reason = None
+            if self._closed:
+                reason = "it is closed"
+            elif loop is None:
+                reason = "no event loop is running; submit from async code"
+            elif self._unsettled >= self.max_pending:
+                reason = f"its backlog of {self.max_pending} batches is full"
+            if reason is None:
+                self._unsettled += 1
+            else:
+                self.dropped += 1
+                self.dropped_messages += len(batch)
+        if reason is not None:
+            logger.warning(
+                "AsyncBackground %s dropped a batch of %d messages because %s",
+                self.name,
+                len(batch),
+                reason,
+            )
+            return False
+        assert loop is not None
+        if loop is running:
+            self._spawn(batch, namespace, done)
+        else:
+            loop.call_soon_threadsafe(self._spawn, batch, namespace, done)
+        return True
+
+    async def aflush(self) -> None:
+        """Wait until every scheduled batch has settled."""
+        while self._tasks or self._unsettled:
+            if self._tasks:
+                await asyncio.gather(*list(self._tasks), return_exceptions=True)
+            else:
+                await asyncio.sleep(0)  # let batches handed over from other threads start
+
+    async def aclose(self) -> None:
+        """Stop accepting batches and wait for those scheduled."""
+        self._closed = True
+        await self.aflush()
+
+    async def __aenter__(self) -> AsyncBackground:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    def __repr__(self) -> str:
+        return (
+            f"AsyncBackground({self.name}, workers={self.workers}, "
+            f"max_pending={self.max_pending}, dropped={self.dropped})"
+        )
+
+    def _spawn(self, batch: list[Any], namespace: Any, done: Done | None) -> None:
+        task = asyncio.get_running_loop().create_task(self._run(batch, namespace, done))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _run(self, batch: list[Any], namespace: Any, done: Done | None) -> None:
+        if self._slots is None:
+            self._slots = asyncio.Semaphore(self.workers)
+        error: BaseException | None = None
+        try:
+            async with self._slots:
+                result = self.fn(batch, namespace)
+                if inspect.isawaitable(result):
+                    await result
+        except BaseException as exc:
+            error = exc
+            self.failed += 1
+            logger.warning(
+                "AsyncBackground %s: hook failed on %d messages; they stay undelivered",
+                self.name,
+                len(batch),
+                exc_info=True,
+            )
+            if not isinstance(exc, Exception):
+                raise
+        finally:
+            with self._lock:
+                self._unsettled -= 1
+            _settle(done, error)

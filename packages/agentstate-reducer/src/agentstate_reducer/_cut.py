@@ -1,0 +1,141 @@
+"""Where to cut a message list: a pure function of the list and the config, O(n)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ._config import ReducerConfig, TokenCounter
+from ._messages import AI, HUMAN, TOOL, role_of, tool_call_id_of, tool_call_ids
+
+_CANNOT_OPEN = frozenset({AI, TOOL, "function"})
+
+
+@dataclass(frozen=True)
+class Cut:
+    """A cut of a message list.
+
+    Attributes:
+        preserved: 1 when index 0 is kept as the preserved first message, else 0.
+        start: Index of the first kept message after the preserved one; `[preserved:start]`
+            is pruned.
+        orphans: Indices at or after `start` also pruned: tool results whose call was cut,
+            or that answer no call in the list.
+    """
+
+    preserved: int
+    start: int
+    orphans: tuple[int, ...]
+
+    def pruned_indices(self) -> list[int]:
+        """Return every pruned index, ascending."""
+        return [*range(self.preserved, self.start), *self.orphans]
+
+
+def plan_cut(
+    messages: Sequence[Any], config: ReducerConfig, count_tokens: TokenCounter | None
+) -> Cut | None:
+    """Return the cut `messages` needs under `config`, or None when it is within bounds.
+
+    Args:
+        messages: The whole list, oldest first.
+        config: Window sizes and rules.
+        count_tokens: The token counter; only used in token mode.
+
+    Returns:
+        None when the list does not exceed `max_messages` or `max_tokens`. Otherwise the cut
+        keeping the most recent messages within budget such that the kept tail starts a
+        human turn (or, with `require_human_first` off, splits no tool call from its
+        results), never starting after the newest human message.
+    """
+    n = len(messages)
+    roles = [role_of(m) for m in messages]
+    tokens: list[int] | None = None
+    if config.max_tokens is not None:
+        assert count_tokens is not None
+        tokens = [_count(count_tokens, m, i) for i, m in enumerate(messages)]
+        if sum(tokens) <= config.max_tokens:
+            return None
+    elif config.max_messages is None or n <= config.max_messages:
+        return None
+
+    preserved = 1 if config.preserve_first and n and roles[0] not in _CANNOT_OPEN else 0
+    last_human = max((i for i in range(n) if roles[i] == HUMAN), default=-1)
+    if 0 <= last_human < preserved:
+        return None  # The newest human turn is the whole list: it is never pruned.
+    limit = last_human if last_human >= preserved else n
+
+    # parent[i]: index of the AI message whose tool call the tool result at i answers,
+    # -1 for an orphan. Only tool results have entries.
+    parent: dict[int, int] = {}
+    callers: dict[str, int] = {}
+    for i, message in enumerate(messages):
+        if roles[i] == AI:
+            for call_id in tool_call_ids(message):
+                callers[call_id] = i
+        elif roles[i] == TOOL:
+            call = tool_call_id_of(message)
+            parent[i] = callers.get(call, -1) if call is not None else -1
+
+    if config.require_human_first:
+        candidates = [i for i in range(preserved, n) if roles[i] == HUMAN]
+    else:
+        candidates = _clean_boundaries(n, preserved, parent)
+    candidates.append(n)
+
+    if tokens is None:
+        budget = config.min_messages - preserved
+    else:
+        target = config.target_tokens if config.target_tokens is not None else config.max_tokens
+        assert target is not None
+        budget = target - (tokens[0] if preserved else 0)
+
+    start = _choose(candidates, n, tokens, budget, limit)
+    orphans = tuple(i for i in range(start, n) if parent.get(i, start) < start)
+    return Cut(preserved=preserved, start=start, orphans=orphans)
+
+
+def _count(count_tokens: TokenCounter, message: Any, index: int) -> int:
+    value = count_tokens(message)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(
+            f"token_counter returned {value!r} for message {index}; it must return an int >= 0"
+        )
+    return value
+
+
+def _clean_boundaries(n: int, preserved: int, parent: dict[int, int]) -> list[int]:
+    """Indices `i` where cutting before `i` separates no tool result from its call."""
+    clean: list[int] = []
+    lowest_parent = n  # lowest parent index among the tool results at i or later
+    for i in range(n - 1, preserved - 1, -1):
+        caller = parent.get(i, -1)
+        if caller >= 0:
+            lowest_parent = min(lowest_parent, caller)
+        if lowest_parent >= i:
+            clean.append(i)
+    clean.reverse()
+    return clean
+
+
+def _choose(
+    candidates: list[int], n: int, tokens: list[int] | None, budget: int, limit: int
+) -> int:
+    """Smallest candidate whose tail fits `budget`, but never past `limit`."""
+    best = n
+    suffix = 0
+    position = n
+    for candidate in reversed(candidates):
+        if tokens is None:
+            suffix = n - candidate
+        else:
+            while position > candidate:
+                position -= 1
+                suffix += tokens[position]
+        if suffix > budget:
+            break
+        best = candidate
+    if best <= limit:
+        return best
+    return max(c for c in candidates if c <= limit)

@@ -1,0 +1,238 @@
+"""The delivery core: which messages each hook still needs, claims, marks and retries.
+
+It calls no hook itself: `MessageReducer.deliver` and `adeliver` are the thin sync and
+async shells that run the jobs `prepare` returns and report back through `finish`.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import threading
+from collections import OrderedDict
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ._config import RememberFn
+from ._ledger import DeliveryLedger, namespace_key
+from ._messages import message_identity
+from ._report import DeliveryReport, HookReport
+
+logger = logging.getLogger("agentstate_reducer")
+
+_Batch = tuple[Any, "OrderedDict[str, Any]"]  # (namespace, identity -> message)
+
+
+def hook_key(hook: object) -> str:
+    """Return a hook's stable ledger key: its `name` attribute, else its qualified name."""
+    name = getattr(hook, "name", None)
+    if isinstance(name, str) and name:
+        return name
+    if isinstance(hook, functools.partial):
+        return hook_key(hook.func)
+    target = getattr(hook, "__func__", hook)
+    qualname = getattr(target, "__qualname__", None)
+    if not isinstance(qualname, str):
+        target = type(hook)
+        qualname = target.__qualname__
+    return f"{getattr(target, '__module__', None) or '?'}.{qualname}"
+
+
+def hook_keys(hooks: Sequence[object]) -> list[str]:
+    """Return one key per hook; repeated keys get `#2`, `#3`, ... in list order."""
+    keys: list[str] = []
+    counts: dict[str, int] = {}
+    for hook in hooks:
+        key = hook_key(hook)
+        counts[key] = counts.get(key, 0) + 1
+        keys.append(key if counts[key] == 1 else f"{key}#{counts[key]}")
+    return keys
+
+
+@dataclass
+class Job:
+    """One hook call to make: `hook(messages, namespace)`."""
+
+    hook: RememberFn
+    key: str
+    namespace: Any
+    messages: list[Any]
+    ids: list[str]
+    dedupe: bool
+
+
+@dataclass
+class ReportBuilder:
+    """Collects per-hook outcomes of one delivery, then freezes them."""
+
+    keys: list[str]
+    fields: dict[tuple[str, str], list[str]] = field(default_factory=dict)
+
+    def add(self, key: str, outcome: str, ids: Sequence[str]) -> None:
+        """Record `ids` under `outcome` (`delivered`, `queued`, `failed`, `skipped`)."""
+        self.fields.setdefault((key, outcome), []).extend(ids)
+
+    def build(self) -> DeliveryReport:
+        """Return the frozen report, hooks in config order."""
+
+        def get(key: str, outcome: str) -> tuple[str, ...]:
+            return tuple(self.fields.get((key, outcome), ()))
+
+        return DeliveryReport(
+            tuple(
+                HookReport(
+                    hook=key,
+                    delivered=get(key, "delivered"),
+                    queued=get(key, "queued"),
+                    failed=get(key, "failed"),
+                    skipped=get(key, "skipped"),
+                )
+                for key in self.keys
+            )
+        )
+
+
+class Dispatcher:
+    """Decides what each hook still needs and records what it got.
+
+    Args:
+        ledger: Where delivered identities are recorded.
+        retry_limit: Most undelivered messages kept for retry; the oldest beyond it are
+            dropped with an error log.
+    """
+
+    def __init__(self, ledger: DeliveryLedger, retry_limit: int) -> None:
+        self.ledger = ledger
+        self.retry_limit = retry_limit
+        self.lost = 0
+        self._lock = threading.Lock()
+        self._in_flight: set[tuple[str, Hashable, str]] = set()
+        self._retry: dict[str, OrderedDict[Hashable, _Batch]] = {}
+        self._pending = 0
+
+    @property
+    def pending(self) -> int:
+        """How many (hook, message) deliveries wait for a retry."""
+        return self._pending
+
+    def prepare(
+        self, hooks: Sequence[RememberFn], pruned: Sequence[Any], namespace: Any, dedupe: bool
+    ) -> tuple[list[Job], ReportBuilder]:
+        """Claim what each hook still needs, retries first; return the jobs to run."""
+        keys = hook_keys(hooks)
+        report = ReportBuilder(keys)
+        fresh: OrderedDict[str, Any] = OrderedDict()
+        repeated: list[str] = []
+        for message in pruned:
+            identity = message_identity(message)
+            if identity in fresh:
+                repeated.append(identity)
+            else:
+                fresh[identity] = message
+        ns = namespace_key(namespace)
+        jobs: list[Job] = []
+        for hook, key in zip(hooks, keys, strict=True):
+            batches = self._take_retries(key)
+            _, target = batches.setdefault(ns, (namespace, OrderedDict()))
+            for identity, message in fresh.items():
+                target.setdefault(identity, message)
+            report.add(key, "skipped", repeated)
+            for batch_ns, (batch_namespace, messages) in batches.items():
+                ids = list(messages)
+                if ids and dedupe:
+                    ids = self._claim(key, batch_ns, batch_namespace, messages, report)
+                if ids:
+                    batch = [messages[i] for i in ids]
+                    jobs.append(Job(hook, key, batch_namespace, batch, ids, dedupe))
+        return jobs, report
+
+    def finish(self, job: Job, error: BaseException | None) -> None:
+        """Record the outcome of `job`: mark it delivered, or keep it for retry."""
+        if error is None and job.dedupe:
+            try:
+                self.ledger.mark(job.key, job.namespace, job.ids)
+            except Exception:
+                logger.exception(
+                    "delivery ledger could not record %d messages for hook %s; they may be "
+                    "delivered again",
+                    len(job.ids),
+                    job.key,
+                )
+        ns = namespace_key(job.namespace)
+        with self._lock:
+            if job.dedupe:
+                self._in_flight.difference_update((job.key, ns, i) for i in job.ids)
+            if error is not None:
+                self._keep(job.key, ns, job.namespace, job.ids, job.messages)
+
+    def _claim(
+        self,
+        key: str,
+        ns: Hashable,
+        namespace: Any,
+        messages: OrderedDict[str, Any],
+        report: ReportBuilder,
+    ) -> list[str]:
+        # Claim before asking the ledger: a concurrent delivery of the same messages then
+        # either sees the claim or, once released, sees the ledger entry.
+        with self._lock:
+            claimed = [i for i in messages if (key, ns, i) not in self._in_flight]
+            self._in_flight.update((key, ns, i) for i in claimed)
+        taken = set(claimed)
+        report.add(key, "skipped", [i for i in messages if i not in taken])
+        if not claimed:
+            return []
+        try:
+            seen = self.ledger.seen(key, namespace, claimed)
+        except Exception:
+            logger.exception("delivery ledger lookup failed for hook %s; will retry", key)
+            report.add(key, "failed", claimed)
+            with self._lock:
+                self._in_flight.difference_update((key, ns, i) for i in claimed)
+                self._keep(key, ns, namespace, claimed, [messages[i] for i in claimed])
+            return []
+        if seen:
+            with self._lock:
+                self._in_flight.difference_update((key, ns, i) for i in seen)
+            report.add(key, "skipped", [i for i in claimed if i in seen])
+        return [i for i in claimed if i not in seen]
+
+    def _take_retries(self, key: str) -> OrderedDict[Hashable, _Batch]:
+        with self._lock:
+            batches = self._retry.pop(key, OrderedDict())
+            self._pending -= sum(len(messages) for _, messages in batches.values())
+        return batches
+
+    def _keep(
+        self, key: str, ns: Hashable, namespace: Any, ids: list[str], messages: list[Any]
+    ) -> None:
+        """Keep undelivered messages for the next delivery; caller holds the lock."""
+        batches = self._retry.setdefault(key, OrderedDict())
+        _, kept = batches.setdefault(ns, (namespace, OrderedDict()))
+        for identity, message in zip(ids, messages, strict=True):
+            if identity not in kept:
+                kept[identity] = message
+                self._pending += 1
+        while self._pending > self.retry_limit:
+            self._evict_oldest()
+
+    def _evict_oldest(self) -> None:
+        key = next(iter(self._retry))
+        batches = self._retry[key]
+        ns = next(iter(batches))
+        _, messages = batches[ns]
+        identity, _ = messages.popitem(last=False)
+        self._pending -= 1
+        self.lost += 1
+        logger.error(
+            "retry buffer full (%d messages): dropped message %s for hook %s; raise "
+            "dedupe_window or fix the failing hook",
+            self.retry_limit,
+            identity,
+            key,
+        )
+        if not messages:
+            del batches[ns]
+        if not batches:
+            del self._retry[key]

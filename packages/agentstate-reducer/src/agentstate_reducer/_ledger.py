@@ -1,0 +1,81 @@
+"""Which messages each hook has received: the `DeliveryLedger` protocol and its default."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections import OrderedDict
+from collections.abc import Hashable, Sequence
+from typing import Any, Protocol, runtime_checkable
+
+
+@runtime_checkable
+class DeliveryLedger(Protocol):
+    """Records which message identities each hook has received, per namespace.
+
+    A reducer calls `seen` before a hook runs and `mark` only after it returned. A durable
+    implementation (a database table keyed by hook, namespace and id) makes delivery
+    exactly-once across restarts. Methods may be called from worker threads.
+    """
+
+    def seen(self, hook_key: str, namespace: Any, message_ids: Sequence[str]) -> set[str]:
+        """Return the subset of `message_ids` already delivered to `hook_key` in `namespace`."""
+        ...
+
+    def mark(self, hook_key: str, namespace: Any, message_ids: Sequence[str]) -> None:
+        """Record `message_ids` as delivered to `hook_key` in `namespace`."""
+        ...
+
+
+def namespace_key(namespace: Any) -> Hashable:
+    """Return a hashable stand-in for `namespace` (lists and dicts are not hashable)."""
+    try:
+        hash(namespace)
+    except TypeError:
+        return ("json", json.dumps(namespace, sort_keys=True, default=str))
+    key: Hashable = namespace
+    return key
+
+
+class InMemoryLedger:
+    """A `DeliveryLedger` in a bounded LRU map; forgets the least recently used entries.
+
+    Args:
+        max_entries: How many (hook, namespace, id) entries to keep.
+    """
+
+    def __init__(self, max_entries: int = 10_000) -> None:
+        if isinstance(max_entries, bool) or not isinstance(max_entries, int) or max_entries < 1:
+            raise ValueError(f"InMemoryLedger max_entries={max_entries!r} must be an int >= 1")
+        self.max_entries = max_entries
+        self._entries: OrderedDict[tuple[str, Hashable, str], None] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def seen(self, hook_key: str, namespace: Any, message_ids: Sequence[str]) -> set[str]:
+        """Return the subset of `message_ids` already delivered to `hook_key` in `namespace`."""
+        ns = namespace_key(namespace)
+        found: set[str] = set()
+        with self._lock:
+            for message_id in message_ids:
+                key = (hook_key, ns, message_id)
+                if key in self._entries:
+                    self._entries.move_to_end(key)
+                    found.add(message_id)
+        return found
+
+    def mark(self, hook_key: str, namespace: Any, message_ids: Sequence[str]) -> None:
+        """Record `message_ids` as delivered to `hook_key` in `namespace`."""
+        ns = namespace_key(namespace)
+        with self._lock:
+            for message_id in message_ids:
+                key = (hook_key, ns, message_id)
+                self._entries[key] = None
+                self._entries.move_to_end(key)
+            while len(self._entries) > self.max_entries:
+                self._entries.popitem(last=False)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __repr__(self) -> str:
+        return f"InMemoryLedger(max_entries={self.max_entries}, entries={len(self)})"

@@ -1,0 +1,192 @@
+"""Read roles, ids and tool-call links from any supported message shape.
+
+Supported shapes: plain dicts (`role` or `type` key), LangChain `BaseMessage`s, and any
+object with a `type` or `role` attribute. Nothing here imports LangChain.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import json
+import sys
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+HUMAN = "human"
+AI = "ai"
+SYSTEM = "system"
+TOOL = "tool"
+REMOVE = "remove"
+
+_ROLES: dict[str, str] = {
+    "human": HUMAN,
+    "user": HUMAN,
+    "humanmessagechunk": HUMAN,
+    "ai": AI,
+    "assistant": AI,
+    "agent": AI,
+    "aimessagechunk": AI,
+    "system": SYSTEM,
+    "developer": SYSTEM,
+    "systemmessagechunk": SYSTEM,
+    "tool": TOOL,
+    "toolmessagechunk": TOOL,
+    "function": "function",
+    "functionmessagechunk": "function",
+    "remove": REMOVE,
+}
+
+_LANGCHAIN_CLASSES: dict[str, str] = {
+    HUMAN: "HumanMessage",
+    AI: "AIMessage",
+    SYSTEM: "SystemMessage",
+    TOOL: "ToolMessage",
+}
+
+_is_langchain_cache: dict[type, bool] = {}
+
+
+def is_mapping(message: Any) -> bool:
+    """True for dict messages; checks `dict` first because the `Mapping` check is slow."""
+    return isinstance(message, dict) or isinstance(message, Mapping)
+
+
+def _normalize(raw: object) -> str:
+    text = raw.lower() if isinstance(raw, str) else ""
+    return _ROLES.get(text, text)
+
+
+def role_of(message: Any) -> str:
+    """Return the normalized role: `human`, `ai`, `system`, `tool`, or the raw lowercase role."""
+    if is_mapping(message):
+        return _normalize(message.get("role") or message.get("type"))
+    raw = getattr(message, "type", None)
+    if raw == "chat":  # LangChain ChatMessage carries its real role separately.
+        raw = getattr(message, "role", raw)
+    elif not isinstance(raw, str):
+        raw = getattr(message, "role", None)
+    return _normalize(raw)
+
+
+def _get(message: Any, key: str) -> Any:
+    if is_mapping(message):
+        return message.get(key)
+    return getattr(message, key, None)
+
+
+def id_of(message: Any) -> str | None:
+    """Return the message id as a string, or None when it has none."""
+    value = _get(message, "id")
+    if value is None or value == "":
+        return None
+    return str(value)
+
+
+def tool_call_ids(message: Any) -> list[str]:
+    """Return the ids of the tool calls an AI message makes, in order."""
+    calls = _get(message, "tool_calls")
+    if not calls:
+        return []
+    ids: list[str] = []
+    for call in calls:
+        value = call.get("id") if is_mapping(call) else getattr(call, "id", None)
+        if value is not None and value != "":
+            ids.append(str(value))
+    return ids
+
+
+def tool_call_id_of(message: Any) -> str | None:
+    """Return the id of the tool call a tool message answers."""
+    value = _get(message, "tool_call_id")
+    return None if value is None or value == "" else str(value)
+
+
+def _jsonable(value: Any) -> Any:
+    dump = getattr(value, "model_dump", None)
+    if callable(dump):
+        return dump()
+    return str(value)
+
+
+def message_identity(message: Any) -> str:
+    """Return the identity used to deliver `message` to each hook once.
+
+    Args:
+        message: A dict, LangChain message or look-alike.
+
+    Returns:
+        The message id when it has one; otherwise `"sha256:"` and 32 hex digits of a hash of
+        its role, content, tool-call ids and tool-call id. The hash is the same in every
+        process, so a durable ledger can store it. Two id-less messages with the same role,
+        content and tool links share an identity.
+    """
+    found = id_of(message)
+    if found is not None:
+        return found
+    payload = [
+        role_of(message),
+        _get(message, "content"),
+        tool_call_ids(message),
+        tool_call_id_of(message),
+    ]
+    text = json.dumps(
+        payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=_jsonable
+    )
+    return "sha256:" + hashlib.sha256(text.encode("utf-8")).hexdigest()[:32]
+
+
+def is_langchain_message(message: Any) -> bool:
+    """Return True when `message` is a LangChain `BaseMessage`, without importing LangChain."""
+    cls = type(message)
+    known = _is_langchain_cache.get(cls)
+    if known is None:
+        known = any(
+            base.__name__ == "BaseMessage" and base.__module__.startswith("langchain_core")
+            for base in cls.__mro__
+        )
+        _is_langchain_cache[cls] = known
+    return known
+
+
+def to_langchain_message(message: Mapping[str, Any]) -> Any:
+    """Build the LangChain message a dict describes.
+
+    Only called when the input already holds LangChain messages, so `langchain_core` is
+    loaded by then and this adds no dependency.
+    """
+    module = sys.modules.get("langchain_core.messages") or importlib.import_module(
+        "langchain_core.messages"
+    )
+    role = role_of(message)
+    fields = {k: v for k, v in message.items() if k not in ("role", "type")}
+    class_name = _LANGCHAIN_CLASSES.get(role)
+    if class_name is None:
+        return module.ChatMessage(role=str(message.get("role") or message.get("type")), **fields)
+    return getattr(module, class_name)(**fields)
+
+
+def with_id(message: Any, new_id: str) -> Any:
+    """Return `message` carrying `new_id` when it has no id yet; dicts are copied, not changed."""
+    if id_of(message) is not None:
+        return message
+    if is_mapping(message):
+        return {**message, "id": new_id}
+    try:
+        message.id = new_id
+    except (AttributeError, TypeError):
+        pass  # Immutable look-alike: it keeps no id, and its identity falls back to a hash.
+    return message
+
+
+def kind_of(messages: Sequence[Any]) -> str:
+    """Return `"langchain"`, `"dict"` or `"object"`: the kind of message a list holds."""
+    saw_dict = False
+    for message in messages:
+        if is_langchain_message(message):
+            return "langchain"
+        if is_mapping(message):
+            saw_dict = True
+    if saw_dict or not messages:
+        return "dict"
+    return "object"

@@ -1,0 +1,336 @@
+"""`MessageReducer`: the cut (`plan`), the hand-off (`deliver`), and both (`reduce`)."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import inspect
+import logging
+import warnings
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from ._background import AsyncBackground, Background, BatchDropped
+from ._config import ReducerConfig, ReducerResult
+from ._cut import Cut, plan_cut
+from ._delivery import Dispatcher, Job, ReportBuilder
+from ._ledger import DeliveryLedger, InMemoryLedger
+from ._merge import merge_messages
+from ._messages import is_langchain_message
+from ._report import DeliveryReport
+from ._summary import summary_block
+from ._tokens import resolve_token_counter
+
+logger = logging.getLogger("agentstate_reducer")
+
+
+class MessageReducer:
+    """Keeps a message list inside a window and hands what leaves it to `on_prune` hooks.
+
+    Sync and async methods come in pairs sharing one core: `plan`/`aplan` cut and
+    summarize only, `deliver`/`adeliver` run the hooks, `reduce`/`areduce` do both.
+
+    Args:
+        min_messages: Count mode: most messages a cut keeps. Ignored when `config` is given.
+        max_messages: Count mode: cut when the list is longer. Ignored when `config` is given.
+        config: The full configuration.
+        ledger: Records deliveries; defaults to `InMemoryLedger(config.dedupe_window)`.
+            Pass a durable one to deliver exactly once across restarts.
+    """
+
+    def __init__(
+        self,
+        min_messages: int = 0,
+        max_messages: int | None = None,
+        *,
+        config: ReducerConfig | None = None,
+        ledger: DeliveryLedger | None = None,
+    ) -> None:
+        if config is None:
+            config = ReducerConfig(min_messages=min_messages, max_messages=max_messages)
+        elif (min_messages, max_messages) != (0, None):
+            warnings.warn(
+                f"MessageReducer(min_messages={min_messages}, max_messages={max_messages}) "
+                "is ignored because config= is given; set them on the ReducerConfig",
+                UserWarning,
+                stacklevel=2,
+            )
+        self.config = config
+        self.ledger: DeliveryLedger = (
+            ledger if ledger is not None else InMemoryLedger(config.dedupe_window)
+        )
+        self._dispatcher = Dispatcher(self.ledger, config.dedupe_window)
+        self._tasks: set[asyncio.Task[Any]] = set()
+
+    @property
+    def min_messages(self) -> int:
+        """`config.min_messages`."""
+        return self.config.min_messages
+
+    @property
+    def max_messages(self) -> int | None:
+        """`config.max_messages`."""
+        return self.config.max_messages
+
+    @property
+    def pending(self) -> int:
+        """How many (hook, message) deliveries failed and wait for the next delivery."""
+        return self._dispatcher.pending
+
+    # -- the cut ---------------------------------------------------------------------
+
+    def plan(
+        self, existing: Iterable[Any] | None = None, new: Any = None, namespace: Any = None
+    ) -> ReducerResult:
+        """Cut `existing + new` and summarize the pruned part, without delivering.
+
+        No hook runs and the ledger is untouched, so a caller can store `surviving` first
+        and `deliver(result.pruned, namespace)` after the store succeeded.
+
+        Args:
+            existing: The current messages.
+            new: Messages to append: a list, or one message.
+            namespace: Unused; accepted so `plan` takes the arguments `reduce` takes.
+
+        Returns:
+            The cut; `delivery` is None.
+        """
+        messages, cut, pruned = self._cut(existing, new)
+        if cut is None:
+            return ReducerResult(surviving=messages, pruned=[])
+        summary = None
+        if self.config.summarize_fn is not None:
+            try:
+                summary = self.config.summarize_fn(list(pruned))
+            except Exception:
+                logger.warning("summarize_fn failed; cutting without a summary", exc_info=True)
+            if inspect.isawaitable(summary):
+                _discard(summary)
+                raise TypeError(
+                    "ReducerConfig.summarize_fn returned an awaitable in a sync call; use "
+                    "aplan/areduce, or pass a plain function"
+                )
+        return self._assemble(messages, cut, pruned, summary)
+
+    async def aplan(
+        self, existing: Iterable[Any] | None = None, new: Any = None, namespace: Any = None
+    ) -> ReducerResult:
+        """Like `plan`, awaiting `summarize_fn` when it is a coroutine function."""
+        messages, cut, pruned = self._cut(existing, new)
+        if cut is None:
+            return ReducerResult(surviving=messages, pruned=[])
+        summary = None
+        if self.config.summarize_fn is not None:
+            try:
+                summary = self.config.summarize_fn(list(pruned))
+                if inspect.isawaitable(summary):
+                    summary = await summary
+            except Exception:
+                logger.warning("summarize_fn failed; cutting without a summary", exc_info=True)
+                summary = None
+        return self._assemble(messages, cut, pruned, summary)
+
+    # -- the hand-off -----------------------------------------------------------------
+
+    def deliver(self, pruned: Iterable[Any], namespace: Any = None) -> DeliveryReport:
+        """Run every `on_prune` hook on the messages it has not received yet.
+
+        First retries, per hook, what earlier deliveries failed to hand over. A message is
+        marked delivered for a hook only after that hook returned; a hook that raises is
+        logged and its messages wait for the next delivery. A coroutine hook is awaited
+        with `asyncio.run`, or, when an event loop runs in this thread, scheduled on it and
+        marked when it finishes. `Background` and `AsyncBackground` hooks mark when their
+        worker finishes.
+
+        Args:
+            pruned: Messages that left the window; `[]` only retries.
+            namespace: Passed to every hook unchanged, and part of the ledger key.
+
+        Returns:
+            Per hook: delivered, queued, failed and skipped message identities.
+        """
+        jobs, report = self._dispatcher.prepare(
+            list(self.config.on_prune), list(pruned), namespace, self.config.dedupe_on_prune
+        )
+        for job in jobs:
+            if isinstance(job.hook, (Background, AsyncBackground)):
+                self._hand_off(job, job.hook, report)
+                continue
+            try:
+                result = job.hook(list(job.messages), job.namespace)
+                if inspect.isawaitable(result):
+                    if self._schedule(job, result):
+                        report.add(job.key, "queued", job.ids)
+                        continue
+                    asyncio.run(_await(result))
+            except Exception as exc:
+                self._failed(job, exc, report)
+                continue
+            self._dispatcher.finish(job, None)
+            report.add(job.key, "delivered", job.ids)
+        return report.build()
+
+    async def adeliver(self, pruned: Iterable[Any], namespace: Any = None) -> DeliveryReport:
+        """Like `deliver`, awaiting coroutine hooks in turn; plain hooks run inline."""
+        jobs, report = self._dispatcher.prepare(
+            list(self.config.on_prune), list(pruned), namespace, self.config.dedupe_on_prune
+        )
+        for job in jobs:
+            if isinstance(job.hook, (Background, AsyncBackground)):
+                self._hand_off(job, job.hook, report)
+                continue
+            try:
+                result = job.hook(list(job.messages), job.namespace)
+                if inspect.isawaitable(result):
+                    await result
+            except Exception as exc:
+                self._failed(job, exc, report)
+                continue
+            self._dispatcher.finish(job, None)
+            report.add(job.key, "delivered", job.ids)
+        return report.build()
+
+    # -- both -------------------------------------------------------------------------
+
+    def reduce(
+        self, existing: Iterable[Any] | None = None, new: Any = None, namespace: Any = None
+    ) -> ReducerResult:
+        """Cut `existing + new`, then deliver the pruned messages to the hooks.
+
+        Args:
+            existing: The current messages.
+            new: Messages to append: a list, or one message.
+            namespace: Passed to every hook unchanged (may be None).
+
+        Returns:
+            The cut, with `delivery` set when hooks ran.
+        """
+        result = self.plan(existing, new, namespace)
+        if result.pruned and self.config.on_prune:
+            result.delivery = self.deliver(result.pruned, namespace)
+        return result
+
+    async def areduce(
+        self, existing: Iterable[Any] | None = None, new: Any = None, namespace: Any = None
+    ) -> ReducerResult:
+        """Like `reduce`, awaiting a coroutine `summarize_fn` and coroutine hooks."""
+        result = await self.aplan(existing, new, namespace)
+        if result.pruned and self.config.on_prune:
+            result.delivery = await self.adeliver(result.pruned, namespace)
+        return result
+
+    def as_langgraph_reducer(self, namespace: Any = None) -> Callable[[Any, Any], list[Any]]:
+        """Return a LangGraph channel reducer: `Annotated[list, reducer.as_langgraph_reducer()]`.
+
+        The returned `(left, right) -> list` merges like LangGraph's `add_messages` (by id,
+        honouring `RemoveMessage`), then runs `reduce`.
+
+        Args:
+            namespace: Passed to the hooks on every cut.
+        """
+
+        def reduce_messages(left: Any, right: Any) -> list[Any]:
+            return self.reduce(merge_messages(left, right), None, namespace).surviving
+
+        return reduce_messages
+
+    def __repr__(self) -> str:
+        c = self.config
+        if c.max_tokens is not None:
+            target = c.target_tokens if c.target_tokens is not None else c.max_tokens
+            window = f"max_tokens={c.max_tokens}, target_tokens={target}"
+        else:
+            window = f"min_messages={c.min_messages}, max_messages={c.max_messages}"
+        return (
+            f"MessageReducer({window}, preserve_first={c.preserve_first}, "
+            f"require_human_first={c.require_human_first}, hooks={len(c.on_prune)})"
+        )
+
+    # -- shared core --------------------------------------------------------------------
+
+    def _cut(self, existing: Any, new: Any) -> tuple[list[Any], Cut | None, list[Any]]:
+        messages = [*_listify(existing), *_listify(new)]
+        counter = None
+        if self.config.max_tokens is not None:
+            counter = resolve_token_counter(self.config.token_counter)
+        cut = plan_cut(messages, self.config, counter)
+        if cut is None:
+            return messages, None, []
+        pruned = [messages[i] for i in cut.pruned_indices()]
+        if not pruned:
+            return messages, None, []
+        return messages, cut, pruned
+
+    def _assemble(
+        self, messages: list[Any], cut: Cut, pruned: list[Any], summary: Any
+    ) -> ReducerResult:
+        if summary is not None and not isinstance(summary, str):
+            summary = str(summary)
+        orphans = set(cut.orphans)
+        tail = [messages[i] for i in range(cut.start, len(messages)) if i not in orphans]
+        block: list[Any] = []
+        if summary is not None and self.config.inject_summary:
+            block = summary_block(summary, pruned, messages, self.config.summary_message_factory)
+        surviving = [*messages[: cut.preserved], *block, *tail]
+        logger.debug("cut %d messages to %d", len(messages), len(surviving))
+        return ReducerResult(surviving=surviving, pruned=pruned, summary=summary)
+
+    def _hand_off(
+        self, job: Job, hook: Background | AsyncBackground, report: ReportBuilder
+    ) -> None:
+        done = functools.partial(self._dispatcher.finish, job)
+        if hook.submit(job.messages, job.namespace, done):
+            report.add(job.key, "queued", job.ids)
+        else:
+            self._dispatcher.finish(job, BatchDropped(f"{hook.name} dropped the batch"))
+            report.add(job.key, "failed", job.ids)
+
+    def _schedule(self, job: Job, awaitable: Any) -> bool:
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return False
+        task = loop.create_task(_await(awaitable))
+        self._tasks.add(task)
+        task.add_done_callback(functools.partial(self._task_done, job))
+        return True
+
+    def _task_done(self, job: Job, task: asyncio.Task[Any]) -> None:
+        self._tasks.discard(task)
+        error = asyncio.CancelledError() if task.cancelled() else task.exception()
+        if error is not None:
+            logger.warning(
+                "on_prune hook %s failed on %d messages; they wait for the next delivery",
+                job.key,
+                len(job.ids),
+                exc_info=error,
+            )
+        self._dispatcher.finish(job, error)
+
+    def _failed(self, job: Job, error: Exception, report: ReportBuilder) -> None:
+        logger.warning(
+            "on_prune hook %s failed on %d messages; they wait for the next delivery",
+            job.key,
+            len(job.ids),
+            exc_info=error,
+        )
+        self._dispatcher.finish(job, error)
+        report.add(job.key, "failed", job.ids)
+
+
+def _listify(value: Any) -> list[Any]:
+    if value is None:
+        return []
+    if isinstance(value, Mapping) or is_langchain_message(value):
+        return [value]
+    return list(value)
+
+
+async def _await(awaitable: Any) -> Any:
+    return await awaitable
+
+
+def _discard(awaitable: Any) -> None:
+    close = getattr(awaitable, "close", None)
+    if callable(close):
+        close()  # Silences "coroutine was never awaited".

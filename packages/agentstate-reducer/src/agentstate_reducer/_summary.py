@@ -1,0 +1,54 @@
+"""The summary messages injected in place of a cut."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ._config import SummaryMessageFactory
+from ._messages import kind_of, message_identity, to_langchain_message, with_id
+
+SUMMARY_ID_PREFIX = "summary-"
+
+
+def default_summary_messages_factory(summary: str, pruned_count: int) -> list[Any]:
+    """Build the default injected block: a human message with the summary and an ai "OK".
+
+    The pair keeps roles alternating after the system prompt, and being ordinary human and
+    ai messages at the front of the window, the next cut prunes them and rolls them into
+    the next summary.
+
+    Args:
+        summary: The text `summarize_fn` returned.
+        pruned_count: How many messages it summarizes.
+
+    Returns:
+        Two message dicts; the reducer converts them to the input's message type.
+    """
+    return [
+        {
+            "role": "human",
+            "content": f"Summary of the {pruned_count} earlier messages: {summary}",
+        },
+        {"role": "ai", "content": "OK"},
+    ]
+
+
+def summary_block(
+    summary: str,
+    pruned: Sequence[Any],
+    messages: Sequence[Any],
+    factory: SummaryMessageFactory | None,
+) -> list[Any]:
+    """Return the messages to inject, of the same kind as `messages`, each with an id.
+
+    Ids are derived from the pruned messages, so planning the same cut twice (a retried
+    checkpoint write) injects the same ids.
+    """
+    block = (factory or default_summary_messages_factory)(summary, len(pruned))
+    if kind_of(messages) == "langchain":
+        block = [to_langchain_message(m) if isinstance(m, Mapping) else m for m in block]
+    seed = hashlib.sha256("\n".join(message_identity(m) for m in pruned).encode("utf-8"))
+    prefix = SUMMARY_ID_PREFIX + seed.hexdigest()[:24]
+    return [with_id(m, f"{prefix}-{i}") for i, m in enumerate(block)]

@@ -1,0 +1,200 @@
+"""The cut rules on hand-built conversations, including the cases 0.5.0 got wrong."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from reducer_helpers import conversation, role, turn
+
+from agentstate_reducer import MessageReducer, ReducerConfig
+
+
+def roles(messages: list[Any]) -> list[str]:
+    return [role(m) for m in messages]
+
+
+def ids(messages: list[Any]) -> list[str]:
+    return [m["id"] for m in messages]
+
+
+def test_under_the_window_nothing_changes() -> None:
+    messages = conversation(2)
+    result = MessageReducer(min_messages=5, max_messages=20).reduce(messages)
+    assert result.surviving == messages
+    assert result.pruned == [] and result.summary is None and result.delivery is None
+
+
+def test_a_cut_starts_the_kept_part_at_a_human_message() -> None:
+    # 0.5.0 kept [system, ai(tool_calls), tool, tool, ai] here: an AI message first.
+    result = MessageReducer(min_messages=5, max_messages=8).reduce(conversation(3))
+    assert roles(result.surviving) == ["system", "human", "ai", "tool", "tool", "ai"]
+    assert ids(result.surviving)[1] == "h2"
+
+
+def test_min_messages_counts_the_preserved_first_message() -> None:
+    messages = conversation(6, calls=0)  # system + 6 turns of (human, ai)
+    result = MessageReducer(min_messages=5, max_messages=10).reduce(messages)
+    assert ids(result.surviving) == ["sys", "h4", "b4", "h5", "b5"]
+
+
+def test_tool_results_leave_with_their_call_even_if_cascade_is_off() -> None:
+    # 0.5.0 with cascade_tool_messages=False kept the results and dropped their call.
+    with pytest.warns(DeprecationWarning, match="cascade_tool_messages"):
+        config = ReducerConfig(min_messages=3, max_messages=8, cascade_tool_messages=False)
+    result = MessageReducer(config=config).reduce(conversation(3))
+    assert roles(result.surviving) == ["system", "human", "ai", "tool", "tool", "ai"]
+
+
+def test_a_call_is_never_kept_without_its_results() -> None:
+    messages = [
+        {"role": "human", "content": "q", "id": "h"},
+        {"role": "ai", "content": "", "id": "a", "tool_calls": [{"id": "c1"}, {"id": "c2"}]},
+        {"role": "human", "content": "wait", "id": "h2"},  # interjection between call and result
+        {"role": "tool", "content": "r1", "tool_call_id": "c1", "id": "t1"},
+        {"role": "tool", "content": "r2", "tool_call_id": "c2", "id": "t2"},
+        {"role": "ai", "content": "done", "id": "b"},
+    ]
+    result = MessageReducer(config=ReducerConfig(min_messages=4, max_messages=5)).reduce(messages)
+    assert ids(result.surviving) == ["h", "h2", "b"]  # h is preserved; t1, t2 lost their call
+    assert ids(result.pruned) == ["a", "t1", "t2"]
+
+
+def test_orphaned_results_in_the_kept_part_are_pruned_on_a_cut() -> None:
+    messages = [*turn(0), {"role": "tool", "content": "?", "tool_call_id": "gone", "id": "x"}]
+    messages += turn(1)
+    result = MessageReducer(config=ReducerConfig(min_messages=4, max_messages=4)).reduce(messages)
+    assert ids(result.surviving) == ["h0", "h1", "b1"]
+    assert ids(result.pruned) == ["b0", "x"]
+
+
+def test_the_newest_human_turn_is_kept_even_over_the_token_budget() -> None:
+    # 0.5.0 pruned the only human message here, leaving just the system prompt.
+    messages = [
+        {"role": "system", "content": "s", "id": "s"},
+        {"role": "human", "content": "old", "id": "h0"},
+        {"role": "ai", "content": "old answer", "id": "a0"},
+        {"role": "human", "content": "x" * 4000, "id": "h1"},
+    ]
+    result = MessageReducer(config=ReducerConfig(max_tokens=100)).reduce(messages)
+    assert ids(result.surviving) == ["s", "h1"]
+    assert ids(result.pruned) == ["h0", "a0"]
+
+
+def test_the_newest_human_turn_is_kept_in_count_mode() -> None:
+    messages = [{"role": "system", "content": "s", "id": "s"}, *turn(0), *turn(1, calls=5)]
+    result = MessageReducer(min_messages=2, max_messages=4).reduce(messages)
+    assert ids(result.surviving)[:2] == ["s", "h1"]
+    assert len(result.surviving) == 1 + 8
+
+
+def test_token_mode_keeps_newest_whole_turns_within_target() -> None:
+    def count(message: Any) -> int:
+        return 10
+
+    messages = conversation(5, calls=0)  # 11 messages, 110 tokens
+    config = ReducerConfig(max_tokens=100, target_tokens=50, token_counter=count)
+    result = MessageReducer(config=config).reduce(messages)
+    assert ids(result.surviving) == ["sys", "h3", "b3", "h4", "b4"]  # 50 tokens
+
+
+def test_system_messages_after_the_first_are_pruned_like_others() -> None:
+    # 0.5.0 never pruned them: 50 turns with a note each left 54 messages in a window of 6.
+    reducer = MessageReducer(min_messages=4, max_messages=6)
+    state: list[Any] = [{"role": "system", "content": "s", "id": "s"}]
+    for n in range(50):
+        new = [
+            {"role": "system", "content": f"note {n}", "id": f"n{n}"},
+            {"role": "human", "content": "q", "id": f"h{n}"},
+            {"role": "ai", "content": "a", "id": f"a{n}"},
+        ]
+        state = reducer.reduce(state, new).surviving
+    assert len(state) <= 6
+    assert ids(state)[0] == "s"
+
+
+@pytest.mark.parametrize("first", ["ai", "tool"])
+def test_preserve_first_keeps_only_a_message_that_can_open_a_conversation(first: str) -> None:
+    opening = {"role": first, "content": "hi", "id": "o", "tool_call_id": "none"}
+    result = MessageReducer(min_messages=3, max_messages=4).reduce(
+        [opening, *conversation(3, calls=0, system=False)]
+    )
+    assert ids(result.surviving) == ["h2", "b2"]
+
+
+def test_a_preserved_human_first_message_makes_the_whole_list_the_newest_turn() -> None:
+    messages: list[dict[str, Any]] = [{"role": "user", "content": "task", "id": "task"}]
+    for n in range(10):
+        messages += [
+            {"role": "assistant", "content": "", "id": f"a{n}", "tool_calls": [{"id": f"c{n}"}]},
+            {"role": "tool", "content": "r", "id": f"t{n}", "tool_call_id": f"c{n}"},
+        ]
+    result = MessageReducer(min_messages=2, max_messages=4).reduce(messages)
+    assert result.pruned == [] and result.surviving == messages
+
+
+def test_without_any_human_message_the_cut_keeps_only_the_preserved_one() -> None:
+    messages = [{"role": "system", "content": "s", "id": "s"}]
+    messages += [{"role": "ai", "content": str(n), "id": f"a{n}"} for n in range(5)]
+    result = MessageReducer(min_messages=2, max_messages=3).reduce(messages)
+    assert ids(result.surviving) == ["s"]
+
+
+def test_require_human_first_off_cuts_anywhere_that_splits_no_call() -> None:
+    messages = [{"role": "system", "content": "s", "id": "s"}, *turn(0, calls=2), *turn(1)]
+    config = ReducerConfig(min_messages=4, max_messages=5, require_human_first=False)
+    result = MessageReducer(config=config).reduce(messages)
+    assert ids(result.surviving) == ["s", "b0", "h1", "b1"]
+    config = ReducerConfig(min_messages=3, max_messages=5, require_human_first=False)
+    messages = [{"role": "system", "content": "s", "id": "s"}, *turn(0), *turn(1, calls=2)]
+    result = MessageReducer(config=config).reduce(messages)
+    assert ids(result.surviving) == ["s", "h1", "a1", "tc1_0", "tc1_1", "b1"]
+
+
+def test_aliases_and_type_keys_are_understood() -> None:
+    messages = [
+        {"type": "system", "content": "s", "id": "s"},
+        {"role": "user", "content": "q0", "id": "h0"},
+        {"role": "assistant", "content": "a0", "id": "a0"},
+        {"type": "human", "content": "q1", "id": "h1"},
+        {"role": "agent", "content": "a1", "id": "a1"},
+    ]
+    result = MessageReducer(min_messages=3, max_messages=4).reduce(messages)
+    assert ids(result.surviving) == ["s", "h1", "a1"]
+
+
+def test_duck_typed_messages_keep_their_type() -> None:
+    class Msg:
+        def __init__(self, role: str, content: str, id: str) -> None:
+            self.role, self.content, self.id = role, content, id
+
+    messages = [Msg("system", "s", "s")] + [
+        Msg("user" if n % 2 == 0 else "assistant", str(n), str(n)) for n in range(6)
+    ]
+    result = MessageReducer(min_messages=3, max_messages=4).reduce(messages)
+    assert [m.id for m in result.surviving] == ["s", "4", "5"]
+    assert all(isinstance(m, Msg) for m in result.surviving + result.pruned)
+
+
+def test_new_may_be_a_single_message() -> None:
+    reducer = MessageReducer(min_messages=2, max_messages=3)
+    result = reducer.reduce(conversation(1, calls=0), {"role": "human", "content": "q", "id": "n"})
+    assert ids(result.surviving) == ["sys", "n"]
+
+
+def test_reduce_is_linear_in_the_list_length() -> None:
+    import time
+
+    reducer = MessageReducer(min_messages=10, max_messages=20)
+
+    def best(turns: int) -> float:
+        messages = conversation(turns, calls=3)
+        times = []
+        for _ in range(3):
+            started = time.perf_counter()
+            reducer.plan(messages)
+            times.append(time.perf_counter() - started)
+        return min(times)
+
+    small, large = best(300), best(3000)
+    assert large / small < 30  # quadratic would be ~100

@@ -1,0 +1,312 @@
+"""Delivery: separable from the cut, once per hook, namespace and message, retried on failure."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+from reducer_helpers import Recorder, conversation, eventually
+
+from agentstate_reducer import (
+    DeliveryLedger,
+    InMemoryLedger,
+    MessageReducer,
+    ReducerConfig,
+    message_identity,
+)
+
+
+def hook_key(hook: object) -> str:
+    return f"{type(hook).__module__}.{type(hook).__qualname__}"
+
+
+class DictLedger:
+    """A ledger a durable store would implement, kept in a dict for the test."""
+
+    def __init__(self) -> None:
+        self.rows: set[tuple[str, Any, str]] = set()
+        self.calls: list[str] = []
+
+    def seen(self, hook_key: str, namespace: Any, message_ids: Sequence[str]) -> set[str]:
+        self.calls.append("seen")
+        return {i for i in message_ids if (hook_key, namespace, i) in self.rows}
+
+    def mark(self, hook_key: str, namespace: Any, message_ids: Sequence[str]) -> None:
+        self.calls.append("mark")
+        self.rows.update((hook_key, namespace, i) for i in message_ids)
+
+
+def reducer_with(
+    *hooks: Any, ledger: DeliveryLedger | None = None, **config: Any
+) -> MessageReducer:
+    settings: dict[str, Any] = {"min_messages": 3, "max_messages": 5, "on_prune": list(hooks)}
+    return MessageReducer(config=ReducerConfig(**(settings | config)), ledger=ledger)
+
+
+def test_plan_runs_no_hook_and_leaves_the_ledger_alone() -> None:
+    hook, ledger = Recorder(), DictLedger()
+    result = reducer_with(hook, ledger=ledger).plan(conversation(3, calls=0), namespace="ns")
+    assert result.pruned and result.delivery is None
+    assert hook.calls == [] and ledger.calls == []
+
+
+def test_deliver_after_plan_hands_over_the_pruned_messages_once() -> None:
+    hook, ledger = Recorder(), DictLedger()
+    reducer = reducer_with(hook, ledger=ledger)
+    result = reducer.plan(conversation(3, calls=0))
+    first = reducer.deliver(result.pruned, ("memories", "u1"))
+    second = reducer.deliver(result.pruned, ("memories", "u1"))  # a retried checkpoint write
+    assert hook.calls == [(result.pruned, ("memories", "u1"))]
+    key = hook_key(hook)
+    assert first[key].delivered == ("h0", "b0", "h1", "b1")
+    assert second[key].delivered == () and second[key].skipped == ("h0", "b0", "h1", "b1")
+    assert ledger.calls == ["seen", "mark", "seen"]
+    assert first.ok and second.ok
+
+
+def test_reduce_cuts_and_delivers_with_the_namespace_as_given() -> None:
+    hook = Recorder()
+    result = reducer_with(hook).reduce(conversation(3, calls=0))
+    assert hook.calls == [(result.pruned, None)]
+    assert result.delivery is not None and result.delivery.ok
+
+
+def test_a_failing_hook_keeps_its_batch_and_the_next_delivery_retries_it() -> None:
+    # 0.5.0 marked the ids before calling the hooks, so a failure lost the batch for good.
+    down = True
+    flaky, steady = Recorder(fail=lambda: down), Recorder()
+    reducer = reducer_with(flaky, steady)
+    messages = conversation(3, calls=0)
+    report = reducer.reduce(messages, namespace="ns").delivery
+    assert report is not None and not report.ok
+    flaky_key = hook_key(flaky)
+    assert report[flaky_key].failed == ("h0", "b0", "h1", "b1")
+    assert reducer.pending == 4
+    down = False
+    retry = reducer.deliver([], "ns")
+    assert retry[flaky_key].delivered == ("h0", "b0", "h1", "b1")
+    assert reducer.pending == 0
+    assert steady.ids == ["h0", "b0", "h1", "b1"]  # the steady hook was not called again
+    assert flaky.calls == [(messages[1:5], "ns")]
+
+
+def test_a_retry_joins_the_next_batch_for_the_same_namespace() -> None:
+    down = True
+    hook = Recorder(fail=lambda: down)
+    reducer = reducer_with(hook)
+    reducer.deliver([{"role": "human", "content": "a", "id": "a"}], "ns")
+    down = False
+    reducer.deliver([{"role": "human", "content": "b", "id": "b"}], "ns")
+    assert hook.calls == [
+        (
+            [
+                {"role": "human", "content": "a", "id": "a"},
+                {"role": "human", "content": "b", "id": "b"},
+            ],
+            "ns",
+        )
+    ]
+
+
+def test_each_namespace_and_each_hook_is_tracked_apart() -> None:
+    one, two = Recorder(), Recorder()
+    reducer = reducer_with(one, two)
+    pruned = conversation(1, calls=0)
+    reducer.deliver(pruned, ("memories", "a"))
+    reducer.deliver(pruned, ("memories", "b"))
+    assert [ns for _, ns in one.calls] == [("memories", "a"), ("memories", "b")]
+    report = reducer.deliver(pruned, ("memories", "a"))
+    assert [h.hook for h in report.hooks] == [hook_key(one), hook_key(one) + "#2"]
+    assert all(h.skipped == ("sys", "h0", "b0") for h in report.hooks)
+
+
+def test_unhashable_namespaces_work() -> None:
+    hook = Recorder()
+    reducer = reducer_with(hook)
+    reducer.deliver(conversation(1, calls=0), ["memories", {"user": 1}])
+    reducer.deliver(conversation(1, calls=0), ["memories", {"user": 1}])
+    assert len(hook.calls) == 1
+
+
+def test_messages_without_ids_are_delivered_once_by_derived_identity() -> None:
+    # 0.5.0 delivered id-less messages on every overlapping reduce.
+    hook = Recorder()
+    reducer = reducer_with(hook, preserve_first=False, min_messages=2, max_messages=4)
+    messages = [{"role": "human" if n % 2 == 0 else "ai", "content": str(n)} for n in range(6)]
+    reducer.reduce(messages)
+    reducer.reduce(messages)
+    assert len(hook.calls) == 1 and len(hook.calls[0][0]) == 4
+
+
+def test_duplicates_within_one_batch_are_sent_once() -> None:
+    hook = Recorder()
+    message = {"role": "human", "content": "same", "id": "x"}
+    report = reducer_with(hook).deliver([message, message], None)
+    assert hook.calls == [([message], None)]
+    assert report[hook_key(hook)].skipped == ("x",)
+
+
+def test_dedupe_off_delivers_every_time() -> None:
+    hook = Recorder()
+    reducer = reducer_with(hook, dedupe_on_prune=False)
+    pruned = conversation(1, calls=0)
+    reducer.deliver(pruned, None)
+    reducer.deliver(pruned, None)
+    assert len(hook.calls) == 2
+
+
+def test_a_shared_durable_ledger_spans_reducer_instances() -> None:
+    ledger = DictLedger()
+    assert isinstance(ledger, DeliveryLedger)
+    first, second = Recorder(), Recorder()
+    pruned = conversation(1, calls=0)
+    reducer_with(first, ledger=ledger).deliver(pruned, "ns")
+    # A new process: same hook identity, same ledger.
+    report = reducer_with(first, ledger=ledger).deliver(pruned, "ns")
+    assert report.hooks[0].skipped == ("sys", "h0", "b0")
+    assert len(first.calls) == 1 and second.calls == []
+
+
+def test_a_ledger_that_cannot_answer_counts_as_a_failure_and_is_retried() -> None:
+    class Flaky(DictLedger):
+        broken = True
+
+        def seen(self, hook_key: str, namespace: Any, message_ids: Sequence[str]) -> set[str]:
+            if self.broken:
+                raise ConnectionError("ledger down")
+            return super().seen(hook_key, namespace, message_ids)
+
+    ledger, hook = Flaky(), Recorder()
+    reducer = reducer_with(hook, ledger=ledger)
+    report = reducer.deliver(conversation(1, calls=0), "ns")
+    assert report.hooks[0].failed == ("sys", "h0", "b0") and hook.calls == []
+    ledger.broken = False
+    assert reducer.deliver([], "ns").hooks[0].delivered == ("sys", "h0", "b0")
+
+
+def test_the_retry_buffer_is_bounded() -> None:
+    hook = Recorder(fail=lambda: True)
+    reducer = reducer_with(hook, dedupe_window=3)
+    reducer.deliver(conversation(2, calls=0), None)
+    assert reducer.pending == 3
+
+
+def test_a_hook_with_a_name_uses_it_as_ledger_key() -> None:
+    class Named(Recorder):
+        name = "extractor-v1"
+
+    report = reducer_with(Named()).deliver(conversation(1, calls=0), None)
+    assert report["extractor-v1"].delivered == ("sys", "h0", "b0")
+    with pytest.raises(KeyError, match="extractor-v1"):
+        report["other"]
+
+
+def test_concurrent_deliveries_of_the_same_messages_deliver_once() -> None:
+    gate = threading.Barrier(8)
+    received: list[str] = []
+    lock = threading.Lock()
+
+    def slow(pruned: list[Any], namespace: Any) -> None:
+        with lock:
+            received.extend(m["id"] for m in pruned)
+
+    reducer = reducer_with(slow)
+    pruned = conversation(20, calls=1)
+
+    def run() -> None:
+        gate.wait()
+        reducer.deliver(pruned, "ns")
+
+    threads = [threading.Thread(target=run) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sorted(received) == sorted(m["id"] for m in pruned)
+
+
+async def test_areduce_awaits_coroutine_hooks() -> None:
+    # 0.5.0 called a coroutine hook without awaiting it: the batch never arrived.
+    seen: list[Any] = []
+
+    async def remember(pruned: list[Any], namespace: Any) -> None:
+        await asyncio.sleep(0)
+        seen.append((len(pruned), namespace))
+
+    result = await reducer_with(remember).areduce(conversation(3, calls=0), namespace="ns")
+    assert seen == [(4, "ns")]
+    assert result.delivery is not None and result.delivery.hooks[0].delivered
+
+
+async def test_adeliver_keeps_a_failed_coroutine_batch() -> None:
+    async def down(pruned: list[Any], namespace: Any) -> None:
+        raise RuntimeError("store down")
+
+    reducer = reducer_with(down)
+    report = await reducer.adeliver(conversation(1, calls=0), None)
+    assert report.hooks[0].failed == ("sys", "h0", "b0") and reducer.pending == 3
+
+
+def test_sync_reduce_runs_a_coroutine_hook_when_no_loop_is_running() -> None:
+    seen: list[int] = []
+
+    async def remember(pruned: list[Any], namespace: Any) -> None:
+        seen.append(len(pruned))
+
+    report = reducer_with(remember).deliver(conversation(1, calls=0), None)
+    assert seen == [3] and report.hooks[0].delivered == ("sys", "h0", "b0")
+
+
+async def test_sync_reduce_inside_a_loop_schedules_a_coroutine_hook() -> None:
+    # LangGraph calls channel reducers synchronously, even under ainvoke.
+    seen: list[int] = []
+
+    async def remember(pruned: list[Any], namespace: Any) -> None:
+        seen.append(len(pruned))
+
+    ledger = DictLedger()
+    reducer = reducer_with(remember, ledger=ledger)
+    report = reducer.deliver(conversation(1, calls=0), None)
+    assert report.hooks[0].queued == ("sys", "h0", "b0") and "mark" not in ledger.calls
+    await eventually(lambda: "mark" in ledger.calls)
+    assert seen == [3] and ledger.calls[-1] == "mark"
+    assert reducer.deliver(conversation(1, calls=0), None).hooks[0].skipped
+
+
+def test_message_identity_is_the_id_or_a_process_stable_hash() -> None:
+    assert message_identity({"role": "human", "content": "x", "id": 7}) == "7"
+    message = {"role": "user", "content": [{"type": "text", "text": "hé"}]}
+    code = (
+        "from agentstate_reducer import message_identity;"
+        "print(message_identity({'role': 'human', 'content': [{'type': 'text', 'text': 'hé'}]}))"
+    )
+    outputs = {
+        subprocess.run(
+            [sys.executable, "-c", code],
+            capture_output=True,
+            text=True,
+            check=True,
+            env={"PYTHONHASHSEED": seed, "PYTHONIOENCODING": "utf-8"},
+        ).stdout.strip()
+        for seed in ("1", "2")
+    }
+    assert outputs == {message_identity(message)}
+    assert message_identity(message).startswith("sha256:")
+    other = {"role": "user", "content": [{"type": "text", "text": "he"}]}
+    assert message_identity(other) != message_identity(message)
+
+
+def test_in_memory_ledger_is_a_bounded_lru() -> None:
+    ledger = InMemoryLedger(max_entries=2)
+    ledger.mark("h", "ns", ["a", "b"])
+    assert ledger.seen("h", "ns", ["a"]) == {"a"}  # a is now the most recent
+    ledger.mark("h", "ns", ["c"])
+    assert ledger.seen("h", "ns", ["a", "b", "c"]) == {"a", "c"}
+    assert len(ledger) == 2
+    with pytest.raises(ValueError, match="max_entries=0"):
+        InMemoryLedger(0)

@@ -1,0 +1,110 @@
+"""Real LangChain messages and LangGraph graphs through `as_langgraph_reducer`."""
+
+import uuid
+from typing import Annotated, Any, TypedDict
+
+import pytest
+from langchain_core.messages import (
+    AIMessage,
+    BaseMessage,
+    HumanMessage,
+    RemoveMessage,
+    SystemMessage,
+    ToolMessage,
+)
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.graph import END, START, StateGraph
+from reducer_helpers import Recorder, check_valid, eventually
+
+from agentstate_reducer import MessageReducer, ReducerConfig
+
+
+def build(reducer: MessageReducer, namespace: Any = None) -> Any:
+    # No `from __future__ import annotations` here: LangGraph reads this annotation at runtime.
+    class State(TypedDict):
+        messages: Annotated[list[BaseMessage], reducer.as_langgraph_reducer(namespace)]
+
+    def agent(state: Any) -> dict[str, Any]:
+        call = f"call-{uuid.uuid4().hex[:8]}"
+        return {
+            "messages": [
+                AIMessage("", tool_calls=[{"id": call, "name": "lookup", "args": {}}]),
+                ToolMessage("result", tool_call_id=call),
+                AIMessage("answer"),
+            ]
+        }
+
+    builder = StateGraph(State)
+    builder.add_node("agent", agent)
+    builder.add_edge(START, "agent")
+    builder.add_edge("agent", END)
+    return builder.compile(checkpointer=InMemorySaver())
+
+
+def test_a_graph_keeps_a_bounded_valid_history_and_delivers_each_message_once() -> None:
+    hook = Recorder()
+    reducer = MessageReducer(config=ReducerConfig(min_messages=5, max_messages=9, on_prune=[hook]))
+    graph = build(reducer, namespace=("memories", "u1"))
+    config: Any = {"configurable": {"thread_id": uuid.uuid4().hex}}
+    for n in range(12):
+        opening = [SystemMessage("be brief")] if n == 0 else []
+        graph.invoke({"messages": [*opening, HumanMessage(f"question {n}")]}, config)
+        messages = graph.get_state(config).values["messages"]
+        assert len(messages) <= 9
+        check_valid(messages, messages, preserved=1, human_first=True)
+        assert isinstance(messages[0], SystemMessage)
+        assert isinstance(messages[1], HumanMessage)
+    assert [m.content for m in messages if isinstance(m, HumanMessage)][-1] == "question 11"
+    assert len(hook.ids) == len(set(hook.ids)) > 0
+    assert all(isinstance(m, BaseMessage) for batch, _ in hook.calls for m in batch)
+    assert {ns for _, ns in hook.calls} == {("memories", "u1")}
+
+
+async def test_an_async_graph_schedules_coroutine_hooks() -> None:
+    got: list[str] = []
+
+    async def remember(pruned: list[Any], namespace: Any) -> None:
+        got.extend(m.id for m in pruned)
+
+    reducer = MessageReducer(
+        config=ReducerConfig(min_messages=4, max_messages=6, on_prune=[remember])
+    )
+    graph = build(reducer)
+    config: Any = {"configurable": {"thread_id": uuid.uuid4().hex}}
+    for n in range(4):
+        await graph.ainvoke({"messages": [HumanMessage(f"q{n}")]}, config)
+    await eventually(lambda: len(got) > 0)
+    assert len(got) == len(set(got))
+
+
+def test_ids_merge_and_remove_message_work_like_add_messages() -> None:
+    merge = MessageReducer(min_messages=10, max_messages=20).as_langgraph_reducer()
+    left = [HumanMessage("a", id="1"), AIMessage("b", id="2")]
+    assert [m.content for m in merge(left, HumanMessage("a2", id="1"))] == ["a2", "b"]
+    assert [m.id for m in merge(left, [RemoveMessage(id="1")])] == ["2"]
+    merged = merge(left, [("user", "c")])
+    assert isinstance(merged[-1], HumanMessage) and merged[-1].id
+
+
+def test_dicts_stay_dicts_through_the_bridge() -> None:
+    merge = MessageReducer(min_messages=10, max_messages=20).as_langgraph_reducer()
+    left = [{"role": "user", "content": "a", "id": "1"}, {"role": "assistant", "content": "b"}]
+    merged = merge(left, {"role": "user", "content": "a2", "id": "1"})
+    assert [m["content"] for m in merged] == ["a2", "b"]
+    assert all(isinstance(m, dict) and m["id"] for m in merged)
+    assert "id" not in left[1]  # inputs are copied, not changed
+    assert merge(merged, [{"type": "remove", "id": "1"}]) == merged[1:]
+    assert merge(
+        merged,
+        [{"type": "remove", "id": "__remove_all__"}, {"role": "user", "content": "n", "id": "n"}],
+    ) == [{"role": "user", "content": "n", "id": "n"}]
+    with pytest.raises(ValueError, match="cannot remove message id 'nope'"):
+        merge(merged, [{"type": "remove", "id": "nope"}])
+
+
+def test_the_bridge_reduces_after_merging() -> None:
+    merge = MessageReducer(min_messages=2, max_messages=3).as_langgraph_reducer()
+    state: list[Any] = []
+    for n in range(5):
+        state = merge(state, [HumanMessage(f"q{n}"), AIMessage(f"a{n}")])
+    assert [m.content for m in state] == ["q0", "q4", "a4"]  # a human first message is kept

@@ -1,0 +1,161 @@
+"""Property tests: every cut keeps order, stays in bounds and leaves a valid conversation."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from reducer_helpers import (
+    Recorder,
+    check_partition,
+    check_valid,
+    conversations,
+    get,
+    last_human,
+    preserved_count,
+    role,
+    splits_no_call,
+    to_langchain,
+)
+
+from agentstate_reducer import MessageReducer, ReducerConfig
+
+PROPERTY = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+def tokens(message: Any) -> int:
+    return 1 + len(str(get(message, "content")))
+
+
+@st.composite
+def configs(draw: st.DrawFn) -> ReducerConfig:
+    common: dict[str, Any] = {
+        "preserve_first": draw(st.booleans()),
+        "require_human_first": draw(st.booleans()),
+    }
+    if draw(st.booleans()):
+        summarize = draw(st.booleans())
+        common.update(
+            summarize_fn=(lambda pruned: f"{len(pruned)} earlier") if summarize else None,
+            inject_summary=summarize,
+        )
+    if draw(st.booleans()):
+        max_tokens = draw(st.integers(1, 400))
+        target = draw(st.none() | st.integers(0, max_tokens))
+        return ReducerConfig(
+            max_tokens=max_tokens, target_tokens=target, token_counter=tokens, **common
+        )
+    max_messages = draw(st.integers(0, 30))
+    return ReducerConfig(
+        min_messages=draw(st.integers(0, max_messages)), max_messages=max_messages, **common
+    )
+
+
+def check_cut(source: list[Any], config: ReducerConfig) -> None:
+    result = MessageReducer(config=config).plan(source)
+    if not result.pruned:
+        assert [id(m) for m in result.surviving] == [id(m) for m in source]
+        return
+    check_partition(source, result.surviving, result.pruned)
+    preserved = preserved_count(source, config.preserve_first)
+    check_valid(
+        source,
+        result.surviving,
+        preserved=preserved,
+        human_first=config.require_human_first,
+    )
+    newest = last_human(source)
+    if newest >= 0:
+        assert any(m is source[newest] for m in result.surviving), "newest human turn pruned"
+    kept = [m for m in result.surviving if any(m is s for s in source)]
+    protected: list[Any] = []
+    if newest >= preserved:
+        start = newest
+        if not config.require_human_first:  # the turn may begin earlier, at a clean split
+            start = max(i for i in range(preserved, newest + 1) if splits_no_call(source, i))
+        protected = source[start:]
+    if config.max_tokens is None:
+        assert len(kept) <= max(config.min_messages, preserved + len(protected))
+        assert len(kept) <= max(config.max_messages or 0, preserved + len(protected))
+    else:
+        target = config.target_tokens if config.target_tokens is not None else config.max_tokens
+        floor = sum(map(tokens, source[:preserved] + protected))
+        assert sum(map(tokens, kept)) <= max(target, floor)
+
+
+@PROPERTY
+@given(conversations(), configs())
+def test_every_cut_is_ordered_bounded_and_provider_valid(
+    source: list[dict[str, Any]], config: ReducerConfig
+) -> None:
+    check_cut(source, config)
+
+
+@settings(max_examples=60, deadline=None)
+@given(conversations(max_turns=6), configs())
+def test_langchain_messages_obey_the_same_rules(
+    source: list[dict[str, Any]], config: ReducerConfig
+) -> None:
+    messages = to_langchain(source)
+    check_cut(messages, config)
+    result = MessageReducer(config=config).plan(messages)
+    assert all(not isinstance(m, dict) for m in result.surviving)
+
+
+@PROPERTY
+@given(
+    conversations(max_turns=14),
+    st.integers(1, 6),
+    st.lists(st.booleans(), min_size=40, max_size=40),
+    st.lists(st.booleans(), min_size=40, max_size=40),
+    st.booleans(),
+)
+def test_overlapping_reduces_deliver_each_message_exactly_once(
+    source: list[dict[str, Any]],
+    chunk: int,
+    failures: list[bool],
+    overlaps: list[bool],
+    summarize: bool,
+) -> None:
+    schedule = iter(failures)
+    hook = Recorder(fail=lambda: next(schedule, False))
+    config = ReducerConfig(
+        min_messages=3,
+        max_messages=6,
+        on_prune=[hook],
+        summarize_fn=(lambda pruned: "s") if summarize else None,
+        inject_summary=summarize,
+    )
+    reducer = MessageReducer(config=config)
+    state: list[Any] = []
+    ever_pruned: list[Any] = []
+    for step, start in enumerate(range(0, len(source), chunk)):
+        new = source[start : start + chunk]
+        if overlaps[step % len(overlaps)]:
+            ever_pruned += reducer.reduce(state, new, "ns").pruned  # a retried write
+        result = reducer.reduce(state, new, "ns")
+        ever_pruned += result.pruned
+        state = result.surviving
+    while reducer.pending:
+        reducer.deliver([], "ns")
+    delivered = [m for batch, _ in hook.calls for m in batch]
+    assert [id(m) for m in delivered] == list(dict.fromkeys(id(m) for m in delivered))
+    assert {id(m) for m in delivered} == {id(m) for m in ever_pruned}
+    assert all(ns == "ns" for _, ns in hook.calls)
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.integers(1, 300))
+def test_system_messages_after_the_first_cannot_grow_the_list(turns: int) -> None:
+    reducer = MessageReducer(min_messages=4, max_messages=8)
+    state: list[Any] = [{"role": "system", "content": "rules", "id": "s"}]
+    for n in range(turns):
+        new = [
+            {"role": "system", "content": f"note {n}", "id": f"n{n}"},
+            {"role": "human", "content": "q", "id": f"h{n}"},
+            {"role": "ai", "content": "a", "id": f"a{n}"},
+        ]
+        state = reducer.reduce(state, new).surviving
+        assert len(state) <= 8
+    assert role(state[0]) == "system" and state[0]["id"] == "s"

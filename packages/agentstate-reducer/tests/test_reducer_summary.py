@@ -1,0 +1,99 @@
+"""Summaries: returned, optionally injected as the input's message type with ids, rolled."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
+from reducer_helpers import conversation
+
+from agentstate_reducer import MessageReducer, ReducerConfig, default_summary_messages_factory
+
+
+def summarize(pruned: list[Any]) -> str:
+    return f"{len(pruned)} earlier messages"
+
+
+def injecting(**extra: Any) -> MessageReducer:
+    settings: dict[str, Any] = {"summarize_fn": summarize, **extra}
+    return MessageReducer(
+        config=ReducerConfig(min_messages=3, max_messages=5, inject_summary=True, **settings)
+    )
+
+
+def test_summary_is_returned_without_injection() -> None:
+    config = ReducerConfig(min_messages=3, max_messages=5, summarize_fn=summarize)
+    result = MessageReducer(config=config).reduce(conversation(3, calls=0))
+    assert result.summary == "4 earlier messages"
+    assert [m["id"] for m in result.surviving] == ["sys", "h2", "b2"]
+
+
+def test_injected_dicts_sit_after_the_system_prompt_and_carry_ids() -> None:
+    result = injecting().reduce(conversation(3, calls=0))
+    block = result.surviving[1:3]
+    assert [m["role"] for m in result.surviving] == ["system", "human", "ai", "human", "ai"]
+    assert block[0]["content"] == "Summary of the 4 earlier messages: 4 earlier messages"
+    assert all(m["id"].startswith("summary-") for m in block)
+    expected = default_summary_messages_factory("4 earlier messages", 4)
+    assert [{k: v for k, v in m.items() if k != "id"} for m in block] == expected
+
+
+def test_injected_messages_are_langchain_messages_for_langchain_input() -> None:
+    # 0.5.0 injected plain dicts without ids into a list of LangChain messages.
+    messages = [SystemMessage("s", id="s")] + [
+        HumanMessage(str(n), id=f"h{n}") if n % 2 == 0 else AIMessage(str(n), id=f"a{n}")
+        for n in range(6)
+    ]
+    result = injecting().reduce(messages)
+    human, ai = result.surviving[1:3]
+    assert isinstance(human, HumanMessage) and isinstance(ai, AIMessage)
+    assert human.id and human.id.startswith("summary-") and ai.id != human.id
+
+
+def test_the_next_cut_rolls_the_injected_block_into_the_new_summary() -> None:
+    seen: list[list[Any]] = []
+
+    def remember(pruned: list[Any]) -> str:
+        seen.append(pruned)
+        return f"summary {len(seen)}"
+
+    reducer = injecting(summarize_fn=remember)
+    state = reducer.reduce(conversation(3, calls=0)).surviving
+    state = reducer.reduce(state, conversation(2, calls=0, system=False)).surviving
+    assert any(str(m.get("id", "")).startswith("summary-") for m in seen[1])
+    assert sum(str(m.get("id", "")).startswith("summary-") for m in state) == 2
+
+
+def test_the_same_cut_injects_the_same_ids() -> None:
+    messages = conversation(3, calls=0)
+    first, second = injecting().plan(messages), injecting().plan(messages)
+    assert [m["id"] for m in first.surviving] == [m["id"] for m in second.surviving]
+
+
+def test_a_custom_factory_shapes_the_block() -> None:
+    result = injecting(
+        summary_message_factory=lambda text, n: [{"role": "system", "content": text, "id": "mine"}]
+    ).reduce(conversation(3, calls=0))
+    assert [m["id"] for m in result.surviving] == ["sys", "mine", "h2", "b2"]
+
+
+def test_a_failing_summarizer_still_cuts(caplog: pytest.LogCaptureFixture) -> None:
+    def broken(pruned: list[Any]) -> str:
+        raise RuntimeError("llm down")
+
+    result = injecting(summarize_fn=broken).reduce(conversation(3, calls=0))
+    assert result.summary is None and len(result.surviving) == 3
+    assert "summarize_fn failed" in caplog.text
+
+
+async def test_an_async_summarizer_needs_the_async_path() -> None:
+    async def summarize_later(pruned: list[Any]) -> str:
+        return "later"
+
+    reducer = injecting(summarize_fn=summarize_later)
+    with pytest.raises(TypeError, match="use aplan/areduce"):
+        reducer.plan(conversation(3, calls=0))
+    result = await reducer.aplan(conversation(3, calls=0))
+    assert result.summary == "later"
+    assert (await reducer.areduce(conversation(3, calls=0))).summary == "later"
