@@ -46,6 +46,14 @@ test-integration: sync  ## the cross-package suite and the server harness checks
 .PHONY: test
 test: lint servers test-unit test-integration  ## everything CI runs
 
+.PHONY: demo
+demo: sync  ## a chat graph on plain Redis with a bounded window (REDIS_URL=... to use yours)
+	$(RUN) python examples/demo.py
+
+.PHONY: bench
+bench: sync  ## benchmarks, side by side in one run: results in bench/results/
+	$(RUN) python bench/bench_reducer.py
+
 .PHONY: build
 build: sync  ## one wheel and one sdist per package into dist/
 	rm -rf dist

@@ -1,0 +1,36 @@
+"""The examples a newcomer runs first (`make demo`) keep working."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+DEMO = Path(__file__).resolve().parents[2] / "examples" / "demo.py"
+
+
+@pytest.mark.parametrize("args", [[], ["--sync"]], ids=["async-and-sync", "sync-only"])
+def test_demo_runs_against_a_given_redis(redis_url: str, args: list[str]) -> None:
+    env = {**os.environ, "REDIS_URL": redis_url}
+    done = subprocess.run(
+        [sys.executable, str(DEMO), *args], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    assert "every key the demo wrote was deleted again" in out
+    assert "21 memories" in out
+    if not args:
+        assert "Long-term memory" in out and "State history" in out
+        assert "with ReducingSaver + prune(latest)" in out
+
+
+def test_demo_starts_its_own_redis_without_redis_url() -> None:
+    env = {k: v for k, v in os.environ.items() if k != "REDIS_URL"}
+    done = subprocess.run(
+        [sys.executable, str(DEMO), "--sync"], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr
+    assert "starting a private Redis" in done.stdout
