@@ -107,6 +107,23 @@ def test_importing_the_package_loads_no_framework() -> None:
     assert out.stdout.strip() == ""
 
 
+@pytest.fixture
+def fresh_shim() -> Any:
+    """Imports of the shim in a test do not leak into later tests."""
+    import agentstate_reducer
+
+    saved = sys.modules.pop("agentstate_reducer.langgraph", None)
+    had = agentstate_reducer.__dict__.pop("langgraph", None)
+    yield
+    sys.modules.pop("agentstate_reducer.langgraph", None)
+    agentstate_reducer.__dict__.pop("langgraph", None)
+    if saved is not None:
+        sys.modules["agentstate_reducer.langgraph"] = saved
+    if had is not None:
+        agentstate_reducer.langgraph = had  # type: ignore[attr-defined]
+
+
+@pytest.mark.usefixtures("fresh_shim")
 def test_the_langgraph_shim_names_the_fix_when_the_extra_is_missing(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -116,6 +133,7 @@ def test_the_langgraph_shim_names_the_fix_when_the_extra_is_missing(
         importlib.import_module("agentstate_reducer.langgraph")
 
 
+@pytest.mark.usefixtures("fresh_shim")
 def test_the_langgraph_shim_re_exports_the_sibling(monkeypatch: pytest.MonkeyPatch) -> None:
     sibling = types.ModuleType("agentstate_reducer_langgraph")
     names: dict[str, Any] = {
