@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 import redis
+from redis.cluster import RedisCluster
 
 from agentstate_testkit.savers import SyncAsAsync
 from langgraph_checkpoint_plainredis import AsyncRedisSaver, RedisSaver
@@ -18,8 +19,10 @@ def prefix() -> str:
 
 
 @pytest.fixture
-def client(redis_url: str) -> Iterator[redis.Redis]:
-    c = redis.Redis.from_url(redis_url, protocol=2)
+def client(redis_url: str, redis_kind: str) -> Iterator[Any]:
+    """A plain client for inspecting keys: a `RedisCluster` on cluster kinds."""
+    factory = RedisCluster if redis_kind.endswith("-cluster") else redis.Redis
+    c = factory.from_url(redis_url, protocol=2)
     yield c
     c.close()
 

@@ -1,4 +1,7 @@
-"""Cost, counted exactly: round trips and commands per operation, for both classes."""
+"""Cost, counted exactly: round trips and commands per operation, for both classes.
+
+Standalone servers: on a cluster a write also updates the registry in its own slot.
+"""
 
 from __future__ import annotations
 
@@ -20,6 +23,8 @@ from agentstate_testkit.savers import (
 from langgraph_checkpoint_plainredis import AsyncRedisSaver, RedisSaver
 from langgraph_checkpoint_plainredis._keys import KeySpace
 from langgraph_checkpoint_plainredis._scripts import SCRIPTS
+
+pytestmark = pytest.mark.standalone
 
 
 @pytest.fixture(params=["async", "sync"])

@@ -19,6 +19,8 @@ import os
 import pytest
 
 from agentstate_testkit.servers import (
+    CLUSTER_KINDS,
+    CLUSTER_SUFFIX,
     DEFAULT_REDIS_KINDS,
     EXTERNAL,
     REDIS_KINDS,
@@ -46,6 +48,7 @@ _POOL = pytest.StashKey[ServerPool]()
 _MARKERS = {
     "redis": "needs a real Redis server from the harness",
     "postgres": "needs a real PostgreSQL server from the harness",
+    "standalone": "runs `redis_url` on the selected standalone kinds only, not on clusters",
 }
 
 
@@ -58,7 +61,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=None,
         help=(
             "comma-separated Redis kinds that `redis_url` runs against, from "
-            f"{', '.join((*REDIS_KINDS, EXTERNAL))}. Default: $AGENTSTATE_REDIS_KINDS, else "
+            f"{', '.join((*REDIS_KINDS, *CLUSTER_KINDS, EXTERNAL))}. "
+            "Default: $AGENTSTATE_REDIS_KINDS, else "
             f"`{EXTERNAL}` when $PLAINREDIS_TEST_URL is set, else {','.join(DEFAULT_REDIS_KINDS)}."
         ),
     )
@@ -70,12 +74,12 @@ def _selected_kinds(config: pytest.Config) -> tuple[str, ...]:
     if not text:
         return (EXTERNAL,) if external_url(EXTERNAL) else DEFAULT_REDIS_KINDS
     kinds = tuple(dict.fromkeys(kind.strip() for kind in text.split(",") if kind.strip()))
-    unknown = [kind for kind in kinds if kind not in (*REDIS_KINDS, EXTERNAL)]
+    unknown = [kind for kind in kinds if kind not in (*REDIS_KINDS, *CLUSTER_KINDS, EXTERNAL)]
     source = "--redis-kinds" if option else "AGENTSTATE_REDIS_KINDS"
     if unknown or not kinds:
         raise pytest.UsageError(
             f"{source}={text!r}: unknown kind {', '.join(unknown) or '(none)'}; "
-            f"use a comma list of {', '.join((*REDIS_KINDS, EXTERNAL))}"
+            f"use a comma list of {', '.join((*REDIS_KINDS, *CLUSTER_KINDS, EXTERNAL))}"
         )
     return kinds
 
@@ -115,10 +119,13 @@ def _parametrized_by_test(metafunc: pytest.Metafunc, name: str) -> bool:
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     """Parametrizes `redis_kind` (and so `redis_url`) over the selected kinds.
 
-    A test that parametrizes `redis_kind` itself keeps its own values.
+    A test that parametrizes `redis_kind` itself keeps its own values; one marked
+    `standalone` gets the selected kinds that are not clusters.
     """
     if "redis_kind" in metafunc.fixturenames and not _parametrized_by_test(metafunc, "redis_kind"):
         kinds = metafunc.config.stash[_KINDS]
+        if metafunc.definition.get_closest_marker("standalone"):
+            kinds = tuple(k for k in kinds if not k.endswith(CLUSTER_SUFFIX))
         metafunc.parametrize("redis_kind", kinds, ids=kinds, scope="session")
 
 

@@ -34,6 +34,8 @@ from types import TracebackType
 
 __all__ = [
     "DEFAULT_REDIS_KINDS",
+    "CLUSTER_KINDS",
+    "Cluster",
     "EXTERNAL",
     "KINDS",
     "POSTGRES_KINDS",
@@ -46,12 +48,25 @@ __all__ = [
     "external_url",
     "provision",
     "start",
+    "start_cluster",
 ]
 
 REDIS_KINDS: tuple[str, ...] = ("redis-5", "redis-6", "redis-7", "redis-8", "valkey")
+CLUSTER_SUFFIX = "-cluster"
+CLUSTER_KINDS: tuple[str, ...] = tuple(k + CLUSTER_SUFFIX for k in REDIS_KINDS)
+"""Three masters of one Redis kind on 127.0.0.1, made into an OSS cluster with redis-cli."""
 POSTGRES_KINDS: tuple[str, ...] = ("postgres-15", "postgres-18")
 KINDS: tuple[str, ...] = REDIS_KINDS + POSTGRES_KINDS
-DEFAULT_REDIS_KINDS: tuple[str, ...] = ("redis-5", "redis-7", "redis-8", "valkey")
+DEFAULT_REDIS_KINDS: tuple[str, ...] = (
+    "redis-5",
+    "redis-7",
+    "redis-8",
+    "valkey",
+    "redis-5-cluster",
+    "redis-7-cluster",
+    "redis-8-cluster",
+    "valkey-cluster",
+)
 EXTERNAL = "external"
 """Pseudo-kind for the Redis at `PLAINREDIS_TEST_URL`; it is never started, only looked up."""
 
@@ -64,6 +79,10 @@ _ENV_URLS: dict[str, str] = {
     "postgres-15": "AGENTSTATE_POSTGRES_URL",
     "postgres-18": "AGENTSTATE_POSTGRES18_URL",
     EXTERNAL: "PLAINREDIS_TEST_URL",
+    **{
+        k + CLUSTER_SUFFIX: f"AGENTSTATE_{k.upper().replace('-', '')}_CLUSTER_URL"
+        for k in REDIS_KINDS
+    },
 }
 _START_TIMEOUT = 60.0
 _STOP_TIMEOUT = 15.0
@@ -207,6 +226,13 @@ def cache_dir() -> Path:
     return Path.home() / ".cache" / "agentstate-servers"
 
 
+def _check_any_kind(kind: str) -> None:
+    if kind not in KINDS and kind not in CLUSTER_KINDS:
+        raise ServerError(
+            f"unknown server kind {kind!r}: use one of {', '.join((*KINDS, *CLUSTER_KINDS))}"
+        )
+
+
 def external_url(kind: str) -> str | None:
     """Returns the URL the environment gives for `kind`, or None to start one here.
 
@@ -214,7 +240,7 @@ def external_url(kind: str) -> str | None:
     `AGENTSTATE_POSTGRES_URL` for postgres-15); `EXTERNAL` reads `PLAINREDIS_TEST_URL`.
     """
     if kind != EXTERNAL:
-        _check_kind(kind)
+        _check_any_kind(kind)
     return os.environ.get(_ENV_URLS[kind]) or None
 
 
@@ -751,6 +777,122 @@ def _initdb(server: Server) -> None:
         )
 
 
+_CLUSTER_READY_TIMEOUT = 30.0
+
+
+def _cluster_ports(base: str) -> int:
+    """A free port whose cluster bus port (port + 10000 on Redis 5 and 6) is free too."""
+    for _ in range(50):
+        port = _free_port()
+        if port + 10000 < 65536:
+            with contextlib.suppress(OSError), socket.socket() as probe:
+                probe.bind(("127.0.0.1", port + 10000))
+                return port
+    raise ServerError(f"{base}{CLUSTER_SUFFIX}: no free port pair for a cluster node")
+
+
+class Cluster:
+    """Three masters of one Redis kind forming an OSS cluster; `url` is any node's URL.
+
+    Attributes:
+        kind: The cluster kind, e.g. `redis-7-cluster`.
+        nodes: The node servers, in slot order (node 0 serves slots 0-5460).
+    """
+
+    def __init__(self, kind: str, nodes: list[Server]) -> None:
+        self.kind = kind
+        self.nodes = nodes
+        self.version = nodes[0].version
+
+    def __enter__(self) -> Cluster:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    @property
+    def url(self) -> str:
+        """A seed URL for a cluster client: the first node's."""
+        return self.nodes[0].url
+
+    @property
+    def running(self) -> bool:
+        return all(node.running for node in self.nodes)
+
+    def stop(self) -> None:
+        """Stops every node."""
+        for node in self.nodes:
+            node.stop()
+
+
+def cluster_cli() -> Path:
+    """A redis-cli that can run `--cluster create` and `reshard` (Redis 5's or 7's)."""
+    for kind in ("redis-7", "redis-5"):
+        with contextlib.suppress(ServerError):
+            cli = cli_path(kind)
+            if cli is not None:
+                return cli
+    raise ServerError("no redis-cli to create a cluster: provision redis-7 or redis-5")
+
+
+def start_cluster(kind: str, masters: int = 3) -> Cluster:
+    """Starts `masters` nodes of a Redis kind and joins them into one cluster.
+
+    Args:
+        kind: A cluster kind such as `redis-7-cluster`, or a Redis kind such as `redis-7`.
+        masters: How many masters (no replicas).
+
+    Raises:
+        ServerError: A node did not start or the cluster did not reach `cluster_state:ok`.
+    """
+    base = kind.removesuffix(CLUSTER_SUFFIX)
+    if base not in REDIS_KINDS:
+        raise ServerError(f"{kind!r} is not a Redis kind: use one of {', '.join(CLUSTER_KINDS)}")
+    nodes: list[Server] = []
+    try:
+        for _ in range(masters):
+            port = _cluster_ports(base)
+            args = ["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf"]
+            args += ["--cluster-node-timeout", "5000"]
+            nodes.append(start(base, extra_args=args, port=port))
+        cli = cluster_cli()
+        addresses = [f"127.0.0.1:{node.port}" for node in nodes]
+        _run(kind, "cluster create", [str(cli), "--cluster", "create", *addresses,
+                                      "--cluster-replicas", "0", "--cluster-yes"])  # fmt: skip
+        deadline = time.monotonic() + _CLUSTER_READY_TIMEOUT
+        while not all(_cluster_ok(node.port) for node in nodes):
+            if time.monotonic() > deadline:
+                raise ServerError(
+                    f"{kind}: cluster_state is not ok after {_CLUSTER_READY_TIMEOUT}s"
+                )
+            time.sleep(0.1)
+    except BaseException:
+        for node in nodes:
+            node.stop()
+        raise
+    return Cluster(f"{base}{CLUSTER_SUFFIX}", nodes)
+
+
+def _cluster_ok(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=1) as conn:
+            conn.sendall(b"CLUSTER INFO\r\n")
+            reply = b""
+            while b"cluster_state" not in reply or not reply.endswith(b"\r\n"):
+                chunk = conn.recv(4096)
+                if not chunk:
+                    break
+                reply += chunk
+    except OSError:
+        return False
+    return b"cluster_state:ok" in reply
+
+
 @atexit.register
 def _stop_all() -> None:
     with _LIVE_LOCK:
@@ -766,7 +908,7 @@ class ServerPool:
     """
 
     def __init__(self) -> None:
-        self._servers: dict[str, Server] = {}
+        self._servers: dict[str, Server | Cluster] = {}
         self._errors: dict[str, ServerError] = {}
         self._lock = threading.Lock()
         self._closed = False
@@ -802,16 +944,15 @@ class ServerPool:
             server = self._servers.get(kind)
             if server is None:
                 try:
-                    server = start(kind)
+                    server = start_cluster(kind) if kind in CLUSTER_KINDS else start(kind)
                 except ServerError as error:
                     self._errors[kind] = error
                     raise
                 self._servers[kind] = server
             if not server.running:
                 raise ServerError(
-                    f"{kind}: the shared server on port {server.port} has exited (did a test "
-                    f"shut it down? use `start` for a private one); its log:\n"
-                    f"{_tail(server._log_text())}"
+                    f"{kind}: the shared server {server.url} has exited (did a test shut it "
+                    "down? use `start` or `start_cluster` for a private one)"
                 )
             return server.url
 

@@ -1,21 +1,149 @@
-"""The `plainredis` command."""
+"""The `plainredis` command: inspect, prune and migrate a keyspace from a shell."""
 
 from __future__ import annotations
 
 import argparse
+import datetime
+import json
+import os
 import sys
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
+from typing import TextIO
+from urllib.parse import urlsplit
 
 import redis
 
+from ._errors import PlainRedisError
+from ._inspect import Inspector, Usage
+from ._keys import KeySpace
+
 __all__ = ["main"]
+
+DEFAULT_URL = "redis://127.0.0.1:6379/0"
+_DESCRIPTION = """\
+Inspect and operate on a langgraph-checkpoint-plainredis keyspace. Checkpoints
+are stored as raw bytes, which redis-cli cannot show; these commands decode them.
+
+Every command but migrate takes --url (default: $REDIS_URL, else
+%s) and --prefix (default: lg).
+
+Exit status: 0 done, 1 runtime error or declined prompt, 2 bad arguments."""
+
+
+def _prefix(value: str) -> str:
+    try:
+        KeySpace(value)
+    except (TypeError, ValueError) as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return value
+
+
+def _count(value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a whole number") from None
+    if number < 0:
+        raise argparse.ArgumentTypeError(f"{value} is negative; pass 0 for no limit")
+    return number
 
 
 def _parser() -> argparse.ArgumentParser:
+    from . import __version__
+
     parser = argparse.ArgumentParser(
-        prog="plainredis", description="Operate on a langgraph-checkpoint-plainredis keyspace."
+        prog="plainredis",
+        description=_DESCRIPTION % DEFAULT_URL,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    sub = parser.add_subparsers(dest="command", required=True)
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "--url", default=None, help=f"Redis URL (default: $REDIS_URL, else {DEFAULT_URL})"
+    )
+    common.add_argument(
+        "--prefix", type=_prefix, default="lg", help="key prefix the savers use (default: lg)"
+    )
+    ns = argparse.ArgumentParser(add_help=False)
+    ns.add_argument(
+        "--ns", default="", metavar="NS", help="checkpoint namespace (default: '', the root graph)"
+    )
+    confirm = argparse.ArgumentParser(add_help=False)
+    confirm.add_argument("--yes", "-y", action="store_true", help="do not ask for confirmation")
+
+    sub.add_parser(
+        "threads",
+        parents=[common],
+        help="list threads: checkpoints, namespaces, expiry",
+        description="List every thread in the registry, with its checkpoint count, "
+        "namespaces and expiry (from the TTL), in registry order.",
+    )
+    history = sub.add_parser(
+        "history",
+        parents=[common, ns],
+        help="list a thread's checkpoints, newest first",
+        description="List the checkpoints of one thread and namespace, newest first: "
+        "id, step, source, pending writes, parent.",
+    )
+    history.add_argument("thread", metavar="THREAD", help="thread id")
+    history.add_argument(
+        "--limit", type=_count, default=20, metavar="N", help="at most N (default: 20; 0: all)"
+    )
+    show = sub.add_parser(
+        "show",
+        parents=[common, ns],
+        help="print one checkpoint as JSON",
+        description="Print one checkpoint, decoded, as JSON: ids, parent, metadata, "
+        "channel values and pending writes. LangChain messages become "
+        "{type, content, id, ...}; other objects their repr.",
+    )
+    show.add_argument("thread", metavar="THREAD", help="thread id")
+    show.add_argument(
+        "checkpoint", metavar="CHECKPOINT", nargs="?", default=None, help="default: the newest"
+    )
+    stats = sub.add_parser(
+        "stats",
+        parents=[common],
+        help="keys and bytes (MEMORY USAGE) per thread",
+        description="Sum MEMORY USAGE over every key each registered thread reaches, "
+        "largest first. With --scan, also SCAN the prefix (never KEYS) for run sets and "
+        "for orphans: keys no registry entry reaches.",
+    )
+    stats.add_argument("--scan", action="store_true", help="also SCAN for run sets and orphans")
+    stats.add_argument(
+        "--top", type=_count, default=20, metavar="N", help="show the N largest (0: all)"
+    )
+    stats.add_argument(
+        "--progress",
+        action="store_true",
+        help="draw the progress bar on stderr even when it is not a terminal",
+    )
+    delete = sub.add_parser(
+        "delete",
+        parents=[common, confirm],
+        help="delete a thread (asks first)",
+        description="Delete every checkpoint, write and blob of one thread, in every "
+        "namespace. Asks first unless --yes.",
+    )
+    delete.add_argument("thread", metavar="THREAD", help="thread id")
+    prune = sub.add_parser(
+        "prune",
+        parents=[common, confirm],
+        help="keep only the newest checkpoint of threads, or delete them (asks first)",
+        description="keep_latest keeps the newest checkpoint per namespace (and what it "
+        "reads); delete removes the threads. Asks first unless --yes.",
+    )
+    prune.add_argument("threads", metavar="THREAD", nargs="+", help="thread ids")
+    prune.add_argument(
+        "--strategy",
+        choices=("keep_latest", "delete"),
+        default="keep_latest",
+        help="default: keep_latest",
+    )
+
     migrate = sub.add_parser(
         "migrate",
         help="move a keyspace written by plainredis 0.1.0 into the current layout",
@@ -30,28 +158,299 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Runs the command line; returns the exit status."""
-    args = _parser().parse_args(argv)
-    if args.command == "migrate":
-        from ._migrate import migrate_v010
+# -- output helpers ----------------------------------------------------------------------
 
-        client = redis.Redis.from_url(args.url, protocol=2)
-        try:
-            report = migrate_v010(
-                client, args.prefix, ttl=args.ttl, keep_old=args.keep_old, progress=print
-            )
-        finally:
-            client.close()
-        print(
-            f"migrated {report.threads} thread namespaces, {report.checkpoints} checkpoints, "
-            f"{report.blobs} blobs, {report.writes} writes; deleted {report.old_keys_deleted} "
-            "old keys"
+
+def _shown(text: str) -> str:
+    """Text as typed, or its repr when it is empty or would garble a line."""
+    return text if text and text.isprintable() else repr(text)
+
+
+def _size(n: int) -> str:
+    value = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if value < 1024 or unit == "GiB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    raise AssertionError("unreachable")
+
+
+def _plural(n: int, noun: str) -> str:
+    return f"{n:,} {noun}" + ("" if n == 1 else "s")
+
+
+def _expiry(expires_ms: float | None, now_ms: float) -> str:
+    if expires_ms is None:
+        return "never"
+    if expires_ms < now_ms:
+        return "expired"
+    at = datetime.datetime.fromtimestamp(expires_ms / 1000, tz=datetime.timezone.utc)
+    return at.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _redact(url: str) -> str:
+    """The URL without its password."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return url
+    if not parts.password:
+        return url
+    userinfo, _, host = parts.netloc.rpartition("@")
+    user = userinfo.split(":", 1)[0]
+    return parts._replace(netloc=f"{user}:***@{host}").geturl()
+
+
+class ProgressBar:
+    """A one-line progress bar on `stream`, redrawn at most ten times a second."""
+
+    WIDTH = 30
+
+    def __init__(self, stream: TextIO, enabled: bool) -> None:
+        self.stream = stream
+        self.enabled = enabled
+        self._phase: str | None = None
+        self._drawn = 0.0
+
+    def __call__(self, phase: str, done: int, total: int | None) -> None:
+        if not self.enabled:
+            return
+        now = time.monotonic()
+        final = total is not None and done >= total
+        if phase == self._phase and not final and now - self._drawn < 0.1:
+            return
+        if self._phase is not None and phase != self._phase:
+            self.stream.write("\n")
+        self._phase, self._drawn = phase, now
+        if total:
+            filled = min(self.WIDTH, self.WIDTH * done // total)
+            bar = "#" * filled + "." * (self.WIDTH - filled)
+            line = f"{phase:<8} [{bar}] {min(done, total) * 100 // total:3d}% {done:,}/{total:,}"
+        else:
+            line = f"{phase:<8} {done:,} keys"
+        self.stream.write("\r" + line)
+        self.stream.flush()
+
+    def close(self) -> None:
+        if self.enabled and self._phase is not None:
+            self.stream.write("\n")
+            self.stream.flush()
+            self._phase = None
+
+
+def _ask(question: str) -> bool:
+    """Asks on stderr and reads a line from stdin; only y or yes agrees."""
+    sys.stderr.write(f"{question} [y/N] ")
+    sys.stderr.flush()
+    answer = sys.stdin.readline()
+    if not answer:
+        sys.stderr.write("\n")
+    return answer.strip().lower() in ("y", "yes")
+
+
+def _fail(message: str) -> int:
+    print(f"plainredis: error: {message}", file=sys.stderr)
+    return 1
+
+
+# -- commands ----------------------------------------------------------------------------
+
+
+def _threads(inspector: Inspector, args: argparse.Namespace) -> int:
+    now_ms = time.time() * 1000
+    threads = inspector.threads()
+    first = next(threads, None)  # reach the server before printing anything
+    print(f"{'CHECKPOINTS':>11}  {'NS':>3}  {'EXPIRES':<20}  THREAD")
+    count = 0
+    for info in () if first is None else (first, *threads):
+        count += 1
+        expires = _expiry(info.expires_ms, now_ms)
+        print(f"{info.checkpoints:>11,}  {len(info.namespaces):>3}  {expires:<20}  "
+              f"{_shown(info.thread_id)}")  # fmt: skip
+    print(f"{_plural(count, 'thread')} under prefix {args.prefix!r}", file=sys.stderr)
+    return 0
+
+
+def _history(inspector: Inspector, args: argparse.Namespace) -> int:
+    entries = inspector.history(args.thread, args.ns, args.limit or None)
+    first = next(entries, None)
+    if first is None:
+        return _fail(
+            f"thread {args.thread!r} has no checkpoints in namespace {args.ns!r} under prefix "
+            f"{args.prefix!r}: `plainredis threads` lists the threads there"
         )
-        for skipped in report.skipped:
-            print(f"skipped unreadable registry entry {skipped!r}", file=sys.stderr)
-        return 1 if report.skipped else 0
-    return 2  # pragma: no cover - argparse rejects unknown commands
+    print(f"{'CHECKPOINT':<36}  {'STEP':>5}  {'SOURCE':<6}  {'WRITES':>6}  {'CREATED':<20}  PARENT")
+    for entry in (first, *entries):
+        step = "-" if entry.step is None else str(entry.step)
+        print(
+            f"{entry.checkpoint_id:<36}  {step:>5}  {entry.source or '-':<6}  "
+            f"{entry.writes:>6}  {entry.ts[:19]:<20}  {entry.parent_id or '-'}"
+        )
+    return 0
+
+
+def _show(inspector: Inspector, args: argparse.Namespace) -> int:
+    doc = inspector.show(args.thread, args.ns, args.checkpoint)
+    if doc is None:
+        which = f"checkpoint {args.checkpoint!r}" if args.checkpoint else "no checkpoint"
+        return _fail(
+            f"{which} in thread {args.thread!r}, namespace {args.ns!r}, prefix "
+            f"{args.prefix!r}{' was not found' if args.checkpoint else ''}: "
+            f"`plainredis history {args.thread}` lists its checkpoints"
+        )
+    print(json.dumps(doc, indent=2, ensure_ascii=False))
+    return 0
+
+
+def _render_usage(usage: Usage, top: int) -> None:
+    rows = sorted(usage.threads, key=lambda t: (-t.bytes, t.thread_id))
+    shown = rows[:top] if top else rows
+    print(f"{'BYTES':>13}  {'KEYS':>7}  {'CHECKPOINTS':>11}  {'NS':>3}  THREAD")
+    for t in shown:
+        print(f"{t.bytes:>13,}  {t.keys:>7,}  {t.checkpoints:>11,}  {t.namespaces:>3}  "
+              f"{_shown(t.thread_id)}")  # fmt: skip
+    if len(shown) < len(rows):
+        print(f"({len(rows) - len(shown):,} smaller threads not shown; --top 0 shows all)")
+    n = len(rows)
+    total = sum(t.bytes for t in rows)
+    average = f"; {total // n:,} bytes per thread on average" if n else ""
+    checkpoints = _plural(sum(t.checkpoints for t in rows), "checkpoint")
+    keys = _plural(sum(t.keys for t in rows), "key")
+    print(f"{_plural(n, 'thread')}: {checkpoints}, {keys}, {total:,} bytes ({_size(total)})"
+          f"{average}")  # fmt: skip
+    if usage.cluster:
+        print("registry: none on a cluster; threads were found by SCAN")
+    else:
+        print(f"registry: {usage.registry_bytes or 0:,} bytes")
+    if not usage.scanned:
+        print("run sets and orphans: not counted; --scan walks the prefix with SCAN for them")
+        return
+    print(f"run sets: {usage.run_keys:,} keys, {usage.run_bytes:,} bytes")
+    orphan_bytes = sum(size for _, size in usage.orphans)
+    print(f"orphans (keys no registered thread reaches): {len(usage.orphans):,} keys, "
+          f"{orphan_bytes:,} bytes")  # fmt: skip
+    for key, size in sorted(usage.orphans, key=lambda o: -o[1])[:10]:
+        print(f"  {size:>11,}  {key}")
+    if len(usage.orphans) > 10:
+        print(f"  ... and {len(usage.orphans) - 10:,} more")
+
+
+def _stats(inspector: Inspector, args: argparse.Namespace) -> int:
+    bar = ProgressBar(sys.stderr, enabled=args.progress or sys.stderr.isatty())
+    try:
+        usage = inspector.usage(scan=args.scan, progress=bar)
+    finally:
+        bar.close()
+    _render_usage(usage, args.top)
+    return 0
+
+
+def _delete(inspector: Inspector, args: argparse.Namespace) -> int:
+    namespaces, checkpoints = inspector.checkpoint_count(args.thread)
+    if not namespaces:
+        return _fail(
+            f"thread {args.thread!r} has no keys under prefix {args.prefix!r}; nothing to "
+            "delete (`plainredis threads` lists the threads there)"
+        )
+    what = f"thread {args.thread!r} ({_plural(checkpoints, 'checkpoint')})"
+    if not args.yes and not _ask(f"Delete {what}?"):
+        return _fail("not deleted (pass --yes to skip the question)")
+    inspector.delete(args.thread)
+    print(f"deleted {what}")
+    return 0
+
+
+def _prune(inspector: Inspector, args: argparse.Namespace) -> int:
+    before: dict[str, int] = {}
+    for thread in dict.fromkeys(args.threads):
+        namespaces, checkpoints = inspector.checkpoint_count(thread)
+        if namespaces:
+            before[thread] = checkpoints
+        else:
+            print(f"thread {thread!r} has no keys under prefix {args.prefix!r}; skipped",
+                  file=sys.stderr)  # fmt: skip
+    if not before:
+        return _fail("none of the threads exists; nothing to prune")
+    total = _plural(sum(before.values()), "checkpoint")
+    count = _plural(len(before), "thread")
+    what = "keep only the newest checkpoint of" if args.strategy == "keep_latest" else "delete"
+    if not args.yes and not _ask(f"Prune ({args.strategy}): {what} {count} ({total})?"):
+        return _fail("not pruned (pass --yes to skip the question)")
+    inspector.prune(list(before), args.strategy)
+    after = _plural(sum(inspector.checkpoint_count(thread)[1] for thread in before), "checkpoint")
+    print(f"pruned {count} ({args.strategy}): {total} before, {after} now")
+    return 0
+
+
+def _migrate(args: argparse.Namespace) -> int:
+    from ._migrate import migrate_v010
+
+    client = redis.Redis.from_url(args.url, protocol=2)
+    try:
+        report = migrate_v010(
+            client, args.prefix, ttl=args.ttl, keep_old=args.keep_old, progress=print
+        )
+    finally:
+        client.close()
+    print(
+        f"migrated {report.threads} thread namespaces, {report.checkpoints} checkpoints, "
+        f"{report.blobs} blobs, {report.writes} writes; deleted {report.old_keys_deleted} "
+        "old keys"
+    )
+    for skipped in report.skipped:
+        print(f"skipped unreadable registry entry {skipped!r}", file=sys.stderr)
+    return 1 if report.skipped else 0
+
+
+_COMMANDS: dict[str, Callable[[Inspector, argparse.Namespace], int]] = {
+    "threads": _threads,
+    "history": _history,
+    "show": _show,
+    "stats": _stats,
+    "delete": _delete,
+    "prune": _prune,
+}
+
+
+def _run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    if args.command == "migrate":
+        return _migrate(args)
+    try:
+        inspector = Inspector.connect(args.url, args.prefix, socket_connect_timeout=5)
+    except ValueError as exc:  # redis-py cannot parse the URL
+        parser.error(f"--url {_redact(args.url)!r}: {exc}")
+    with inspector:
+        return _COMMANDS[args.command](inspector, args)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Runs the command line; returns the exit status (argparse exits 2 on bad arguments)."""
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.url is None:
+        args.url = os.environ.get("REDIS_URL") or DEFAULT_URL
+    url = _redact(args.url)
+    try:
+        return _run(args, parser)
+    except redis.AuthenticationError as exc:
+        return _fail(f"{url} refused the login ({exc}): put user:password in the --url")
+    except (redis.ConnectionError, redis.TimeoutError) as exc:
+        return _fail(
+            f"cannot connect to {url} ({exc}): start Redis there, or point --url "
+            "(or $REDIS_URL) at your server"
+        )
+    except redis.exceptions.NoPermissionError as exc:
+        return _fail(
+            f"the Redis user of {url} may not run this ({exc}); the inspector needs the "
+            "saver's commands plus TYPE, ZCARD, MEMORY USAGE and SCAN"
+        )
+    except PlainRedisError as exc:
+        return _fail(str(exc))
+    except redis.RedisError as exc:
+        return _fail(f"Redis at {url} answered with an error: {exc}")
+    except KeyboardInterrupt:
+        print("\nplainredis: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

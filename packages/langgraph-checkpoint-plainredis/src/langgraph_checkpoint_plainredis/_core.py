@@ -49,7 +49,16 @@ from ._keys import (
 )
 from ._scripts import SCRIPTS
 
-__all__ = ["Eval", "Plan", "SaverCore", "Step", "translate_error"]
+__all__ = [
+    "CLUSTER_RETRY_DELAYS",
+    "Eval",
+    "Plan",
+    "SaverCore",
+    "Scan",
+    "Step",
+    "slot_is_moving",
+    "translate_error",
+]
 
 
 @dataclass(frozen=True)
@@ -61,7 +70,14 @@ class Eval:
     args: tuple[str | bytes | int, ...]
 
 
-Command = Eval | tuple[Any, ...]
+@dataclass(frozen=True)
+class Scan:
+    """Every key matching `pattern`, on every master (SCAN, never KEYS)."""
+
+    pattern: str
+
+
+Command = Eval | Scan | tuple[Any, ...]
 Plan = list[Command]
 # What an operation generator yields: a plan to run, or (for list) a result.
 Step = Plan | CheckpointTuple
@@ -69,8 +85,23 @@ Step = Plan | CheckpointTuple
 # Channel versions are "<zero-padded counter>.<48 random bits>": string order follows
 # the counter, and two forks from one parent never pick the same version.
 VERSION_DIGITS = 10
+# While a cluster migrates a thread's slot, a multi-key script is refused (TRYAGAIN, or
+# "TTL exhausted" once redis-py gives up redirecting) until the slot has moved. Every
+# script is idempotent, so the shells retry a refused plan after these pauses (seconds).
+CLUSTER_RETRY_DELAYS = (0.05, 0.1, 0.2, 0.4, 0.8, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
 _LIST_PAGE = 128
 _BATCH_THREADS = 64
+
+
+def slot_is_moving(error: Exception) -> bool:
+    """Whether a cluster refused a script because the thread's slot is being migrated.
+
+    Scripts build some key names themselves (a checkpoint's blobs); while the slot moves,
+    a node may hold only part of the thread and refuses such a script. It runs once the
+    slot has moved.
+    """
+    text = str(error)
+    return "TRYAGAIN" in text or "non local key" in text or "TTL exhausted" in text
 
 
 def translate_error(message: str, prefix: str) -> PlainRedisError | None:
@@ -165,8 +196,32 @@ class SaverCore:
         if not isinstance(compress, bool):
             raise TypeError(f"compress must be True or False, got {compress!r}")
         self.compress = compress
+        # Set by the shell once it knows the server. On a cluster, scripts touch only the
+        # thread's hash slot: run sets are written by plain commands, and the registry is
+        # not kept (a cross-slot write cannot be atomic with the thread's own keys, so a
+        # delete racing a put could orphan a thread); list(None) scans namespace keys.
+        self._cluster = False
 
     # -- helpers -------------------------------------------------------------------------
+
+    @property
+    def _registry(self) -> tuple[str, ...]:
+        """The registry as a script key, or nothing on a cluster (it is in another slot)."""
+        return () if self._cluster else (self.keyspace.threads,)
+
+    def _after_thread_scripts(self, done: Iterable[tuple[ThreadKeys, Any]]) -> Plan:
+        """On a cluster: the run-set removals that thread scripts reported.
+
+        A removal that never happens leaves a member naming a deleted checkpoint, which
+        `delete_for_runs` tolerates.
+        """
+        if not self._cluster:
+            return []
+        plan: Plan = []
+        for _, reply in done:
+            runs = reply[1] or []
+            plan += [("SREM", runs[i], runs[i + 1]) for i in range(0, len(runs), 2)]
+        return plan
 
     def _score(self, now_ms: int) -> str:
         return str(now_ms + self._ttl_ms) if self._ttl_ms else "inf"
@@ -276,7 +331,10 @@ class SaverCore:
             self.serde.dumps_typed(meta),
         )
         run_key = self.keyspace.run(str(run_id)) if run else None
-        yield [self._put_eval(tk, ns, cid, payload, refs, written, run_key)]
+        now = _now_ms()
+        if self._cluster and run_key:
+            yield self._run_plan(run_key, tk.run_member(ns, cid))
+        yield [self._put_eval(tk, ns, cid, payload, refs, written, run_key, now)]
         return {
             "configurable": {
                 "thread_id": thread_id,
@@ -294,21 +352,17 @@ class SaverCore:
         refs: Sequence[str],
         written: Mapping[str, bytes],
         run_key: str | None,
+        now: int,
     ) -> Eval:
         """The script call storing one encoded checkpoint and its encoded new blobs."""
         suffixes = list(dict.fromkeys([*refs, *written]))
-        now = _now_ms()
         ns_e = escape(ns)
-        keys = [
-            tk.cp(ns, cid),
-            tk.idx(ns),
-            tk.keys(ns),
-            tk.ns,
-            self.keyspace.threads,
-            *(tk.blob_at(ns, s) for s in suffixes),
-        ]
-        if run_key:
-            keys.append(run_key)
+        if self._cluster:
+            run_key = None  # written by the registry plan, in its own slot
+        keys = [tk.cp(ns, cid), tk.idx(ns), tk.keys(ns), tk.ns]
+        keys += [tk.blob_at(ns, s) for s in suffixes]
+        keys += [run_key] if run_key else []
+        keys += self._registry
         args: list[str | bytes | int] = [
             cid,
             payload,
@@ -323,10 +377,20 @@ class SaverCore:
             tk.wr_prefix,
             tk.cp_prefix,
             tk.blob_prefix,
+            0 if self._cluster else 1,
         ]
         for s in suffixes:
             args += [s, written.get(s, b"")]
         return Eval("put", tuple(keys), tuple(args))
+
+    def _run_plan(self, run_key: str, member: str) -> Plan:
+        """A cluster client adds a checkpoint to its run set before the thread script, so
+        a crash in between leaves a member naming nothing, never a checkpoint no run set
+        names."""
+        plan: Plan = [("SADD", run_key, member)]
+        if self._ttl_ms:
+            plan.append(("PEXPIRE", run_key, self._ttl_ms))
+        return plan
 
     def _put_writes_steps(
         self,
@@ -342,12 +406,13 @@ class SaverCore:
         if not writes:
             return
         tk = self.keyspace.thread(thread_id)
+        now = _now_ms()
         args: list[str | bytes | int] = [
             cid,
             escape(ns),
             tk.component,
             self._ttl_ms,
-            self._score(_now_ms()),
+            self._score(now),
         ]
         for i, (channel, value) in enumerate(writes):
             idx = WRITES_IDX_MAP.get(channel, i)
@@ -356,7 +421,7 @@ class SaverCore:
                 encode_write(task_id, idx, task_path, channel, self.serde.dumps_typed(value)),
                 1 if idx < 0 else 0,
             ]
-        keys = (tk.wr(ns, cid), tk.keys(ns), tk.ns, self.keyspace.threads, tk.cp(ns, cid))
+        keys = (tk.wr(ns, cid), tk.keys(ns), tk.ns, tk.cp(ns, cid), *self._registry)
         yield [Eval("put_writes", keys, tuple(args))]
 
     # -- get -----------------------------------------------------------------------------
@@ -370,7 +435,7 @@ class SaverCore:
         cid = get_checkpoint_id(config) or ""
         tk = self.keyspace.thread(thread_id)
         refresh = self._ttl_ms if self.refresh_on_read else 0
-        keys = (tk.idx(ns), tk.keys(ns), tk.ns, self.keyspace.threads)
+        keys = (tk.idx(ns), tk.keys(ns), tk.ns, *self._registry)
         args = (
             cid,
             escape(ns),
@@ -402,6 +467,16 @@ class SaverCore:
         if remaining == 0:
             return
         before_id = get_checkpoint_id(before) if before else None
+        if config is None and self._cluster:
+            (found,) = yield [Scan(self.keyspace.ns_pattern)]
+            for key in sorted(_s(k) for k in found):
+                tk = self.keyspace.thread_from_ns_key(key)
+                remaining = yield from self._list_thread(
+                    tk, None, None, before_id, filter, remaining
+                )
+                if remaining == 0:
+                    return
+            return
         if config is None:
             threads: Iterable[ThreadKeys] = []
             cursor = 0
@@ -458,7 +533,7 @@ class SaverCore:
                 resume,
                 *(namespaces or ()),
             ]
-            (reply,) = yield [Eval("list", (tk.ns, self.keyspace.threads), tuple(args))]
+            (reply,) = yield [Eval("list", (tk.ns, *self._registry), tuple(args))]
             walked = [_s(n) for n in reply[0]]
             entries = reply[1]
             for ns_e, entry in entries:
@@ -493,8 +568,9 @@ class SaverCore:
 
     def _delete_thread_steps(self, thread_id: str) -> Generator[Step, list[Any], None]:
         tk = self.keyspace.thread(_thread_arg(thread_id, "delete_thread"))
-        keys = (tk.ns, self.keyspace.threads)
-        yield [Eval("delete_thread", keys, self._prefix_args(tk))]
+        replies = yield [Eval("delete_thread", (tk.ns, *self._registry), self._prefix_args(tk))]
+        if follow := self._after_thread_scripts(zip([tk], replies, strict=True)):
+            yield follow
 
     def _prune_steps(
         self, thread_ids: Sequence[str], strategy: str
@@ -507,10 +583,12 @@ class SaverCore:
         script = "prune_keep_latest" if strategy == "keep_latest" else "delete_thread"
         tks = [self.keyspace.thread(_thread_arg(t, "prune")) for t in thread_ids]
         for start in range(0, len(tks), _BATCH_THREADS):
-            yield [
-                Eval(script, (tk.ns, self.keyspace.threads), self._prefix_args(tk))
-                for tk in tks[start : start + _BATCH_THREADS]
+            batch = tks[start : start + _BATCH_THREADS]
+            replies = yield [
+                Eval(script, (tk.ns, *self._registry), self._prefix_args(tk)) for tk in batch
             ]
+            if follow := self._after_thread_scripts(zip(batch, replies, strict=True)):
+                yield follow
 
     def _delete_for_runs_steps(self, run_ids: Sequence[str]) -> Generator[Step, list[Any], None]:
         run_keys = [self.keyspace.run(_thread_arg(r, "delete_for_runs")) for r in run_ids]
@@ -522,13 +600,15 @@ class SaverCore:
             for member in reply or ():
                 thread_c, ns_e, cid = parse_run_member(_s(member))
                 by_thread.setdefault(thread_c, []).extend([ns_e, cid])
-        plan: Plan = []
-        for thread_c, pairs in by_thread.items():
-            tk = self.keyspace.thread_from_component(thread_c)
-            keys = (tk.ns, self.keyspace.threads)
-            plan.append(Eval("remove_checkpoints", keys, (*self._prefix_args(tk), *pairs)))
-        plan.append(("DEL", *run_keys))
-        yield plan
+        tks = [self.keyspace.thread_from_component(c) for c in by_thread]
+        plan: Plan = [
+            Eval("remove_checkpoints", (tk.ns, *self._registry), (*self._prefix_args(tk), *pairs))
+            for tk, pairs in zip(tks, by_thread.values(), strict=True)
+        ]
+        # On a cluster each run set is in its own slot: one DEL per key.
+        replies = yield plan + [("DEL", k) for k in run_keys]
+        if follow := self._after_thread_scripts(zip(tks, replies, strict=False)):
+            yield follow
 
     def _copy_thread_steps(
         self, source_thread_id: str, target_thread_id: str
@@ -560,7 +640,20 @@ class SaverCore:
                     args += [_b(member), len(flat), *flat]
                 else:
                     args += [_b(member), 1, _b(value)]
-        yield [Eval("import_thread", (dst.ns, self.keyspace.threads), tuple(args))]
+        if self._cluster:
+            runs: Plan = []  # run sets live in other slots: add the copies' members first
+            for ns_e, items in exported:
+                for member, value in zip(items[::2], items[1::2], strict=True):
+                    if _b(member)[:1] == b"c":
+                        cid = _b(member)[1:].decode()
+                        ns = unescape(_s(ns_e))
+                        run = decode_checkpoint(_b(value), dst.cp(ns, cid)).run
+                        if run:
+                            run_key = self.keyspace.run_escaped(run)
+                            runs += self._run_plan(run_key, dst.run_member(ns, cid))
+            if runs:
+                yield runs
+        yield [Eval("import_thread", (dst.ns, *self._registry), tuple(args))]
 
 
 def _thread_arg(value: Any, what: str) -> str:

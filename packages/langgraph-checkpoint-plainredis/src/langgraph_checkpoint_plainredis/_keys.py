@@ -198,7 +198,11 @@ class KeySpace:
         return f"{self.prefix}{SEP}run{SEP}"
 
     def run(self, run_id: str) -> str:
-        return f"{self.run_prefix}{escape(run_id)}"
+        return self.run_escaped(escape(run_id))
+
+    def run_escaped(self, escaped_run_id: str) -> str:
+        """The run set for a run id already escaped, as checkpoint payloads store it."""
+        return f"{self.run_prefix}{escaped_run_id}"
 
     @property
     def pattern(self) -> str:
@@ -212,6 +216,18 @@ class KeySpace:
                 "convert it with str() before passing it in the config"
             )
         return ThreadKeys(self.prefix, thread_id, _thread_component(thread_id))
+
+    @property
+    def ns_pattern(self) -> str:
+        """A SCAN pattern matching every thread's namespace zset: one key per thread."""
+        return f"{self.prefix}{SEP}ns{SEP}{{*}}"
+
+    def thread_from_ns_key(self, key: str) -> ThreadKeys:
+        """Rebuilds `ThreadKeys` from a thread's namespace-zset key."""
+        head = f"{self.prefix}{SEP}ns{SEP}{{"
+        if not (key.startswith(head) and key.endswith("}")):
+            raise ValueError(f"{key!r} is not a namespace key under prefix {self.prefix!r}")
+        return self.thread_from_component(key[len(head) : -1])
 
     def thread_from_component(self, component: str) -> ThreadKeys:
         """Rebuilds `ThreadKeys` from an escaped thread id as stored in the registry."""

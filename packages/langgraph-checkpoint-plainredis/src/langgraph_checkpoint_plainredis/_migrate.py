@@ -24,7 +24,7 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from ._codec import encode_blob, encode_checkpoint
-from ._core import VERSION_DIGITS, _b, _s
+from ._core import VERSION_DIGITS, _b, _now_ms, _s
 from ._errors import CorruptDataError
 from ._keys import LegacyKeys, blob_suffix, escape
 from ._sync import RedisSaver
@@ -161,7 +161,7 @@ def _migrate_timeline(
             serde.dumps_typed(metadata),
         )
         run_key = saver.keyspace.run(str(run_id)) if run_id else None
-        saver._run([saver._put_eval(tk, ns, cid, payload, refs, written, run_key)])
+        saver._run([saver._put_eval(tk, ns, cid, payload, refs, written, run_key, _now_ms())])
         report.checkpoints += 1
         report.blobs += len(written)
 

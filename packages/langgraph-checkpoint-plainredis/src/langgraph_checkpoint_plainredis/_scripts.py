@@ -102,13 +102,33 @@ local function read_entry(n, cid, payload, wr_prefix, blob_prefix)
   return {cid, payload, writes, values}, nil
 end
 
+-- On a cluster the registry and run sets live in other hash slots than the thread, so
+-- a script may not touch them: it reports what to change and the client does it.
+-- REGISTRY is the registry key when the script may touch it (standalone), else nil.
+local REGISTRY = nil
+local RUNS = {}
+local EMPTIED = 0
+
+local function forget_run(run_key, member)
+  if REGISTRY then redis.call('SREM', run_key, member)
+  else
+    RUNS[#RUNS + 1] = run_key
+    RUNS[#RUNS + 1] = member
+  end
+end
+
+-- What a thread-wide script returns: {thread emptied (0/1), run key, member, ...}.
+local function outcome()
+  return {EMPTIED, RUNS}
+end
+
 -- Removes one checkpoint, its writes and its run-set membership.
 local function remove_checkpoint(t, n, cid, p)
   local cpkey = p.cp .. n .. ':' .. cid
   local payload = get_string(cpkey)
   if payload then
     local run = header(payload)
-    if run ~= '' then redis.call('SREM', p.run .. run, t .. ':' .. n .. ':' .. cid) end
+    if run ~= '' then forget_run(p.run .. run, t .. ':' .. n .. ':' .. cid) end
   end
   redis.call('DEL', cpkey, p.wr .. n .. ':' .. cid)
   redis.call('ZREM', p.idx .. n, cid)
@@ -159,10 +179,11 @@ local function collect_garbage(t, n, p)
   return false
 end
 
-local function drop_empty_thread(nskey, registry, t)
+local function drop_empty_thread(nskey, t)
   if redis.call('ZCARD', nskey) == 0 then
     redis.call('DEL', nskey)
-    redis.call('ZREM', registry, t)
+    EMPTIED = 1
+    if REGISTRY then redis.call('ZREM', REGISTRY, t) end
   end
 end
 """
@@ -174,41 +195,50 @@ local p = {cp = ARGV[2], wr = ARGV[3], blob = ARGV[4], idx = ARGV[5], keys = ARG
 """
 
 PUT = r"""
--- KEYS: cp, idx, keys, ns, registry, blob keys..., [run]
+-- KEYS: cp, idx, keys, ns, blob keys..., [run], [registry]
 -- ARGV: cid, payload, ttl_ms, score, now_ms, N, T, run member, has_run, n_blobs,
---       wr_prefix, cp_prefix, blob_prefix, then per blob: suffix, value ('' = refresh)
+--       wr_prefix, cp_prefix, blob_prefix, has_registry, then per blob: suffix, value
+--       ('' = refresh only). A cluster client passes neither run nor registry.
 local cid, payload, ttl, score, now = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4], ARGV[5]
 local n, t, has_run, nb = ARGV[6], ARGV[7], ARGV[9] == '1', tonumber(ARGV[10])
+local run_key = nil
+if has_run then run_key = KEYS[5 + nb] end
+if ARGV[14] == '1' then REGISTRY = KEYS[#KEYS] end
 local err = check(KEYS[1], 'string') or check(KEYS[2], 'zset') or check(KEYS[3], 'zset')
-  or check(KEYS[4], 'zset') or check_registry(KEYS[5])
+  or check(KEYS[4], 'zset')
 if err then return err end
-for i = 1, nb do
-  err = check(KEYS[5 + i], 'string')
-  if err then return err end
-end
-if has_run then
-  err = check(KEYS[6 + nb], 'set')
+if REGISTRY then
+  err = check_registry(REGISTRY)
   if err then return err end
 end
 for i = 1, nb do
-  local key, suffix, value = KEYS[5 + i], ARGV[12 + 2 * i], ARGV[13 + 2 * i]
+  err = check(KEYS[4 + i], 'string')
+  if err then return err end
+end
+if run_key then
+  err = check(run_key, 'set')
+  if err then return err end
+end
+for i = 1, nb do
+  local key, suffix, value = KEYS[4 + i], ARGV[13 + 2 * i], ARGV[14 + 2 * i]
   if value ~= '' then
     if ttl > 0 then redis.call('SET', key, value, 'PX', ttl)
     else redis.call('SET', key, value) end
-  elseif ttl > 0 then
-    redis.call('PEXPIRE', key, ttl)
+    redis.call('ZADD', KEYS[3], score, 'b' .. suffix)
+  else
+    if ttl > 0 then redis.call('PEXPIRE', key, ttl) end
+    redis.call('ZADD', KEYS[3], 'XX', score, 'b' .. suffix)
   end
-  redis.call('ZADD', KEYS[3], score, 'b' .. suffix)
 end
 if ttl > 0 then redis.call('SET', KEYS[1], payload, 'PX', ttl)
 else redis.call('SET', KEYS[1], payload) end
 redis.call('ZADD', KEYS[2], 0, cid)
 redis.call('ZADD', KEYS[3], score, 'c' .. cid)
 redis.call('ZADD', KEYS[4], score, n)
-redis.call('ZADD', KEYS[5], score, t)
-if has_run then
-  redis.call('SADD', KEYS[6 + nb], ARGV[8])
-  if ttl > 0 then redis.call('PEXPIRE', KEYS[6 + nb], ttl) end
+if REGISTRY then redis.call('ZADD', REGISTRY, score, t) end
+if run_key then
+  redis.call('SADD', run_key, ARGV[8])
+  if ttl > 0 then redis.call('PEXPIRE', run_key, ttl) end
 end
 if ttl > 0 then
   redis.call('PEXPIRE', KEYS[2], ttl)
@@ -229,40 +259,49 @@ if ttl > 0 then
     redis.call('ZREM', KEYS[3], m)
   end
   redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', '(' .. now)
-  redis.call('ZREMRANGEBYSCORE', KEYS[5], '-inf', '(' .. now)
+  if REGISTRY then redis.call('ZREMRANGEBYSCORE', REGISTRY, '-inf', '(' .. now) end
 end
 return 1
 """
 
 PUT_WRITES = r"""
--- KEYS: wr, keys, ns, registry, cp
+-- KEYS: wr, keys, ns, cp, [registry]
 -- ARGV: cid, N, T, ttl_ms, score, then per write: field, value, overwrite flag
 local cid, n, t, ttl, score = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4]), ARGV[5]
+REGISTRY = KEYS[5]
 local err = check(KEYS[1], 'hash') or check(KEYS[2], 'zset') or check(KEYS[3], 'zset')
-  or check_registry(KEYS[4])
 if err then return err end
+if REGISTRY then
+  err = check_registry(REGISTRY)
+  if err then return err end
+end
 for i = 6, #ARGV, 3 do
   if ARGV[i + 2] == '1' then redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1])
   else redis.call('HSETNX', KEYS[1], ARGV[i], ARGV[i + 1]) end
 end
 redis.call('ZADD', KEYS[2], score, 'w' .. cid)
 redis.call('ZADD', KEYS[3], score, n)
-redis.call('ZADD', KEYS[4], score, t)
+if REGISTRY then redis.call('ZADD', REGISTRY, score, t) end
 if ttl > 0 then
   redis.call('PEXPIRE', KEYS[1], ttl)
   redis.call('PEXPIRE', KEYS[2], ttl)
   redis.call('PEXPIRE', KEYS[3], ttl)
-  redis.call('PEXPIRE', KEYS[5], ttl)
+  redis.call('PEXPIRE', KEYS[4], ttl)
 end
 return 1
 """
 
 GET = r"""
--- KEYS: idx, keys, ns, registry
+-- KEYS: idx, keys, ns, [registry]
 -- ARGV: cid ('' = newest), N, cp_prefix, wr_prefix, blob_prefix, refresh ttl_ms, score, T
 local cid, n = ARGV[1], ARGV[2]
-local err = check(KEYS[1], 'zset') or check_registry(KEYS[4])
+REGISTRY = KEYS[4]
+local err = check(KEYS[1], 'zset')
 if err then return err end
+if REGISTRY then
+  err = check_registry(REGISTRY)
+  if err then return err end
+end
 local payload
 if cid == '' then
   cid, payload, err = latest(KEYS[1], ARGV[3], n)
@@ -289,13 +328,13 @@ if ttl > 0 then
   redis.call('PEXPIRE', KEYS[2], ttl)
   redis.call('PEXPIRE', KEYS[3], ttl)
   redis.call('ZADD', KEYS[3], 'XX', score, n)
-  redis.call('ZADD', KEYS[4], 'XX', score, ARGV[8])
+  if REGISTRY then redis.call('ZADD', REGISTRY, 'XX', score, ARGV[8]) end
 end
 return entry
 """
 
 LIST = r"""
--- KEYS: ns, registry
+-- KEYS: ns, [registry]
 -- ARGV: cp_prefix, wr_prefix, blob_prefix, idx_prefix, before, limit, only_cid, resume,
 --       then the namespaces to walk in order (none: every namespace in the ns zset)
 -- Returns {namespaces walked, {N, entry}...}, newest first per namespace. `before` and
@@ -303,8 +342,10 @@ LIST = r"""
 -- `resume` ('' = none) to the first one only, so a caller can page on.
 local before, limit, only, resume = ARGV[5], tonumber(ARGV[6]), ARGV[7], ARGV[8]
 local nss = {}
-local legacy = check_registry(KEYS[2])
-if legacy then return legacy end
+if KEYS[2] then
+  local legacy = check_registry(KEYS[2])
+  if legacy then return legacy end
+end
 if #ARGV < 9 then
   local err = check(KEYS[1], 'zset')
   if err then return err end
@@ -350,23 +391,26 @@ return {nss, out}
 DELETE_THREAD = (
     _PREFIXES
     + r"""
--- KEYS: ns, registry; ARGV: T, then the prefix table
+-- KEYS: ns, [registry]; ARGV: T, then the prefix table
 local t = ARGV[1]
-local err = check(KEYS[1], 'zset') or check_registry(KEYS[2])
+REGISTRY = KEYS[2]
+local err = check(KEYS[1], 'zset') or (REGISTRY and check_registry(REGISTRY))
 if err then return err end
 for _, n in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do delete_timeline(t, n, p) end
 redis.call('DEL', KEYS[1])
-redis.call('ZREM', KEYS[2], t)
-return 1
+EMPTIED = 1
+if REGISTRY then redis.call('ZREM', REGISTRY, t) end
+return outcome()
 """
 )
 
 PRUNE_KEEP_LATEST = (
     _PREFIXES
     + r"""
--- KEYS: ns, registry; ARGV: T, then the prefix table
+-- KEYS: ns, [registry]; ARGV: T, then the prefix table
 local t = ARGV[1]
-local err = check(KEYS[1], 'zset') or check_registry(KEYS[2])
+REGISTRY = KEYS[2]
+local err = check(KEYS[1], 'zset') or (REGISTRY and check_registry(REGISTRY))
 if err then return err end
 for _, n in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do
   local keep = latest(p.idx .. n, p.cp, n)
@@ -381,17 +425,18 @@ for _, n in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do
   end
   if collect_garbage(t, n, p) then redis.call('ZREM', KEYS[1], n) end
 end
-drop_empty_thread(KEYS[1], KEYS[2], t)
-return 1
+drop_empty_thread(KEYS[1], t)
+return outcome()
 """
 )
 
 REMOVE_CHECKPOINTS = (
     _PREFIXES
     + r"""
--- KEYS: ns, registry; ARGV: T, the prefix table, then pairs N, checkpoint id
+-- KEYS: ns, [registry]; ARGV: T, the prefix table, then pairs N, checkpoint id
 local t = ARGV[1]
-local err = check(KEYS[1], 'zset') or check_registry(KEYS[2])
+REGISTRY = KEYS[2]
+local err = check(KEYS[1], 'zset') or (REGISTRY and check_registry(REGISTRY))
 if err then return err end
 local touched = {}
 for i = 8, #ARGV, 2 do
@@ -402,8 +447,8 @@ end
 for n in pairs(touched) do
   if collect_garbage(t, n, p) then redis.call('ZREM', KEYS[1], n) end
 end
-drop_empty_thread(KEYS[1], KEYS[2], t)
-return 1
+drop_empty_thread(KEYS[1], t)
+return outcome()
 """
 )
 
@@ -434,11 +479,13 @@ return out
 IMPORT_THREAD = (
     _PREFIXES
     + r"""
--- KEYS: ns, registry; ARGV: T, the prefix table, ttl_ms, score, then per namespace:
+-- KEYS: ns, [registry]; ARGV: T, the prefix table, ttl_ms, score, then per namespace:
 --   N, item count, then per item: member, value count, values (a writes item carries
---   field/value pairs; others one value)
+--   field/value pairs; others one value). Without the registry (a cluster), the client
+--   adds the registry entry and run-set members itself.
 local t, ttl, score = ARGV[1], tonumber(ARGV[8]), ARGV[9]
-local err = check(KEYS[1], 'zset') or check_registry(KEYS[2])
+REGISTRY = KEYS[2]
+local err = check(KEYS[1], 'zset') or (REGISTRY and check_registry(REGISTRY))
 if err then return err end
 local i = 10
 while i <= #ARGV do
@@ -453,7 +500,9 @@ while i <= #ARGV do
       redis.call('SET', key, ARGV[i + 2])
       redis.call('ZADD', p.idx .. n, 0, rest)
       local run = header(ARGV[i + 2])
-      if run ~= '' then redis.call('SADD', p.run .. run, t .. ':' .. n .. ':' .. rest) end
+      if run ~= '' and REGISTRY then
+        redis.call('SADD', p.run .. run, t .. ':' .. n .. ':' .. rest)
+      end
     elseif kind == 'w' then
       key = p.wr .. n .. ':' .. rest
       for j = i + 2, i + 1 + nvals, 2 do redis.call('HSET', key, ARGV[j], ARGV[j + 1]) end
@@ -472,7 +521,7 @@ while i <= #ARGV do
   end
 end
 if redis.call('EXISTS', KEYS[1]) == 1 then
-  redis.call('ZADD', KEYS[2], score, t)
+  if REGISTRY then redis.call('ZADD', REGISTRY, score, t) end
   if ttl > 0 then redis.call('PEXPIRE', KEYS[1], ttl) end
 end
 return 1

@@ -4,18 +4,20 @@ from __future__ import annotations
 
 from typing import Any, NoReturn
 
-from ._core import Eval
+from ._core import Eval, Scan
 from ._scripts import SCRIPTS
 
 __all__ = ["validate_client", "wire_args", "wrong_side"]
 
 
-def wire_args(command: Eval | tuple[Any, ...], fallback: bool = False) -> tuple[Any, ...]:
+def wire_args(command: Eval | Scan | tuple[Any, ...], fallback: bool = False) -> tuple[Any, ...]:
     """The arguments to send for one planned command.
 
     A script goes as EVALSHA, or as EVAL with its source when `fallback` is set
     (the server has not cached it yet).
     """
+    if isinstance(command, Scan):
+        raise TypeError("a Scan runs alone in its plan, through the client's scan_iter")
     if not isinstance(command, Eval):
         return command
     script = SCRIPTS[command.script]

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import functools
+import threading
+import time
 from collections.abc import AsyncIterator, Generator, Iterator, Sequence
 from types import TracebackType
 from typing import Any, TypeVar
@@ -17,9 +19,24 @@ from langgraph.checkpoint.base import (
     CheckpointTuple,
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
-from redis.exceptions import NoScriptError, ResponseError
+from redis.cluster import RedisCluster
+from redis.exceptions import (
+    ClusterError,
+    NoPermissionError,
+    NoScriptError,
+    ResponseError,
+    TryAgainError,
+)
 
-from ._core import Plan, SaverCore, Step, translate_error
+from ._core import (
+    CLUSTER_RETRY_DELAYS,
+    Plan,
+    SaverCore,
+    Scan,
+    Step,
+    slot_is_moving,
+    translate_error,
+)
 from ._shell import validate_client, wire_args, wrong_side
 
 __all__ = ["RedisSaver"]
@@ -38,8 +55,8 @@ class RedisSaver(SaverCore, BaseCheckpointSaver[str]):
 
     Args:
         url: Redis URL, e.g. ``redis://127.0.0.1:6379/0`` (``rediss://`` for TLS).
-        client: A `redis.Redis` to reuse instead; the other connection arguments are
-            ignored and `close` leaves it open.
+        client: A `redis.Redis` or `redis.cluster.RedisCluster` to reuse instead; the other
+            connection arguments are ignored and `close` leaves it open.
         prefix: Namespace of every key, without a trailing ``:``.
         ttl: Seconds a thread lives after its last write; None keeps it forever.
         serde: Serializer for checkpoints and writes (LangGraph's JsonPlusSerializer
@@ -47,6 +64,9 @@ class RedisSaver(SaverCore, BaseCheckpointSaver[str]):
         refresh_on_read: Also refresh the TTL of what `get_tuple` reads.
         compress: zlib-compress channel values of 512 bytes or more when that saves
             an eighth; readers handle both forms whatever this is set to.
+        cluster: Whether `url` names a Redis Cluster (or Valkey cluster) node; None asks
+            the server (`INFO cluster`) on first use. A passed-in client is a cluster
+            client when it is a `RedisCluster`.
         protocol: RESP version for a client built from `url`: 2 works on every
             server from Redis 5; 3 needs Redis 6+.
         **connection_kwargs: Passed to `redis.Redis.from_url`.
@@ -56,31 +76,58 @@ class RedisSaver(SaverCore, BaseCheckpointSaver[str]):
         self,
         url: str | None = None,
         *,
-        client: redis.Redis | None = None,
+        client: redis.Redis | RedisCluster | None = None,
         prefix: str = "lg",
         ttl: float | None = None,
         serde: SerializerProtocol | None = None,
         refresh_on_read: bool = False,
         compress: bool = True,
+        cluster: bool | None = None,
         protocol: int = 2,
         **connection_kwargs: Any,
     ) -> None:
         super().__init__(serde=serde)
         self._init_core(prefix, ttl, refresh_on_read, compress)
+        self._connect = {"protocol": protocol, **connection_kwargs}
+        self._url = url or ""
+        self._detect_lock = threading.Lock()
         if client is not None:
             validate_client(client, "RedisSaver", "sync")
             self._client, self._owns_client = client, False
+            self._cluster = isinstance(client, RedisCluster)
+            self._known = True
         elif url is not None:
-            self._client = redis.Redis.from_url(url, protocol=protocol, **connection_kwargs)
             self._owns_client = True
+            self._cluster = bool(cluster)
+            self._client = self._new_client()
+            self._known = cluster is not None
         else:
             raise ValueError(
                 "RedisSaver needs a server: pass url='redis://127.0.0.1:6379/0' "
                 "or client=redis.Redis(...)"
             )
 
+    def _new_client(self) -> Any:
+        factory = RedisCluster if self._cluster else redis.Redis
+        return factory.from_url(self._url, **self._connect)
+
+    def _learn_topology(self) -> None:
+        """Asks the server once whether it is a cluster node, and switches client if so."""
+        with self._detect_lock:
+            if self._known:
+                return
+            try:
+                enabled = bool(self._client.info("cluster").get("cluster_enabled"))
+            except NoPermissionError:
+                enabled = False  # a user without INFO: pass cluster= to choose
+            if enabled:
+                self._client.close()
+                self._cluster = True
+                self._client = self._new_client()
+            self._known = True
+
     @property
-    def client(self) -> redis.Redis:
+    def client(self) -> Any:
         """The Redis client the saver uses."""
         return self._client
 
@@ -103,14 +150,28 @@ class RedisSaver(SaverCore, BaseCheckpointSaver[str]):
     # -- running plans -------------------------------------------------------------------
 
     def _send(self, plan: Plan, fallback: bool) -> list[Any]:
+        if len(plan) == 1 and isinstance(plan[0], Scan):
+            return [list(self._client.scan_iter(match=plan[0].pattern, count=1000))]
         if len(plan) == 1:
             return [self._client.execute_command(*wire_args(plan[0], fallback))]  # type: ignore[no-untyped-call]
         pipe = self._client.pipeline(transaction=False)
         for cmd in plan:
-            pipe.execute_command(*wire_args(cmd, fallback))  # type: ignore[no-untyped-call]
+            pipe.execute_command(*wire_args(cmd, fallback))
         return pipe.execute()
 
     def _run(self, plan: Plan) -> list[Any]:
+        if not self._cluster:
+            return self._run_once(plan)
+        for delay in CLUSTER_RETRY_DELAYS:
+            try:
+                return self._run_once(plan)
+            except (TryAgainError, ClusterError, ResponseError) as error:
+                if not isinstance(error, TryAgainError) and not slot_is_moving(error):
+                    raise
+                time.sleep(delay)
+        return self._run_once(plan)
+
+    def _run_once(self, plan: Plan) -> list[Any]:
         try:
             try:
                 return self._send(plan, fallback=False)
@@ -125,6 +186,8 @@ class RedisSaver(SaverCore, BaseCheckpointSaver[str]):
             raise mapped from None
 
     def _drive(self, steps: Generator[Step, list[Any], T]) -> T:
+        if not self._known:
+            self._learn_topology()
         reply: Any = None
         while True:
             try:
@@ -148,6 +211,8 @@ class RedisSaver(SaverCore, BaseCheckpointSaver[str]):
         limit: int | None = None,
     ) -> Iterator[CheckpointTuple]:
         """Yields checkpoints newest first; `config=None` walks every thread."""
+        if not self._known:
+            self._learn_topology()
         steps = self._list_steps(config, filter=filter, before=before, limit=limit)
         reply: Any = None
         while True:

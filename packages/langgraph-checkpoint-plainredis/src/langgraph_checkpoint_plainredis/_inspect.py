@@ -1,0 +1,428 @@
+"""What `plainredis` reads and deletes: threads, history, one checkpoint, memory per thread.
+
+Checkpoints are read and deleted through `RedisSaver`; every key is named by `KeySpace`,
+so nothing here knows the separator. Members of a timeline's ``keys`` zset are
+``c<checkpoint id>``, ``w<checkpoint id>`` and ``b<blob suffix>`` (see `_scripts`).
+Nothing prints: callers get data and, for long walks, progress callbacks.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import datetime
+import enum
+import math
+import uuid
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import redis
+from langchain_core.messages import BaseMessage
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import CheckpointTuple
+from redis.cluster import RedisCluster
+from redis.exceptions import NoPermissionError
+
+from ._errors import LegacyKeyspaceError, WrongTypeError
+from ._keys import ThreadKeys, unescape
+from ._sync import RedisSaver
+
+__all__ = [
+    "Inspector",
+    "HistoryEntry",
+    "Progress",
+    "ThreadInfo",
+    "ThreadUsage",
+    "Usage",
+    "describe",
+    "jsonable",
+]
+
+# Called as progress(phase, done, total); total is None while it is unknown (SCAN).
+Progress = Callable[[str, int, int | None], None]
+
+_PAGE = 500  # registry members per round trip
+_BATCH = 1000  # commands per pipeline
+
+
+def _s(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+@dataclass(frozen=True)
+class ThreadInfo:
+    """One registry entry: a thread, its namespaces and how many checkpoints it holds."""
+
+    thread_id: str
+    namespaces: tuple[str, ...]
+    checkpoints: int
+    expires_ms: float | None  # epoch ms; None: no TTL
+
+
+@dataclass(frozen=True)
+class HistoryEntry:
+    """One checkpoint of a thread's history."""
+
+    checkpoint_id: str
+    ts: str
+    step: int | None
+    source: str | None
+    parent_id: str | None
+    writes: int
+
+
+@dataclass(frozen=True)
+class ThreadUsage:
+    """Keys and bytes (``MEMORY USAGE``) one thread holds."""
+
+    thread_id: str
+    namespaces: int
+    checkpoints: int
+    keys: int
+    bytes: int
+
+
+@dataclass
+class Usage:
+    """What `Inspector.usage` found.
+
+    `run_keys`, `run_bytes` and `orphans` are only known after a SCAN (`scanned`).
+    """
+
+    threads: list[ThreadUsage]
+    registry_bytes: int | None  # None: no registry (a cluster keeps none)
+    scanned: bool
+    cluster: bool = False
+    run_keys: int = 0
+    run_bytes: int = 0
+    orphans: list[tuple[str, int]] = field(default_factory=list)
+
+
+def jsonable(value: Any, _seen: frozenset[int] = frozenset()) -> Any:
+    """Turns a decoded channel value into something `json.dumps` accepts.
+
+    LangChain messages become ``{"type", "content", "id", ...}`` (fields left at their
+    defaults omitted); dataclasses and pydantic models become objects; objects it does
+    not know become their `repr`.
+    """
+    if value is None or isinstance(value, (bool, int, str)):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else repr(value)
+    if id(value) in _seen:
+        return f"<cycle: {type(value).__name__}>"
+    seen = _seen | {id(value)}
+    if isinstance(value, BaseMessage):
+        return _message(value, seen)
+    if isinstance(value, Mapping):
+        return {str(k): jsonable(v, seen) for k, v in value.items()}
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return [jsonable(v, seen) for v in value]
+    if isinstance(value, (bytes, bytearray)):
+        return "base64:" + base64.b64encode(bytes(value)).decode()
+    if isinstance(value, (datetime.datetime, datetime.date, datetime.time)):
+        return value.isoformat()
+    if isinstance(value, uuid.UUID):
+        return str(value)
+    if isinstance(value, enum.Enum):
+        return jsonable(value.value, seen)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        fields = {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
+        return jsonable(fields, seen)
+    dump = getattr(value, "model_dump", None)
+    if callable(dump):
+        try:
+            return jsonable(dump(), seen)
+        except Exception:  # a model that cannot dump itself is shown as its repr
+            pass
+    return repr(value)
+
+
+def _message(message: BaseMessage, seen: frozenset[int]) -> dict[str, Any]:
+    fields = message.model_dump()
+    out: dict[str, Any] = {
+        "type": message.type,
+        "content": jsonable(message.content, seen),
+        "id": message.id,
+    }
+    for name, value in fields.items():
+        if name in out or value in (None, "", [], {}) or value is False:
+            continue
+        out[name] = jsonable(value, seen)
+    return out
+
+
+def describe(tup: CheckpointTuple) -> dict[str, Any]:
+    """One checkpoint as a JSON-able document: ids, parent, metadata, values, writes."""
+    conf = tup.config["configurable"]
+    checkpoint = dict(tup.checkpoint)
+    values = checkpoint.pop("channel_values", None) or {}
+    parent = (tup.parent_config or {}).get("configurable", {}).get("checkpoint_id")
+    return {
+        "thread_id": conf["thread_id"],
+        "checkpoint_ns": conf.get("checkpoint_ns", ""),
+        "checkpoint_id": conf["checkpoint_id"],
+        "parent_checkpoint_id": parent,
+        "metadata": jsonable(tup.metadata),
+        "checkpoint": jsonable(checkpoint),
+        "channel_values": jsonable(values),
+        "pending_writes": [
+            {"task_id": task_id, "channel": channel, "value": jsonable(value)}
+            for task_id, channel, value in tup.pending_writes or ()
+        ],
+    }
+
+
+class Inspector:
+    """Reads a keyspace for people: through `saver`, with keys named by its `KeySpace`.
+
+    Threads are found in the registry on a standalone server, and by SCAN over the
+    namespace keys on a cluster, which keeps no registry.
+    """
+
+    def __init__(self, saver: RedisSaver, *, owns_client: bool = False) -> None:
+        self.saver = saver
+        self.keyspace = saver.keyspace
+        self.client: Any = saver.client
+        self.cluster = isinstance(self.client, RedisCluster)
+        self._owns_client = owns_client
+
+    @classmethod
+    def connect(cls, url: str, prefix: str, **connection: Any) -> Inspector:
+        """An inspector on its own client: a `RedisCluster` when `url` names a cluster node.
+
+        Raises:
+            ValueError: redis-py cannot parse `url`.
+        """
+        probe = redis.Redis.from_url(url, protocol=2, **connection)
+        try:
+            try:
+                cluster = bool(probe.info("cluster").get("cluster_enabled"))
+            except NoPermissionError:
+                cluster = False  # a user without INFO: standalone, as the savers assume
+        finally:
+            probe.close()
+        factory: Any = RedisCluster if cluster else redis.Redis
+        client = factory.from_url(url, protocol=2, **connection)
+        return cls(RedisSaver(client=client, prefix=prefix), owns_client=True)
+
+    def close(self) -> None:
+        """Closes the client when `connect` made it."""
+        if self._owns_client:
+            self.client.close()
+
+    def __enter__(self) -> Inspector:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def _check_registry(self) -> None:
+        key = self.keyspace.threads
+        found = _s(self.client.type(key))
+        if found == "hash":
+            raise LegacyKeyspaceError(self.keyspace.prefix)
+        if found not in ("zset", "none"):
+            raise WrongTypeError(key, found, "zset")
+
+    def _pipeline(self, commands: Sequence[tuple[Any, ...]]) -> list[Any]:
+        """Runs `commands`, `_BATCH` per round trip, and returns every reply."""
+        replies: list[Any] = []
+        for start in range(0, len(commands), _BATCH):
+            pipe = self.client.pipeline(transaction=False)
+            for command in commands[start : start + _BATCH]:
+                pipe.execute_command(*command)
+            replies.extend(pipe.execute())
+        return replies
+
+    def _thread_pages(self) -> tuple[int, Iterator[list[ThreadKeys]]]:
+        """How many threads there are, and the threads in pages of `_PAGE`."""
+        self._check_registry()
+        if self.cluster:
+            found = [
+                self.keyspace.thread_from_ns_key(_s(key))
+                for key in self.client.scan_iter(match=self.keyspace.ns_pattern, count=1000)
+            ]
+            pages = (found[i : i + _PAGE] for i in range(0, len(found), _PAGE))
+            return len(found), pages
+        return int(self.client.zcard(self.keyspace.threads)), self._registry_pages()
+
+    def _registry_pages(self) -> Iterator[list[ThreadKeys]]:
+        start = 0
+        while True:
+            page = self.client.zrange(self.keyspace.threads, start, start + _PAGE - 1)
+            if not page:
+                return
+            start += len(page)
+            yield [self.keyspace.thread_from_component(_s(m)) for m in page]
+
+    def _namespaces(self, threads: Sequence[ThreadKeys]) -> list[list[tuple[str, float]]]:
+        """Each thread's (unescaped) namespaces with their expiry scores; one round trip."""
+        replies = self._pipeline([("ZRANGE", tk.ns, 0, -1, "WITHSCORES") for tk in threads])
+        return [
+            [(unescape(_s(flat[i])), float(flat[i + 1])) for i in range(0, len(flat), 2)]
+            for flat in replies
+        ]
+
+    def threads(self) -> Iterator[ThreadInfo]:
+        """Every thread, with its namespaces, checkpoint count and expiry."""
+        _, pages = self._thread_pages()
+        for tks in pages:
+            namespaces = self._namespaces(tks)
+            pairs = [(i, ns) for i, nss in enumerate(namespaces) for ns, _ in nss]
+            counts = self._pipeline([("ZCARD", tks[i].idx(ns)) for i, ns in pairs])
+            per_thread = [0] * len(tks)
+            for (i, _), count in zip(pairs, counts, strict=True):
+                per_thread[i] += int(count)
+            for tk, nss, count in zip(tks, namespaces, per_thread, strict=True):
+                # A namespace's score is when it expires (inf: never); none left: expired.
+                latest = max((score for _, score in nss), default=0.0)
+                expires = None if math.isinf(latest) else latest
+                yield ThreadInfo(tk.thread_id, tuple(ns for ns, _ in nss), count, expires)
+
+    def checkpoint_count(self, thread_id: str) -> tuple[int, int]:
+        """``(namespaces, checkpoints)`` of one thread; ``(0, 0)`` when it has no keys."""
+        tk = self.keyspace.thread(thread_id)
+        (namespaces,) = self._namespaces([tk])
+        counts = self._pipeline([("ZCARD", tk.idx(ns)) for ns, _ in namespaces])
+        return len(namespaces), sum(int(c) for c in counts)
+
+    def history(self, thread_id: str, ns: str, limit: int | None) -> Iterator[HistoryEntry]:
+        """The checkpoints of one (thread, namespace), newest first."""
+        config: RunnableConfig = {"configurable": {"thread_id": thread_id, "checkpoint_ns": ns}}
+        for tup in self.saver.list(config, limit=limit):
+            parent = (tup.parent_config or {}).get("configurable", {}).get("checkpoint_id")
+            yield HistoryEntry(
+                checkpoint_id=tup.checkpoint["id"],
+                ts=tup.checkpoint.get("ts", ""),
+                step=tup.metadata.get("step"),
+                source=tup.metadata.get("source"),
+                parent_id=parent,
+                writes=len(tup.pending_writes or ()),
+            )
+
+    def show(self, thread_id: str, ns: str, checkpoint_id: str | None) -> dict[str, Any] | None:
+        """One checkpoint (the newest when `checkpoint_id` is None), as `describe` gives it."""
+        conf: dict[str, Any] = {"thread_id": thread_id, "checkpoint_ns": ns}
+        if checkpoint_id:
+            conf["checkpoint_id"] = checkpoint_id
+        tup = self.saver.get_tuple({"configurable": conf})
+        return None if tup is None else describe(tup)
+
+    def delete(self, thread_id: str) -> None:
+        """Deletes every key of one thread."""
+        self.saver.delete_thread(thread_id)
+
+    def prune(self, thread_ids: Sequence[str], strategy: str) -> None:
+        """`RedisSaver.prune` with `strategy` ``keep_latest`` or ``delete``."""
+        self.saver.prune(thread_ids, strategy=strategy)
+
+    def _thread_keys(
+        self, threads: Sequence[ThreadKeys], namespaces: Sequence[Sequence[str]]
+    ) -> list[tuple[list[str], int]]:
+        """Every key each thread's indexes reach, and its checkpoint count; one round trip."""
+        pairs = [(tk, ns) for tk, nss in zip(threads, namespaces, strict=True) for ns in nss]
+        index = self._pipeline(
+            [cmd for tk, ns in pairs for cmd in (("ZRANGE", tk.idx(ns), 0, -1),
+                                                 ("ZRANGE", tk.keys(ns), 0, -1))]
+        )  # fmt: skip
+        found: dict[str, tuple[list[str], list[int]]] = {
+            tk.component: ([tk.ns], [0]) for tk in threads
+        }
+        for i, (tk, ns) in enumerate(pairs):
+            keys, checkpoints = found[tk.component]
+            ids, members = index[2 * i], index[2 * i + 1]
+            checkpoints[0] += len(ids)
+            keys += [tk.idx(ns), tk.keys(ns), *(tk.cp(ns, _s(c)) for c in ids)]
+            for raw in members:
+                member = _s(raw)
+                kind, rest = member[:1], member[1:]
+                if kind == "c":
+                    keys.append(tk.cp(ns, rest))
+                elif kind == "w":
+                    keys.append(tk.wr(ns, rest))
+                elif kind == "b":
+                    keys.append(tk.blob_at(ns, rest))
+        return [
+            (list(dict.fromkeys(found[tk.component][0])), found[tk.component][1][0])
+            for tk in threads
+        ]
+
+    def _memory(self, keys: Sequence[str | bytes]) -> list[int | None]:
+        """``MEMORY USAGE`` of each key (None: it does not exist)."""
+        # SAMPLES 0 measures every element of a hash or zset, not an estimate from five.
+        if not self.cluster:
+            replies = self._pipeline([("MEMORY", "USAGE", k, "SAMPLES", 0) for k in keys])
+            return [None if r is None else int(r) for r in replies]
+        # redis-py cannot tell which key MEMORY USAGE names on Redis 5/6 (their COMMAND
+        # reply lists none), so a cluster pipeline would send it anywhere: send each key
+        # to the node that serves its slot.
+        by_node: dict[str, tuple[Any, list[int]]] = {}
+        for i, key in enumerate(keys):
+            node = self.client.get_node_from_key(key)
+            by_node.setdefault(node.name, (node, []))[1].append(i)
+        sizes: list[int | None] = [None] * len(keys)
+        for node, positions in by_node.values():
+            connection = self.client.get_redis_connection(node)
+            for start in range(0, len(positions), _BATCH):
+                batch = positions[start : start + _BATCH]
+                pipe = connection.pipeline(transaction=False)
+                for i in batch:
+                    pipe.execute_command("MEMORY", "USAGE", keys[i], "SAMPLES", 0)
+                for i, reply in zip(batch, pipe.execute(), strict=True):
+                    sizes[i] = None if reply is None else int(reply)
+        return sizes
+
+    def usage(self, *, scan: bool = False, progress: Progress | None = None) -> Usage:
+        """``MEMORY USAGE`` summed per thread over every key its indexes reach.
+
+        With `scan`, the prefix is first walked with SCAN (never KEYS), so run sets and
+        keys no thread reaches (orphans) are counted too. SCAN runs before the thread
+        walk: a key written meanwhile is not mistaken for an orphan, and one deleted
+        meanwhile no longer exists when it is measured and is left out.
+        """
+        report = progress or (lambda phase, done, total: None)
+        scanned: set[bytes] = set()
+        if scan:
+            for key in self.client.scan_iter(match=self.keyspace.pattern, count=1000):
+                scanned.add(key)
+                if len(scanned) % 1000 == 0:
+                    report("scan", len(scanned), None)
+            report("scan", len(scanned), None)
+        total, pages = self._thread_pages()
+        threads: list[ThreadUsage] = []
+        reached: set[bytes] = {self.keyspace.threads.encode()}
+        report("threads", 0, total)
+        for tks in pages:
+            namespaces = [[ns for ns, _ in nss] for nss in self._namespaces(tks)]
+            found = self._thread_keys(tks, namespaces)
+            sizes = self._memory([key for keys, _ in found for key in keys])
+            at = 0
+            for tk, nss, (keys, checkpoints) in zip(tks, namespaces, found, strict=True):
+                present = [s for s in sizes[at : at + len(keys)] if s is not None]
+                at += len(keys)
+                reached.update(k.encode() for k in keys)
+                threads.append(
+                    ThreadUsage(tk.thread_id, len(nss), checkpoints, len(present), sum(present))
+                )
+            report("threads", len(threads), max(total, len(threads)))
+        (registry_bytes,) = self._memory([self.keyspace.threads])
+        result = Usage(threads, registry_bytes, scan, self.cluster)
+        if scan:
+            run_prefix = self.keyspace.run_prefix.encode()
+            rest = sorted(scanned - reached)
+            measured: list[int | None] = []
+            for start in range(0, len(rest), _BATCH):
+                measured += self._memory(rest[start : start + _BATCH])
+                report("orphans", len(measured), len(rest))
+            for key, size in zip(rest, measured, strict=True):
+                if size is None:
+                    continue  # gone since the SCAN
+                if key.startswith(run_prefix):
+                    result.run_keys += 1
+                    result.run_bytes += size
+                else:
+                    result.orphans.append((key.decode(errors="replace"), size))
+        return result

@@ -1,0 +1,137 @@
+"""Redis Cluster specifics: one slot per thread, and a live slot migration."""
+
+from __future__ import annotations
+
+import subprocess
+import threading
+import uuid
+from typing import Annotated, Any, TypedDict
+
+import pytest
+from langchain_core.messages import AIMessage, HumanMessage
+from langgraph.graph import START, StateGraph
+from langgraph.graph.message import add_messages
+from redis.cluster import RedisCluster
+
+from agentstate_testkit.servers import cluster_cli, start_cluster
+from langgraph_checkpoint_plainredis import AsyncRedisSaver, RedisSaver
+
+
+class State(TypedDict):
+    messages: Annotated[list[Any], add_messages]
+
+
+def reply(state: State) -> dict[str, Any]:
+    return {"messages": [AIMessage(content=f"echo: {state['messages'][-1].content}")]}
+
+
+def graph(saver: Any) -> Any:
+    return (
+        StateGraph(State)
+        .add_node("reply", reply)
+        .add_edge(START, "reply")
+        .compile(checkpointer=saver)
+    )
+
+
+@pytest.mark.parametrize("thread", ["user-42:session-7", "{braces}", "", "用户"])
+def test_every_key_of_a_thread_lands_in_one_slot(server_pool: Any, thread: str) -> None:
+    url = server_pool.get("redis-7-cluster")
+    prefix = f"slot:{uuid.uuid4().hex[:8]}"
+    with RedisSaver(url, prefix=prefix) as saver:
+        app = graph(saver)
+        config = {"configurable": {"thread_id": thread}}
+        for turn in range(3):
+            app.invoke({"messages": [HumanMessage(f"q{turn}")]}, config)
+        client = saver.client
+        assert isinstance(client, RedisCluster)  # detected on first use
+        keys = [k for k in client.scan_iter(match=f"{prefix}:*") if b":run:" not in k]
+        slots = {client.keyslot(k) for k in keys}
+        assert len(keys) > 5 and len(slots) == 1
+        assert [t.config["configurable"]["thread_id"] for t in saver.list(None, limit=1)] == [
+            thread
+        ]
+
+
+async def test_cluster_is_detected_from_a_node_url(server_pool: Any) -> None:
+    url = server_pool.get("valkey-cluster")
+    async with AsyncRedisSaver(url, prefix=f"detect:{uuid.uuid4().hex[:8]}") as saver:
+        config = {"configurable": {"thread_id": "t"}}
+        assert await saver.aget_tuple(config) is None
+        assert type(saver.client).__module__ == "redis.asyncio.cluster"
+
+
+def _node_of(client: RedisCluster, key: str) -> tuple[str, str]:
+    """The id and address of the master that serves `key`."""
+    node = client.get_node_from_key(key)
+    node_id = client.cluster_myid(node)
+    return (node_id.decode() if isinstance(node_id, bytes) else node_id), f"{node.host}:{node.port}"
+
+
+@pytest.mark.parametrize("kind", ["redis-5-cluster", "redis-7-cluster"])
+def test_a_thread_survives_its_slot_moving_to_another_node_mid_run(kind: str) -> None:
+    with start_cluster(kind) as cluster, RedisSaver(cluster.url, prefix="x", cluster=True) as saver:
+        client = saver.client
+        # A thread in one of the first slots of node 0 (slots 0-5460): `reshard` moves a
+        # node's slots in ascending order, so moving 64 slots moves this thread.
+        thread = next(
+            f"moving-{i}"
+            for i in range(100_000)
+            if client.keyslot(saver.keyspace.thread(f"moving-{i}").ns) < 48
+        )
+        tk = saver.keyspace.thread(thread)
+        app = graph(saver)
+        config = {"configurable": {"thread_id": thread}}
+        app.invoke({"messages": [HumanMessage("q-start")]}, config)
+        source_id, source = _node_of(client, tk.ns)
+        assert source == f"127.0.0.1:{cluster.nodes[0].port}"
+        target = cluster.nodes[1]
+        target_id = client.cluster_myid(client.get_node("127.0.0.1", target.port))
+        target_id = target_id.decode() if isinstance(target_id, bytes) else target_id
+        turns: list[int] = []
+        errors: list[BaseException] = []
+        stop = threading.Event()
+
+        def chat() -> None:
+            try:
+                n = 0
+                while not stop.is_set() or n < 5:
+                    app.invoke({"messages": [HumanMessage(f"q{n}")]}, config)
+                    turns.append(n)
+                    n += 1
+            except BaseException as error:  # reported below, with the reshard's output
+                errors.append(error)
+
+        worker = threading.Thread(target=chat)
+        worker.start()
+        moved = subprocess.run(
+            [
+                str(cluster_cli()),
+                "--cluster",
+                "reshard",
+                source,
+                "--cluster-from",
+                source_id,
+                "--cluster-to",
+                target_id,
+                "--cluster-slots",
+                "64",
+                "--cluster-yes",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        stop.set()
+        worker.join(120)
+        assert moved.returncode == 0, moved.stdout[-2000:] + moved.stderr[-2000:]
+        assert not errors, [f"{type(e).__name__}: {e}" for e in errors]
+        # The thread now lives on the target node, and nothing was lost on the way.
+        assert _node_of(client, tk.ns)[0] == target_id
+        history = list(saver.list(config))
+        assert len(history) == 3 * (len(turns) + 1)
+        for snapshot in history:
+            assert saver.get_tuple(snapshot.config) is not None
+        messages = [m.content for m in app.get_state(config).values["messages"]]
+        assert messages[0] == "q-start" and messages[-1] == f"echo: q{turns[-1]}"
+        assert len(messages) == 2 * (len(turns) + 1)
