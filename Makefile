@@ -51,7 +51,9 @@ demo: sync  ## a chat graph on plain Redis with a bounded window (REDIS_URL=... 
 	$(RUN) python examples/demo.py
 
 .PHONY: bench
-bench: sync  ## benchmarks, side by side in one run: results in bench/results/
+bench: sync  ## benchmarks, side by side in one run: Markdown and plots in bench/results/
+	$(RUN) python bench/bench_savers.py $(BENCH_ARGS)
+	$(RUN) python bench/bench_storage.py
 	$(RUN) python bench/bench_reducer.py
 
 .PHONY: build

@@ -130,6 +130,7 @@ async def test_per_thread_operations_ignore_other_threads(
             [t async for t in saver.alist(cfg("mine"), limit=3)]
             [t async for t in saver.alist({"configurable": {"thread_id": "mine"}}, limit=3)]
             await saver.adelete_thread(f"unknown-{uuid.uuid4()}")
+        assert len(counter.commands) == 4  # one script call per operation
         registry = KeySpace(prefix).threads.encode()
         touched = [c for c in counter.commands if registry in [_b(a) for a in c]]
         # Scripts name the registry only to touch one member (ZREM, ZADD XX): O(log n).

@@ -114,9 +114,9 @@ def _counting_connection(base: type, counter: RoundTrips) -> type:
             counter.commands.extend(tuple(c) for c in commands)
             return super().pack_commands(commands)
 
-        def pack_command(self, *args: Any) -> Any:
+        def send_command(self, *args: Any, **kwargs: Any) -> Any:
             counter.commands.append(args)
-            return super().pack_command(*args)
+            return super().send_command(*args, **kwargs)
 
         def send_packed_command(self, command: Any, check_health: bool = True) -> Any:
             counter.round_trips += 1
@@ -131,9 +131,9 @@ def _counting_async_connection(base: type, counter: RoundTrips) -> type:
             counter.commands.extend(tuple(c) for c in commands)
             return super().pack_commands(commands)
 
-        def pack_command(self, *args: Any) -> Any:
+        async def send_command(self, *args: Any, **kwargs: Any) -> Any:
             counter.commands.append(args)
-            return super().pack_command(*args)
+            return await super().send_command(*args, **kwargs)
 
         async def send_packed_command(self, command: Any, check_health: bool = True) -> Any:
             counter.round_trips += 1

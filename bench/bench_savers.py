@@ -1,0 +1,1250 @@
+"""Our Redis savers against InMemorySaver, SqliteSaver and PostgresSaver, side by side.
+
+Run: `uv run --frozen python bench/bench_savers.py [--quick]`. Prints one Markdown table
+per section, writes the same Markdown to `bench/results/savers.md` and the numbers to
+`bench/results/savers.json`; progress goes to stderr. Targets (a report, never asserted):
+
+- a chat turn of ours takes at most 1.5x InMemorySaver's, in the same calling style;
+- every per-op latency of ours is below PostgresSaver's;
+- a 50-turn thread takes at most 0.75x the MEMORY USAGE of 0.1.0's JSON+base64 format
+  (0.1.0 runs from its own venv, `.cache/bench/v010-venv`; skipped when it cannot be built);
+- get/list on a thread with 10,000 other threads stays within 1.2x of with 10.
+
+Sync savers are timed through `SyncCalls`, a thin async adapter that calls the blocking
+method directly, so both calling styles share one procedure; it adds under a microsecond.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import copy
+import gc
+import json
+import math
+import os
+import platform
+import shutil
+import sqlite3
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Sequence
+from contextlib import AsyncExitStack
+from dataclasses import asdict, dataclass
+from importlib import metadata
+from pathlib import Path
+from typing import Any, Protocol
+from urllib.parse import urlsplit, urlunsplit
+
+import aiosqlite
+import psycopg
+import redis
+from _v010_probe import chat_graph, delete_prefix, keyspace_size, run_thread, thread_config
+from _v010_probe import human_message as human
+from langchain_core.messages import HumanMessage
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import (
+    BaseCheckpointSaver,
+    ChannelVersions,
+    Checkpoint,
+    CheckpointMetadata,
+    CheckpointTuple,
+    copy_checkpoint,
+    empty_checkpoint,
+)
+from langgraph.checkpoint.base.id import uuid6
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.checkpoint.postgres import PostgresSaver
+from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
+from langgraph.checkpoint.sqlite import SqliteSaver
+from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
+from psycopg.rows import dict_row
+
+from agentstate_testkit.savers import RoundTrips, counting_async_client, counting_client
+from agentstate_testkit.servers import ServerPool
+from langgraph_checkpoint_plainredis import AsyncRedisSaver, RedisSaver
+
+BENCH = Path(__file__).resolve().parent
+RESULTS = BENCH / "results"
+PROBE = BENCH / "_v010_probe.py"
+V010_VENV = BENCH.parent / ".cache" / "bench" / "v010-venv"
+REDIS_KINDS = ("redis-5", "redis-7", "redis-8", "valkey")
+POSTGRES_KIND = "postgres-15"
+SCALE_KIND = "redis-7"
+OPS = ("put", "put_writes", "get latest", "get by id", "list 10", "delete_thread")
+WARMUP_CALLS = 5
+
+TARGET_CHAT = 1.5
+TARGET_OPS = 1.0
+TARGET_BYTES = 0.75
+TARGET_SCALE = 1.2
+
+
+@dataclass(frozen=True)
+class Settings:
+    chat_threads: int
+    chat_turns: int
+    repeats: int
+    op_turns: int  # turns of each per-op thread; a turn writes 3 checkpoints
+    op_threads: int  # per-op threads replayed into each saver: put, put_writes, delete samples
+    op_calls: int  # timed calls per read op
+    bytes_turns: int
+    others_small: int
+    others_large: int
+    scale_calls: int
+    long_checkpoints: int
+
+
+FULL = Settings(
+    chat_threads=20,
+    chat_turns=10,
+    repeats=3,
+    op_turns=17,
+    op_threads=20,
+    op_calls=300,
+    bytes_turns=50,
+    others_small=10,
+    others_large=10_000,
+    scale_calls=300,
+    long_checkpoints=50_000,
+)
+QUICK = Settings(
+    chat_threads=5,
+    chat_turns=4,
+    repeats=1,
+    op_turns=17,
+    op_threads=3,
+    op_calls=50,
+    bytes_turns=50,
+    others_small=10,
+    others_large=2_000,
+    scale_calls=100,
+    long_checkpoints=5_000,
+)
+
+_STARTED = time.perf_counter()
+
+
+def progress(message: str) -> None:
+    print(f"[bench {time.perf_counter() - _STARTED:6.1f}s] {message}", file=sys.stderr, flush=True)
+
+
+# -- statistics and formatting ---------------------------------------------------------------
+
+
+def p95(samples: Sequence[int]) -> float:
+    ordered = sorted(samples)
+    return ordered[max(0, math.ceil(0.95 * len(ordered)) - 1)]
+
+
+def summary(samples: Sequence[int]) -> dict[str, float]:
+    """Median and p95 in microseconds."""
+    return {
+        "median_us": statistics.median(samples) / 1e3,
+        "p95_us": p95(samples) / 1e3,
+        "n": len(samples),
+    }
+
+
+def us(value: float) -> str:
+    return f"{value:,.0f}" if value >= 100 else f"{value:.1f}"
+
+
+def ms(value_us: float) -> str:
+    return f"{value_us / 1e3:.2f}"
+
+
+def ratio(value: float) -> str:
+    return f"{value:.2f}×"
+
+
+def size(n: float) -> str:
+    return f"{n / 1e6:.2f} MB" if n >= 1e6 else f"{n / 1e3:.1f} kB"
+
+
+def verdict(value: float, target: float) -> str:
+    return "yes" if value <= target else "**no**"
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    lines = ["| " + " | ".join(headers) + " |"]
+    lines.append("|" + "|".join([":---"] + ["---:"] * (len(headers) - 1)) + "|")
+    lines += ["| " + " | ".join(str(cell) for cell in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+# -- a recorded chat thread, replayed into every saver ---------------------------------------
+
+
+@dataclass(frozen=True)
+class Put:
+    configurable: dict[str, Any]
+    checkpoint: Checkpoint
+    metadata: CheckpointMetadata
+    new_versions: ChannelVersions
+
+
+@dataclass(frozen=True)
+class Writes:
+    configurable: dict[str, Any]
+    writes: list[tuple[str, Any]]
+    task_id: str
+    task_path: str
+
+
+def _configurable(config: RunnableConfig) -> dict[str, Any]:
+    keys = ("checkpoint_ns", "checkpoint_id", "checkpoint_map")
+    return {k: v for k, v in config["configurable"].items() if k in keys}
+
+
+class Recorder(InMemorySaver):
+    """Remembers every put and put_writes a graph makes, to replay them elsewhere."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.events: list[Put | Writes] = []
+
+    def put(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        event = Put(_configurable(config), copy.deepcopy(checkpoint), dict(metadata), new_versions)
+        self.events.append(event)
+        return super().put(config, checkpoint, metadata, new_versions)
+
+    def put_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        event = Writes(_configurable(config), copy.deepcopy(list(writes)), task_id, task_path)
+        self.events.append(event)
+        super().put_writes(config, writes, task_id, task_path)
+
+
+@dataclass(frozen=True)
+class Trace:
+    events: list[Put | Writes]
+    turn_ends: list[int]  # len(events) after each turn
+
+    def first_turns(self, turns: int) -> list[Put | Writes]:
+        return self.events[: self.turn_ends[turns - 1]]
+
+
+def record_trace(turns: int) -> Trace:
+    recorder = Recorder()
+    graph = chat_graph(recorder)
+    ends = []
+    for turn in range(turns):
+        graph.invoke({"messages": [human(0, turn)]}, thread_config("trace"))
+        ends.append(len(recorder.events))
+    return Trace(recorder.events, ends)
+
+
+# -- one calling surface for sync and async savers -------------------------------------------
+
+
+class Calls(Protocol):
+    saver: BaseCheckpointSaver[Any]
+
+    async def put(
+        self, config: RunnableConfig, cp: Checkpoint, md: CheckpointMetadata, nv: ChannelVersions
+    ) -> RunnableConfig: ...
+
+    async def put_writes(
+        self, config: RunnableConfig, writes: list[tuple[str, Any]], task_id: str, path: str
+    ) -> None: ...
+
+    async def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None: ...
+
+    async def list_checkpoints(
+        self, config: RunnableConfig, limit: int | None
+    ) -> list[CheckpointTuple]: ...
+
+    async def delete_thread(self, thread_id: str) -> None: ...
+
+    async def turn(self, message: HumanMessage, config: RunnableConfig) -> None: ...
+
+
+class SyncCalls:
+    """Calls a blocking saver's methods, and `graph.invoke`, on the event loop's thread."""
+
+    def __init__(self, saver: BaseCheckpointSaver[Any]) -> None:
+        self.saver = saver
+        self.graph = chat_graph(saver)
+
+    async def put(
+        self, config: RunnableConfig, cp: Checkpoint, md: CheckpointMetadata, nv: ChannelVersions
+    ) -> RunnableConfig:
+        return self.saver.put(config, cp, md, nv)
+
+    async def put_writes(
+        self, config: RunnableConfig, writes: list[tuple[str, Any]], task_id: str, path: str
+    ) -> None:
+        self.saver.put_writes(config, writes, task_id, path)
+
+    async def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        return self.saver.get_tuple(config)
+
+    async def list_checkpoints(
+        self, config: RunnableConfig, limit: int | None
+    ) -> list[CheckpointTuple]:
+        return list(self.saver.list(config, limit=limit))
+
+    async def delete_thread(self, thread_id: str) -> None:
+        self.saver.delete_thread(thread_id)
+
+    async def turn(self, message: HumanMessage, config: RunnableConfig) -> None:
+        self.graph.invoke({"messages": [message]}, config)
+
+
+class AsyncCalls:
+    """Awaits an async saver's `a*` methods, and `graph.ainvoke` with an async node."""
+
+    def __init__(self, saver: BaseCheckpointSaver[Any]) -> None:
+        self.saver = saver
+        self.graph = chat_graph(saver, asynchronous=True)
+
+    async def put(
+        self, config: RunnableConfig, cp: Checkpoint, md: CheckpointMetadata, nv: ChannelVersions
+    ) -> RunnableConfig:
+        return await self.saver.aput(config, cp, md, nv)
+
+    async def put_writes(
+        self, config: RunnableConfig, writes: list[tuple[str, Any]], task_id: str, path: str
+    ) -> None:
+        await self.saver.aput_writes(config, writes, task_id, path)
+
+    async def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        return await self.saver.aget_tuple(config)
+
+    async def list_checkpoints(
+        self, config: RunnableConfig, limit: int | None
+    ) -> list[CheckpointTuple]:
+        return [item async for item in self.saver.alist(config, limit=limit)]
+
+    async def delete_thread(self, thread_id: str) -> None:
+        await self.saver.adelete_thread(thread_id)
+
+    async def turn(self, message: HumanMessage, config: RunnableConfig) -> None:
+        await self.graph.ainvoke({"messages": [message]}, config)
+
+
+async def timed(call: Awaitable[Any]) -> int:
+    started = time.perf_counter_ns()
+    await call
+    return time.perf_counter_ns() - started
+
+
+def send(calls: Calls, event: Put | Writes, thread_id: str) -> Awaitable[Any]:
+    """The call that replays `event` on `thread_id` (its arguments copied, as a graph does)."""
+    config: RunnableConfig = {"configurable": {**event.configurable, "thread_id": thread_id}}
+    if isinstance(event, Put):
+        return calls.put(
+            config, copy_checkpoint(event.checkpoint), dict(event.metadata), event.new_versions
+        )
+    return calls.put_writes(config, list(event.writes), event.task_id, event.task_path)
+
+
+async def replay(calls: Calls, events: Sequence[Put | Writes], thread_id: str) -> None:
+    for event in events:
+        await send(calls, event, thread_id)
+
+
+@dataclass
+class Subject:
+    label: str
+    family: str  # memory, sqlite, postgres or ours
+    server: str
+    style: str  # sync (invoke) or async (ainvoke)
+    calls: Calls
+
+
+# -- servers and savers ----------------------------------------------------------------------
+
+
+def pg_options(schema: str) -> dict[str, Any]:
+    return {
+        "autocommit": True,
+        "prepare_threshold": 0,
+        "row_factory": dict_row,
+        "options": f"-c search_path={schema}",
+    }
+
+
+def pg_schema(url: str, schema: str, *, drop: bool = False) -> None:
+    with psycopg.connect(url, autocommit=True) as conn:
+        sql = f"DROP SCHEMA IF EXISTS {schema} CASCADE" if drop else f"CREATE SCHEMA {schema}"
+        conn.execute(sql)  # type: ignore[arg-type]
+
+
+async def open_subjects(
+    stack: AsyncExitStack, urls: dict[str, str], run: str, tmp: Path
+) -> list[Subject]:
+    """Every saver in both calling styles; Postgres tables live in schema `run`."""
+    memory = InMemorySaver()
+    sqlite_conn = sqlite3.connect(tmp / "sync.sqlite", check_same_thread=False)
+    stack.callback(sqlite_conn.close)
+    pg_conn = psycopg.connect(urls[POSTGRES_KIND], **pg_options(run))
+    stack.callback(pg_conn.close)
+    postgres = PostgresSaver(pg_conn)  # type: ignore[arg-type]
+    postgres.setup()
+    subjects = [
+        Subject("InMemorySaver", "memory", "-", "sync", SyncCalls(memory)),
+        Subject("SqliteSaver", "sqlite", "file", "sync", SyncCalls(SqliteSaver(sqlite_conn))),
+        Subject("PostgresSaver", "postgres", POSTGRES_KIND, "sync", SyncCalls(postgres)),
+    ]
+    for kind in REDIS_KINDS:
+        saver = RedisSaver(urls[kind], prefix=f"{run}:main")
+        stack.callback(saver.close)
+        subjects.append(Subject(f"RedisSaver {kind}", "ours", kind, "sync", SyncCalls(saver)))
+
+    asqlite_conn = await aiosqlite.connect(tmp / "async.sqlite")
+    stack.push_async_callback(asqlite_conn.close)
+    apg_conn = await psycopg.AsyncConnection.connect(urls[POSTGRES_KIND], **pg_options(run))
+    stack.push_async_callback(apg_conn.close)
+    apostgres = AsyncPostgresSaver(apg_conn)  # type: ignore[arg-type]
+    await apostgres.setup()
+    subjects += [
+        Subject("InMemorySaver", "memory", "-", "async", AsyncCalls(memory)),
+        Subject(
+            "AsyncSqliteSaver",
+            "sqlite",
+            "file",
+            "async",
+            AsyncCalls(AsyncSqliteSaver(asqlite_conn)),
+        ),
+        Subject("AsyncPostgresSaver", "postgres", POSTGRES_KIND, "async", AsyncCalls(apostgres)),
+    ]
+    for kind in REDIS_KINDS:
+        asaver = AsyncRedisSaver(urls[kind], prefix=f"{run}:main")
+        stack.push_async_callback(asaver.aclose)
+        label = f"AsyncRedisSaver {kind}"
+        subjects.append(Subject(label, "ours", kind, "async", AsyncCalls(asaver)))
+    return subjects
+
+
+def server_versions(urls: dict[str, str]) -> dict[str, str]:
+    versions = {}
+    for kind in REDIS_KINDS:
+        client = redis.Redis.from_url(urls[kind], protocol=2)
+        info = client.info("server")
+        versions[kind] = str(info.get("valkey_version") or info["redis_version"])
+        client.close()
+    with psycopg.connect(urls[POSTGRES_KIND]) as conn:
+        row = conn.execute("SHOW server_version").fetchone()
+        versions[POSTGRES_KIND] = str(row[0]) if row else "?"
+    return versions
+
+
+def baseline(subjects: list[Subject], family: str, style: str) -> Subject:
+    return next(s for s in subjects if s.family == family and s.style == style)
+
+
+# -- 1. chat turn ----------------------------------------------------------------------------
+
+
+async def bench_chat(subjects: list[Subject], s: Settings, run: str) -> list[dict[str, Any]]:
+    """Every saver takes each turn in turn, so load from elsewhere hits them all alike."""
+    for n, subject in enumerate(subjects):
+        for turn in range(2):  # connections, scripts and tables warm up here
+            await subject.calls.turn(human(0, turn), thread_config(f"{run}-warm-{n}"))
+    medians: list[list[float]] = [[] for _ in subjects]
+    p95s: list[list[float]] = [[] for _ in subjects]
+    for repeat in range(s.repeats):
+        progress(f"chat: repeat {repeat + 1}/{s.repeats}")
+        samples: list[list[int]] = [[] for _ in subjects]
+        gc.collect()
+        for turn in range(s.chat_turns):
+            for i in range(s.chat_threads):
+                message = human(i, turn)
+                for n in rotated(len(subjects), turn * s.chat_threads + i):
+                    config = thread_config(f"{run}-chat-{n}-{repeat}-{i}")
+                    samples[n].append(await timed(subjects[n].calls.turn(message, config)))
+        for n, got in enumerate(samples):
+            medians[n].append(statistics.median(got) / 1e3)
+            p95s[n].append(p95(got) / 1e3)
+    rows = []
+    for n, subject in enumerate(subjects):
+        base = subjects.index(baseline(subjects, "memory", subject.style))
+        rows.append(
+            {
+                "saver": subject.label,
+                "style": subject.style,
+                "family": subject.family,
+                "median_us": statistics.median(medians[n]),
+                "p95_us": statistics.median(p95s[n]),
+                "ratio_to_memory": statistics.median(medians[n]) / statistics.median(medians[base]),
+            }
+        )
+    return rows
+
+
+def render_chat(rows: list[dict[str, Any]], s: Settings) -> str:
+    head = (
+        f"## 1. Chat turn\n\n{s.chat_threads} threads × {s.chat_turns} turns, median of "
+        f"{s.repeats} repeats; ratio to InMemorySaver in the same style (target ≤ {TARGET_CHAT}×)."
+    )
+    body = [
+        [
+            r["saver"],
+            "invoke" if r["style"] == "sync" else "ainvoke",
+            ms(r["median_us"]),
+            ms(r["p95_us"]),
+            ratio(r["ratio_to_memory"]),
+            verdict(r["ratio_to_memory"], TARGET_CHAT) if r["family"] == "ours" else "",
+        ]
+        for r in rows
+    ]
+    headers = ["saver", "call", "median ms", "p95 ms", "× InMemory", "target met"]
+    return head + "\n\n" + table(headers, body)
+
+
+# -- 2. per-op latency -----------------------------------------------------------------------
+
+
+Reader = Callable[[int], Awaitable[Any]]
+
+
+async def readers(calls: Calls, thread_id: str) -> dict[str, Reader]:
+    """The read ops on one thread; call `i` of "get by id" reads the i-th newest of 50."""
+    latest = thread_config(thread_id)
+    by_id = [t.config for t in await calls.list_checkpoints(latest, 50)]
+    return {
+        "get latest": lambda i: calls.get_tuple(latest),
+        "get by id": lambda i: calls.get_tuple(by_id[i % len(by_id)]),
+        "list 1": lambda i: calls.list_checkpoints(latest, 1),
+        "list 10": lambda i: calls.list_checkpoints(latest, 10),
+    }
+
+
+async def interleaved(
+    sides: list[dict[str, Reader]], ops: Sequence[str], calls: int
+) -> list[dict[str, list[int]]]:
+    """Times `calls` calls of each op on every side, alternating sides call by call."""
+    samples: list[dict[str, list[int]]] = [{op: [] for op in ops} for _ in sides]
+    for op in ops:
+        for side in sides:
+            for i in range(WARMUP_CALLS):
+                await side[op](i)
+        gc.collect()
+        for i in range(calls):
+            for k in rotated(len(sides), i):
+                samples[k][op].append(await timed(sides[k][op](i)))
+    return samples
+
+
+def rotated(count: int, shift: int) -> list[int]:
+    """0..count-1 starting at `shift`, so no one goes first every time."""
+    return [(shift + k) % count for k in range(count)]
+
+
+async def bench_ops(
+    subjects: list[Subject], trace: Trace, s: Settings, run: str
+) -> list[dict[str, Any]]:
+    """Replays the trace into fresh threads (put, put_writes), reads one, deletes them all.
+
+    Each call goes to every saver before the next, as in `bench_chat`.
+    """
+    samples: list[dict[str, list[int]]] = [{op: [] for op in OPS} for _ in subjects]
+
+    def thread(n: int, i: int) -> str:
+        return f"{run}-ops-{n}-{i}"
+
+    progress(f"per-op: replaying {s.op_threads} threads into {len(subjects)} savers")
+    for i in range(s.op_threads):
+        for e, event in enumerate(trace.events):
+            op = "put" if isinstance(event, Put) else "put_writes"
+            for n in rotated(len(subjects), e):
+                samples[n][op].append(await timed(send(subjects[n].calls, event, thread(n, i))))
+    progress(f"per-op: {s.op_calls} calls of each read")
+    sides = [await readers(subject.calls, thread(n, 0)) for n, subject in enumerate(subjects)]
+    reads = [op for op in OPS if op in sides[0]]
+    for n, got in enumerate(await interleaved(sides, reads, s.op_calls)):
+        samples[n].update(got)
+    for i in range(s.op_threads):
+        for n in rotated(len(subjects), i):
+            call = subjects[n].calls.delete_thread(thread(n, i))
+            samples[n]["delete_thread"].append(await timed(call))
+    measured = [{op: summary(got[op]) for op in OPS} for got in samples]
+    rows = []
+    for n, subject in enumerate(subjects):
+        base = measured[subjects.index(baseline(subjects, "postgres", subject.style))]
+        ops = {
+            op: {**stats, "ratio_to_postgres": stats["median_us"] / base[op]["median_us"]}
+            for op, stats in measured[n].items()
+        }
+        rows.append(
+            {"saver": subject.label, "style": subject.style, "family": subject.family, "ops": ops}
+        )
+    return rows
+
+
+def render_ops(rows: list[dict[str, Any]], s: Settings, trace: dict[str, int]) -> str:
+    parts = [
+        f"## 2. Per-op latency\n\nMedian µs; in brackets the ratio to PostgresSaver in the same "
+        f"style (target < {TARGET_OPS:.0f}× for ours). A recorded {s.op_turns}-turn chat thread "
+        f"({trace['puts']} checkpoints, {trace['put_writes']} put_writes) is replayed "
+        f"into {s.op_threads} threads per saver; reads: {s.op_calls} calls on one of them."
+    ]
+    for style in ("sync", "async"):
+        body = []
+        for r in (r for r in rows if r["style"] == style):
+            cells = []
+            for op in OPS:
+                stats = r["ops"][op]
+                cell = f"{us(stats['median_us'])} ({stats['ratio_to_postgres']:.2f})"
+                if r["family"] == "ours" and stats["ratio_to_postgres"] >= TARGET_OPS:
+                    cell = f"**{cell}**"
+                cells.append(cell)
+            body.append([r["saver"], *cells])
+        parts.append(f"### {style}\n\n" + table(["saver", *OPS], body))
+    return "\n\n".join(parts)
+
+
+# -- 3. round trips and stored bytes ---------------------------------------------------------
+
+
+async def count_ops(
+    calls: Calls, counter: RoundTrips, trace: Trace, thread_id: str
+) -> dict[str, Any]:
+    """Round trips and commands of each op, over a replayed thread and one chat turn.
+
+    Chat turns on another thread first open the connections a turn needs, so connection
+    setup (CLIENT SETINFO) is rarely counted; a turn that runs more calls at once than ever
+    before can still open one.
+    """
+    for turn in range(3):
+        await calls.turn(human(1, turn), thread_config(f"{thread_id}-warm"))
+    counts: dict[str, list[tuple[int, int]]] = {op: [] for op in (*OPS, "chat turn")}
+    names: dict[str, set[str]] = {op: set() for op in counts}
+
+    async def count(op: str, call: Awaitable[Any]) -> None:
+        with counter.measure():
+            await call
+        counts[op].append((counter.round_trips, len(counter.commands)))
+        names[op].update(_name(c[0]) for c in counter.commands)
+
+    for event in trace.events:
+        op = "put" if isinstance(event, Put) else "put_writes"
+        await count(op, send(calls, event, thread_id))
+    latest = thread_config(thread_id)
+    by_id = [t.config for t in await calls.list_checkpoints(latest, None)]
+    for i in range(3):
+        await count("get latest", calls.get_tuple(latest))
+        await count("get by id", calls.get_tuple(by_id[i * 7 % len(by_id)]))
+        await count("list 10", calls.list_checkpoints(latest, 10))
+    for turn in range(len(trace.turn_ends), len(trace.turn_ends) + 3):
+        await count("chat turn", calls.turn(human(0, turn), latest))
+    await count("delete_thread", calls.delete_thread(thread_id))
+    await calls.delete_thread(f"{thread_id}-warm")
+    return {
+        op: {
+            "round_trips": [min(c[0] for c in got), max(c[0] for c in got)],
+            # None where the counter saw fewer commands than round trips: see the note.
+            "commands": [min(c[1] for c in got), max(c[1] for c in got)]
+            if all(c[1] >= c[0] for c in got)
+            else None,
+            "command_names": sorted(names[op]),
+        }
+        for op, got in counts.items()
+    }
+
+
+def _name(arg: Any) -> str:
+    return (arg.decode() if isinstance(arg, bytes) else str(arg)).upper()
+
+
+async def bench_round_trips(urls: dict[str, str], trace: Trace, run: str) -> list[dict[str, Any]]:
+    rows = []
+    for kind in REDIS_KINDS:
+        progress(f"round trips: {kind}")
+        client, counter = counting_client(urls[kind])
+        saver = RedisSaver(client=client, prefix=f"{run}:rt")
+        ops = await count_ops(SyncCalls(saver), counter, trace, "rt-sync")
+        rows.append({"saver": f"RedisSaver {kind}", "ops": ops})
+        client.close()
+        aclient, acounter = counting_async_client(urls[kind])
+        asaver = AsyncRedisSaver(client=aclient, prefix=f"{run}:rt")
+        ops = await count_ops(AsyncCalls(asaver), acounter, trace, "rt-async")
+        rows.append({"saver": f"AsyncRedisSaver {kind}", "ops": ops})
+        await aclient.aclose()
+    return rows
+
+
+def render_round_trips(rows: list[dict[str, Any]]) -> str:
+    def span(pair: list[int] | None) -> str:
+        if pair is None:
+            return "?"
+        return str(pair[0]) if pair[0] == pair[1] else f"{pair[0]}–{pair[1]}"
+
+    ops = (*OPS, "chat turn")
+    body = [
+        [
+            r["saver"],
+            *(
+                f"{span(r['ops'][op]['round_trips'])} / {span(r['ops'][op]['commands'])}"
+                for op in ops
+            ),
+        ]
+        for r in rows
+    ]
+    named = next(r for r in rows if all(r["ops"][op]["commands"] for op in ops))
+    names = "; ".join(f"{op}: {' '.join(named['ops'][op]['command_names'])}" for op in ops)
+    return (
+        "## 3a. Round trips / commands per op (counting client)\n\n"
+        "Min–max over the replayed thread (put, put_writes) or 3 calls (reads, chat turn).\n\n"
+        + table(["saver", *ops], body)
+        + f"\n\nCommands sent ({named['saver']}): {names}. `?`: `counting_client` saw fewer "
+        "commands than round trips; it hooks `pack_command`, which redis-py's blocking "
+        "`Connection.send_command` bypasses, so only pipelined commands are counted there. "
+        "A blocking chat turn runs writes on worker threads, so now and then it opens one more "
+        "pooled connection, whose handshake adds 2 round trips to that turn's count."
+    )
+
+
+def memory_saver_bytes(saver: InMemorySaver) -> int:
+    """Serialized bytes InMemorySaver holds: checkpoints, metadata, blobs and writes."""
+    total = 0
+    for namespaces in saver.storage.values():
+        for checkpoints in namespaces.values():
+            for (_, cp), (_, md), _ in checkpoints.values():
+                total += len(cp) + len(md)
+    total += sum(len(data) for _, data in saver.blobs.values())
+    for stored in saver.writes.values():
+        total += sum(len(value[1]) for _, _, value, _ in stored.values())
+    return total
+
+
+def sqlite_bytes(path: Path, turns: int, thread_id: str) -> dict[str, Any]:
+    conn = sqlite3.connect(path, check_same_thread=False)
+    try:
+        saver = SqliteSaver(conn)
+        saver.setup()
+
+        def file_size() -> int:
+            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            wal = path.with_name(path.name + "-wal")
+            return path.stat().st_size + (wal.stat().st_size if wal.exists() else 0)
+
+        before = file_size()
+        run_thread(saver, thread_id, turns)
+        rows = conn.execute(
+            "SELECT (SELECT coalesce(sum(length(checkpoint) + length(metadata)), 0)"
+            " FROM checkpoints) + (SELECT coalesce(sum(length(value)), 0) FROM writes)"
+        ).fetchone()
+        return {"stored_bytes": file_size() - before, "raw_bytes": rows[0]}
+    finally:
+        conn.close()
+
+
+def postgres_bytes(url: str, schema: str, turns: int, thread_id: str) -> dict[str, Any]:
+    pg_schema(url, schema)
+    tables = ("checkpoints", "checkpoint_blobs", "checkpoint_writes")
+    relations = " + ".join(f"pg_total_relation_size('{t}')" for t in tables)
+    rows_sql = " + ".join(
+        f"(SELECT coalesce(sum(pg_column_size(t.*)), 0) FROM {t} t)" for t in tables
+    )
+    with psycopg.connect(url, **pg_options(schema)) as conn:
+        saver = PostgresSaver(conn)  # type: ignore[arg-type]
+        saver.setup()
+        before = conn.execute(f"SELECT {relations} AS n").fetchone()["n"]  # type: ignore[index]
+        run_thread(saver, thread_id, turns)
+        after = conn.execute(f"SELECT {relations} AS n").fetchone()["n"]  # type: ignore[index]
+        raw = conn.execute(f"SELECT {rows_sql} AS n").fetchone()["n"]  # type: ignore[index]
+    return {"stored_bytes": int(after) - int(before), "raw_bytes": int(raw)}
+
+
+async def bench_bytes(
+    urls: dict[str, str], s: Settings, run: str, tmp: Path, thread_id: str
+) -> list[dict[str, Any]]:
+    progress(f"bytes: one {s.bytes_turns}-turn thread per saver")
+    memory = InMemorySaver()
+    run_thread(memory, thread_id, s.bytes_turns)
+    rows: list[dict[str, Any]] = [
+        {
+            "saver": "InMemorySaver",
+            "server": "-",
+            "measured_as": "serialized payload",
+            "stored_bytes": memory_saver_bytes(memory),
+            "raw_bytes": memory_saver_bytes(memory),
+        },
+        {
+            "saver": "SqliteSaver",
+            "server": "file",
+            "measured_as": "db+wal file growth",
+            **sqlite_bytes(tmp / "bytes.sqlite", s.bytes_turns, thread_id),
+        },
+        {
+            "saver": "PostgresSaver",
+            "server": POSTGRES_KIND,
+            "measured_as": "pg_total_relation_size growth",
+            **postgres_bytes(urls[POSTGRES_KIND], f"{run}_bytes", s.bytes_turns, thread_id),
+        },
+    ]
+    for kind in REDIS_KINDS:
+        prefix = f"{run}:ours"  # as long as 0.1.0's "{run}:v010", so key names cost the same
+        with RedisSaver(urls[kind], prefix=prefix) as saver:
+            run_thread(saver, thread_id, s.bytes_turns)
+            sizes = keyspace_size(saver.client, prefix)
+            delete_prefix(saver.client, prefix)
+        rows.append(
+            {
+                "saver": "RedisSaver",
+                "server": kind,
+                "measured_as": "MEMORY USAGE",
+                "stored_bytes": sizes["memory_usage"],
+                "raw_bytes": sizes["raw_bytes"],
+                "keys": sizes["keys"],
+                "families": sizes["families"],
+            }
+        )
+    return rows
+
+
+# -- 4. 0.1.0 --------------------------------------------------------------------------------
+
+
+def v010_requirements() -> list[str]:
+    """0.1.0 with our langgraph, langchain-core and redis, so only the saver differs."""
+    pins = ("langgraph", "langgraph-checkpoint", "langchain-core", "redis")
+    return ["langgraph-checkpoint-plainredis==0.1.0"] + [
+        f"{name}=={metadata.version(name)}" for name in pins
+    ]
+
+
+def v010_python() -> tuple[Path | None, str]:
+    """The 0.1.0 venv's python, built once; or None and why it could not be built."""
+    python = V010_VENV / "bin" / "python"
+    marker = V010_VENV / "bench-requirements.json"
+    wanted = v010_requirements()
+    if marker.exists() and json.loads(marker.read_text()) == wanted and python.exists():
+        return python, "cached"
+    progress(f"0.1.0: building {V010_VENV} ({' '.join(wanted)})")
+    shutil.rmtree(V010_VENV, ignore_errors=True)
+    steps = [
+        [sys.executable, "-m", "venv", str(V010_VENV)],
+        [str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check", *wanted],
+    ]
+    for step in steps:
+        try:
+            done = subprocess.run(step, capture_output=True, text=True, timeout=900, check=False)
+        except (OSError, subprocess.TimeoutExpired) as error:
+            return None, f"`{' '.join(step[:4])}` failed: {error}"
+        if done.returncode != 0:
+            tail = (done.stderr or done.stdout).strip().splitlines()[-3:]
+            return None, f"`{' '.join(step[:4])}` exited {done.returncode}: {' '.join(tail)}"
+    marker.write_text(json.dumps(wanted))
+    return python, "built"
+
+
+def bench_v010(
+    urls: dict[str, str], s: Settings, run: str, thread_id: str, ours: list[dict[str, Any]]
+) -> dict[str, Any]:
+    python, how = v010_python()
+    if python is None:
+        progress(f"0.1.0: skipped ({how})")
+        return {"skipped": how}
+    progress(f"0.1.0: {s.bytes_turns}-turn thread on {', '.join(REDIS_KINDS)} (venv {how})")
+    kind_urls = [urls[kind] for kind in REDIS_KINDS]
+    argv = [str(python), str(PROBE), "--prefix", f"{run}:v010", "--thread", thread_id]
+    argv += ["--turns", str(s.bytes_turns), *kind_urls]
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=600, check=False, env=env)
+    if done.returncode != 0:
+        reason = f"probe exited {done.returncode}: {done.stderr.strip()[-400:]}"
+        progress(f"0.1.0: skipped ({reason})")
+        return {"skipped": reason}
+    probe = json.loads(done.stdout.strip().splitlines()[-1])
+    rows = []
+    for kind in REDIS_KINDS:
+        old = probe["results"][urls[kind]]
+        new = next(r for r in ours if r["saver"] == "RedisSaver" and r["server"] == kind)
+        rows.append(
+            {
+                "server": kind,
+                "v010_memory_usage": old["memory_usage"],
+                "v010_raw_bytes": old["raw_bytes"],
+                "v010_keys": old["keys"],
+                "v010_families": old["families"],
+                "ours_memory_usage": new["stored_bytes"],
+                "ours_raw_bytes": new["raw_bytes"],
+                "ratio": new["stored_bytes"] / old["memory_usage"],
+            }
+        )
+    return {"version": probe["version"], "requirements": v010_requirements(), "rows": rows}
+
+
+def render_bytes(rows: list[dict[str, Any]], v010: dict[str, Any], s: Settings) -> str:
+    by_kind = {r["server"]: r for r in v010.get("rows", [])}
+    body = []
+    for r in rows:
+        old = by_kind.get(r["server"]) if r["saver"] == "RedisSaver" else None
+        body.append(
+            [
+                r["saver"],
+                r["server"],
+                size(r["stored_bytes"]),
+                r["measured_as"],
+                size(r["raw_bytes"]),
+                ratio(r["stored_bytes"] / r["raw_bytes"]),
+                ratio(old["ratio"]) if old else "",
+                verdict(old["ratio"], TARGET_BYTES) if old else "",
+            ]
+        )
+    headers = ["saver", "server", "stored", "measured as", "raw values", "stored/raw"]
+    headers += ["× 0.1.0", f"≤ {TARGET_BYTES}×"]
+    ours = next(r for r in rows if r["saver"] == "RedisSaver" and r["server"] == SCALE_KIND)
+    families = ", ".join(
+        f"{name} {size(f['memory_usage'])}"
+        for name, f in sorted(ours["families"].items(), key=lambda kv: -kv[1]["memory_usage"])
+    )
+    return (
+        f"## 3b. Stored bytes of one {s.bytes_turns}-turn thread\n\n"
+        "Raw values: value bytes as stored (Redis: string lengths, hash fields and values, "
+        "zset members; SQL: row or column sizes; InMemorySaver: serialized bytes).\n\n"
+        + table(headers, body)
+        + f"\n\nOurs on {SCALE_KIND} by key family (MEMORY USAGE): {families}."
+    )
+
+
+def render_v010(v010: dict[str, Any], rows: list[dict[str, Any]], s: Settings) -> str:
+    head = f"## 4. Against 0.1.0 (JSON+base64), the same {s.bytes_turns}-turn thread\n\n"
+    if "skipped" in v010:
+        return head + f"Skipped: {v010['skipped']}"
+    serialized = next(r for r in rows if r["saver"] == "InMemorySaver")["stored_bytes"]
+    body = [
+        [
+            r["server"],
+            size(r["v010_memory_usage"]),
+            ratio(r["v010_memory_usage"] / serialized),
+            size(r["ours_memory_usage"]),
+            ratio(r["ours_memory_usage"] / serialized),
+            ratio(r["ratio"]),
+            verdict(r["ratio"], TARGET_BYTES),
+        ]
+        for r in v010["rows"]
+    ]
+    headers = ["server", "0.1.0 MEMORY USAGE", "× serialized", "ours", "× serialized"]
+    headers += ["ours / 0.1.0", f"≤ {TARGET_BYTES}×"]
+    return (
+        head
+        + f"0.1.0 ran as `{' '.join(v010['requirements'])}`. Serialized: the {size(serialized)} "
+        "that LangGraph's serializer made for the thread (InMemorySaver, section 3b).\n\n"
+        + table(headers, body)
+    )
+
+
+# -- 5. scale --------------------------------------------------------------------------------
+
+
+def other_db(url: str) -> str:
+    """The same Redis server's next database: SCAN and key counts there are its own."""
+    parts = urlsplit(url)
+    db = int(parts.path.strip("/") or 0)
+    return urlunsplit(parts._replace(path=f"/{(db + 1) % 16}"))
+
+
+SCALE_OPS = ("get latest", "get by id", "list 10")
+
+
+async def bench_scale(
+    urls: dict[str, str], trace: Trace, s: Settings, run: str
+) -> list[dict[str, Any]]:
+    """One thread's reads beside `others_small` threads (next database) and `others_large`.
+
+    Both copies of the thread are read alternately, call by call, so load from elsewhere
+    hits both alike; the other threads hold one chat turn each.
+    """
+    first_turn = trace.first_turns(1)
+    prefix = f"{run}:scale"
+    rows = []
+    for kind in REDIS_KINDS:
+        with (
+            RedisSaver(other_db(urls[kind]), prefix=prefix) as few,
+            RedisSaver(urls[kind], prefix=prefix) as many,
+        ):
+            sides = []
+            for saver, others in ((few, s.others_small), (many, s.others_large)):
+                calls = SyncCalls(saver)
+                await replay(calls, trace.events, "target")
+                progress(f"scale: {kind}: writing {others:,} other threads")
+                began = time.perf_counter()
+                for i in range(others):
+                    await replay(calls, first_turn, f"other-{i}")
+                fill = time.perf_counter() - began
+                sides.append(await readers(calls, "target"))
+            small, large = await interleaved(sides, SCALE_OPS, s.scale_calls)
+            delete_prefix(few.client, prefix)
+            delete_prefix(many.client, prefix)
+        for op in SCALE_OPS:
+            small_us = statistics.median(small[op]) / 1e3
+            large_us = statistics.median(large[op]) / 1e3
+            rows.append(
+                {
+                    "server": kind,
+                    "op": op,
+                    "small_us": small_us,
+                    "large_us": large_us,
+                    "ratio": large_us / small_us,
+                    "fill_seconds": fill,
+                }
+            )
+    return rows
+
+
+def tiny_checkpoints(saver: BaseCheckpointSaver[Any], thread_id: str, n: int) -> Any:
+    """`n` puts of one small channel, each the child of the one before."""
+    parent: str | None = None
+    version: Any = None
+    for step in range(n):
+        version = saver.get_next_version(version, None)
+        checkpoint = empty_checkpoint()
+        checkpoint["id"] = str(uuid6(clock_seq=step))
+        checkpoint["channel_values"] = {"n": step}
+        checkpoint["channel_versions"] = {"n": version}
+        checkpoint["updated_channels"] = ["n"]
+        config: RunnableConfig = {
+            "configurable": {"thread_id": thread_id, "checkpoint_ns": "", "checkpoint_id": parent}
+        }
+        metadata: CheckpointMetadata = {"source": "loop", "step": step, "parents": {}}
+        yield config, checkpoint, metadata, {"n": version}
+        parent = checkpoint["id"]
+
+
+LONG_OPS = ("get latest", "list 1", "list 10")
+
+
+async def bench_long_thread(urls: dict[str, str], s: Settings, run: str) -> dict[str, Any]:
+    """Reads of a 50-checkpoint thread against those of a `long_checkpoints` one."""
+    prefix = f"{run}:long"
+    with RedisSaver(urls[SCALE_KIND], prefix=prefix) as saver:
+        for args in tiny_checkpoints(saver, "short", 50):
+            saver.put(*args)
+        progress(f"long thread: {s.long_checkpoints:,} puts on {SCALE_KIND}")
+        began = time.perf_counter()
+        for args in tiny_checkpoints(saver, "long", s.long_checkpoints):
+            saver.put(*args)
+        fill = time.perf_counter() - began
+        calls = SyncCalls(saver)
+        sides = [await readers(calls, "short"), await readers(calls, "long")]
+        short, long = await interleaved(sides, LONG_OPS, s.scale_calls)
+        delete_prefix(saver.client, prefix)
+    rows = []
+    for op in LONG_OPS:
+        short_us = statistics.median(short[op]) / 1e3
+        long_us = statistics.median(long[op]) / 1e3
+        rows.append(
+            {"op": op, "short_us": short_us, "long_us": long_us, "ratio": long_us / short_us}
+        )
+    return {
+        "server": SCALE_KIND,
+        "checkpoints": s.long_checkpoints,
+        "fill_seconds": fill,
+        "rows": rows,
+    }
+
+
+def render_scale(rows: list[dict[str, Any]], long: dict[str, Any], s: Settings) -> str:
+    body = [
+        [
+            f"RedisSaver {r['server']}",
+            r["op"],
+            us(r["small_us"]),
+            us(r["large_us"]),
+            ratio(r["ratio"]),
+            verdict(r["ratio"], TARGET_SCALE),
+        ]
+        for r in rows
+    ]
+    headers = ["saver", "op", f"{s.others_small} others µs", f"{s.others_large:,} others µs"]
+    headers += ["ratio", f"≤ {TARGET_SCALE}×"]
+    fills = ", ".join(
+        f"{r['server']} {r['fill_seconds']:.1f}s" for r in rows if r["op"] == "list 10"
+    )
+    long_body = [
+        [r["op"], us(r["short_us"]), us(r["long_us"]), ratio(r["ratio"])] for r in long["rows"]
+    ]
+    long_headers = ["op", "50 checkpoints µs", f"{long['checkpoints']:,} checkpoints µs", "ratio"]
+    return (
+        f"## 5. Scale\n\nMedian µs of a {s.op_turns}-turn thread's reads beside other threads "
+        f"(one turn each) under the same prefix, the small case in the next database; reads "
+        f"alternate between the two. Writing the {s.others_large:,} took {fills}.\n\n"
+        + table(headers, body)
+        + f"\n\nA thread of {long['checkpoints']:,} small checkpoints on RedisSaver "
+        f"{long['server']} (written in {long['fill_seconds']:.1f}s) against one of 50:\n\n"
+        + table(long_headers, long_body)
+    )
+
+
+# -- summary and main ------------------------------------------------------------------------
+
+
+def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
+    """The worst ratio of ours against each target."""
+    rows = []
+    chat = [r for r in results["chat"] if r["family"] == "ours"]
+    worst = max(chat, key=lambda r: r["ratio_to_memory"])
+    rows.append(
+        {
+            "target": f"chat turn ≤ {TARGET_CHAT}× InMemorySaver",
+            "worst": worst["ratio_to_memory"],
+            "where": f"{worst['saver']} ({worst['style']})",
+            "met": worst["ratio_to_memory"] <= TARGET_CHAT,
+        }
+    )
+    ops = [
+        (r["ops"][op]["ratio_to_postgres"], f"{r['saver']} {op}")
+        for r in results["ops"]
+        if r["family"] == "ours"
+        for op in OPS
+    ]
+    value, where = max(ops)
+    rows.append(
+        {
+            "target": "every per-op latency < PostgresSaver's",
+            "worst": value,
+            "where": where,
+            "met": value < TARGET_OPS,
+        }
+    )
+    if "rows" in results["v010"]:
+        old = max(results["v010"]["rows"], key=lambda r: r["ratio"])
+        rows.append(
+            {
+                "target": f"50-turn thread ≤ {TARGET_BYTES}× 0.1.0 MEMORY USAGE",
+                "worst": old["ratio"],
+                "where": old["server"],
+                "met": old["ratio"] <= TARGET_BYTES,
+            }
+        )
+    scale = max(results["scale"], key=lambda r: r["ratio"])
+    rows.append(
+        {
+            "target": f"get/list with {results['settings']['others_large']:,} others "
+            f"≤ {TARGET_SCALE}× with {results['settings']['others_small']}",
+            "worst": scale["ratio"],
+            "where": f"{scale['server']} {scale['op']}",
+            "met": scale["ratio"] <= TARGET_SCALE,
+        }
+    )
+    return rows
+
+
+def render(results: dict[str, Any], s: Settings) -> str:
+    env = results["environment"]
+    versions = ", ".join(f"{k} {v}" for k, v in env["servers"].items())
+    load = f"{env['load_before'][0]:.1f} / {env['load_after'][0]:.1f}"
+    head = (
+        f"# Saver benchmark ({results['mode']})\n\n"
+        f"Python {env['python']}, langgraph {env['langgraph']}, plainredis {env['plainredis']}; "
+        f"servers: {versions}; {env['cpus']} CPUs, load average {load} (1 min, before and "
+        f"after); {results['seconds']:.0f}s. Other processes share the machine: savers are "
+        "timed alternately, call by call, so that load hits them alike."
+    )
+    summary_rows = [
+        [t["target"], ratio(t["worst"]), t["where"], "yes" if t["met"] else "**no**"]
+        for t in results["targets"]
+    ]
+    sections = [
+        head,
+        "## Targets\n\n" + table(["target", "worst ratio", "where", "met"], summary_rows),
+        render_chat(results["chat"], s),
+        render_ops(results["ops"], s, results["trace"]),
+        render_round_trips(results["round_trips"]),
+        render_bytes(results["bytes"], results["v010"], s),
+        render_v010(results["v010"], results["bytes"], s),
+        render_scale(results["scale"], results["long_thread"], s),
+    ]
+    return "\n\n".join(sections) + "\n"
+
+
+async def bench(urls: dict[str, str], s: Settings, run: str, tmp: Path) -> dict[str, Any]:
+    results: dict[str, Any] = {}
+    progress(f"recording a {s.op_turns}-turn chat thread")
+    trace = record_trace(s.op_turns)
+    async with AsyncExitStack() as stack:
+        subjects = await open_subjects(stack, urls, run, tmp)
+        progress(f"chat: {len(subjects)} savers, {s.chat_threads}×{s.chat_turns} turns")
+        results["chat"] = await bench_chat(subjects, s, run)
+        results["ops"] = await bench_ops(subjects, trace, s, run)
+    results["round_trips"] = await bench_round_trips(urls, trace, run)
+    bytes_thread = f"{run}-bytes"
+    results["bytes"] = await bench_bytes(urls, s, run, tmp, bytes_thread)
+    results["v010"] = bench_v010(urls, s, run, bytes_thread, results["bytes"])
+    results["scale"] = await bench_scale(urls, trace, s, run)
+    results["long_thread"] = await bench_long_thread(urls, s, run)
+    results["trace"] = {
+        "turns": s.op_turns,
+        "puts": sum(isinstance(e, Put) for e in trace.events),
+        "put_writes": sum(isinstance(e, Writes) for e in trace.events),
+    }
+    return results
+
+
+def cleanup(urls: dict[str, str], run: str) -> None:
+    for kind in REDIS_KINDS:
+        for url in (urls[kind], other_db(urls[kind])) if kind in urls else ():
+            client = redis.Redis.from_url(url, protocol=2)
+            left = delete_prefix(client, run)
+            client.close()
+            if left:
+                progress(f"cleanup: deleted {left:,} keys under {run} on {url}")
+    if POSTGRES_KIND in urls:
+        for schema in (run, f"{run}_bytes"):
+            pg_schema(urls[POSTGRES_KIND], schema, drop=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="a ~1 minute smoke run")
+    args = parser.parse_args()
+    s = QUICK if args.quick else FULL
+    run = f"bench_{uuid.uuid4().hex[:8]}"  # a Redis prefix and a Postgres schema name
+    load_before = os.getloadavg()
+    pool = ServerPool()
+    urls: dict[str, str] = {}
+    try:
+        for kind in (*REDIS_KINDS, POSTGRES_KIND):
+            progress(f"server: {kind}")
+            urls[kind] = pool.get(kind)
+        pg_schema(urls[POSTGRES_KIND], run)
+        with tempfile.TemporaryDirectory(prefix="bench-savers-") as tmp:
+            results = asyncio.run(bench(urls, s, run, Path(tmp)))
+        results.update(
+            mode="quick" if args.quick else "full",
+            settings=asdict(s),
+            seconds=time.perf_counter() - _STARTED,
+            environment={
+                "python": platform.python_version(),
+                "langgraph": metadata.version("langgraph"),
+                "plainredis": metadata.version("langgraph-checkpoint-plainredis"),
+                "cpus": os.cpu_count(),
+                "load_before": load_before,
+                "load_after": os.getloadavg(),
+                "servers": server_versions(urls),
+            },
+        )
+        results["targets"] = targets(results)
+    finally:
+        cleanup(urls, run)
+        pool.close()
+    markdown = render(results, s)
+    print(markdown)
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / "savers.md").write_text(markdown)
+    (RESULTS / "savers.json").write_text(json.dumps(results, indent=2, default=str) + "\n")
+    progress(f"wrote {RESULTS / 'savers.md'} and savers.json")
+
+
+if __name__ == "__main__":
+    main()
