@@ -355,7 +355,9 @@ class SaverCore:
         now: int,
     ) -> Eval:
         """The script call storing one encoded checkpoint and its encoded new blobs."""
-        suffixes = list(dict.fromkeys([*refs, *written]))
+        # Blobs the checkpoint reads but this put did not write only need their TTL
+        # refreshed: without a TTL they are left out of the call.
+        suffixes = list(dict.fromkeys([*refs, *written] if self._ttl_ms else written))
         ns_e = escape(ns)
         if self._cluster:
             run_key = None  # written by the registry plan, in its own slot
