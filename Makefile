@@ -44,7 +44,7 @@ test-integration: sync  ## the cross-package suite and the server harness checks
 	$(RUN) pytest tests-integration $(PYTEST_ARGS)
 
 .PHONY: test
-test: lint servers test-unit test-integration  ## everything CI runs
+test: lint docs servers test-unit test-integration  ## everything CI runs
 
 .PHONY: demo
 demo: sync  ## a chat graph on plain Redis with a bounded window (REDIS_URL=... to use yours)
@@ -55,6 +55,10 @@ bench: sync  ## benchmarks, side by side in one run: Markdown and plots in bench
 	$(RUN) python bench/bench_savers.py $(BENCH_ARGS)
 	$(RUN) python bench/bench_storage.py
 	$(RUN) python bench/bench_reducer.py
+
+.PHONY: docs
+docs: sync  ## the documentation site, built strictly into site/ (with bench/results/ when present)
+	NO_MKDOCS_2_WARNING=1 $(RUN) mkdocs build --strict --site-dir site
 
 .PHONY: build
 build: sync  ## one wheel and one sdist per package into dist/

@@ -135,3 +135,13 @@ def test_a_thread_survives_its_slot_moving_to_another_node_mid_run(kind: str) ->
         messages = [m.content for m in app.get_state(config).values["messages"]]
         assert messages[0] == "q-start" and messages[-1] == f"echo: q{turns[-1]}"
         assert len(messages) == 2 * (len(turns) + 1)
+
+
+def test_a_cluster_taken_for_a_standalone_server_says_pass_cluster_true(server_pool: Any) -> None:
+    from langgraph_checkpoint_plainredis import PlainRedisError
+
+    url = server_pool.get("redis-7-cluster")
+    with RedisSaver(url, prefix=f"x:{uuid.uuid4().hex[:6]}", cluster=False) as saver:
+        with pytest.raises(PlainRedisError, match="cluster=True"):
+            for n in range(20):  # some thread lands on another node's slots
+                saver.get_tuple({"configurable": {"thread_id": f"t{n}"}})

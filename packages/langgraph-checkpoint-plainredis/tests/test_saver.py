@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 import redis
-from redis.cluster import RedisCluster
 from langgraph.checkpoint.base import empty_checkpoint
+from redis.cluster import RedisCluster
 
 from langgraph_checkpoint_plainredis import (
     AsyncRedisSaver,

@@ -222,12 +222,13 @@ class ProgressBar:
         if self._phase is not None and phase != self._phase:
             self.stream.write("\n")
         self._phase, self._drawn = phase, now
-        if total:
-            filled = min(self.WIDTH, self.WIDTH * done // total)
-            bar = "#" * filled + "." * (self.WIDTH - filled)
-            line = f"{phase:<8} [{bar}] {min(done, total) * 100 // total:3d}% {done:,}/{total:,}"
-        else:
+        if total is None:
             line = f"{phase:<8} {done:,} keys"
+        else:
+            share = min(done, total) / total if total else 1.0
+            filled = int(self.WIDTH * share)
+            bar = "#" * filled + "." * (self.WIDTH - filled)
+            line = f"{phase:<8} [{bar}] {int(share * 100):3d}% {done:,}/{total:,}"
         self.stream.write("\r" + line)
         self.stream.flush()
 

@@ -27,6 +27,7 @@ from langgraph.checkpoint.base import (
     get_checkpoint_metadata,
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
+from redis.exceptions import AskError, ClusterCrossSlotError, MovedError
 
 from ._codec import (
     decode_blob,
@@ -104,8 +105,15 @@ def slot_is_moving(error: Exception) -> bool:
     return "TRYAGAIN" in text or "non local key" in text or "TTL exhausted" in text
 
 
-def translate_error(message: str, prefix: str) -> PlainRedisError | None:
-    """Maps a script error reply to the package's exception, or None for other errors."""
+def translate_error(error: Exception, prefix: str) -> PlainRedisError | None:
+    """Maps an error reply to the package's exception, or None for other errors."""
+    message = str(error)
+    if isinstance(error, (ClusterCrossSlotError, MovedError, AskError)):
+        return PlainRedisError(
+            f"{type(error).__name__}: {message}. The server is a cluster node but the saver "
+            "talks to it as a standalone server (a user without INFO cannot tell): pass "
+            "cluster=True"
+        )
     at = message.find("PLAINREDIS_")
     if at < 0:
         return None

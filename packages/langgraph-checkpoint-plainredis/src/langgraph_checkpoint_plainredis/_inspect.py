@@ -25,6 +25,7 @@ from langgraph.checkpoint.base import CheckpointTuple
 from redis.cluster import RedisCluster
 from redis.exceptions import NoPermissionError
 
+from ._core import _s
 from ._errors import LegacyKeyspaceError, WrongTypeError
 from ._keys import ThreadKeys, unescape
 from ._sync import RedisSaver
@@ -47,13 +48,9 @@ _PAGE = 500  # registry members per round trip
 _BATCH = 1000  # commands per pipeline
 
 
-def _s(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
-
-
 @dataclass(frozen=True)
 class ThreadInfo:
-    """One registry entry: a thread, its namespaces and how many checkpoints it holds."""
+    """One thread: its namespaces, how many checkpoints it holds, when it expires."""
 
     thread_id: str
     namespaces: tuple[str, ...]

@@ -59,17 +59,24 @@ local function check_registry(key)
   return nil
 end
 
+-- A failed read is a wrong type only when Redis says so; anything else (a missing ACL
+-- permission, say) is passed on as it came.
+local function read_error(key, reply, expected)
+  if string.find(reply.err, 'WRONGTYPE', 1, true) then
+    return wrongtype(key, redis.call('TYPE', key)['ok'], expected)
+  end
+  return redis.error_reply(reply.err)
+end
+
 local function get_string(key)
   local v = redis.pcall('GET', key)
-  if type(v) == 'table' and v.err then
-    return nil, wrongtype(key, redis.call('TYPE', key)['ok'], 'string')
-  end
+  if type(v) == 'table' and v.err then return nil, read_error(key, v, 'string') end
   return v, nil
 end
 
 local function get_hash(key)
   local v = redis.pcall('HGETALL', key)
-  if v.err then return nil, wrongtype(key, redis.call('TYPE', key)['ok'], 'hash') end
+  if v.err then return nil, read_error(key, v, 'hash') end
   return v, nil
 end
 

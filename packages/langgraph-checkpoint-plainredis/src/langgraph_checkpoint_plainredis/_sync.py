@@ -180,7 +180,7 @@ class RedisSaver(SaverCore, BaseCheckpointSaver[str]):
                 # source once; EVAL caches it again. Nothing ran, so nothing repeats.
                 return self._send(plan, fallback=True)
         except ResponseError as exc:
-            mapped = translate_error(str(exc), self.prefix)
+            mapped = translate_error(exc, self.prefix)
             if mapped is None:
                 raise
             raise mapped from None
