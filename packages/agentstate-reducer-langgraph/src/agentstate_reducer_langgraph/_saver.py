@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import warnings
 from collections.abc import AsyncIterator, Callable, Collection, Iterator, Sequence
 from typing import Any
 
@@ -16,7 +17,17 @@ from langgraph.checkpoint.base import (
 )
 from langgraph.checkpoint.serde.types import _DeltaSnapshot
 
-from agentstate_reducer import MessageReducer, ReducerResult
+from agentstate_reducer import (
+    AsyncBackground,
+    Background,
+    InMemoryLedger,
+    MessageReducer,
+    ReducerResult,
+)
+
+from ._delivery import DeliveryRunner
+from ._outbox import Delivery, DeliveryMode, DrainReport, Outbox, OutboxStats
+from ._redis import RedisSink
 
 __all__ = [
     "ReducingSaver",
@@ -162,16 +173,30 @@ class ReducingSaver(BaseCheckpointSaver[Any]):
     Pruned messages are delivered after the inner store succeeded, so a failed `put`
     that is retried delivers once.
 
+    With an `outbox`, delivery is durable: a put that prunes first stages the batch in
+    the outbox (one round trip), then stores; the batch is delivered (`delivery`) once
+    its checkpoint exists and removed when every hook succeeded. With a durable ledger
+    (`RedisDeliveryLedger`), across processes, restarts, retries and forks, each message
+    reaches a `RedisSink` exactly once per namespace and any other hook at least once
+    (twice only if a process dies between the hook returning and the ledger recording
+    it); see the README's "Durable delivery".
+
     Args:
         inner: The checkpointer that stores.
         reducer: The `MessageReducer` that cuts and delivers.
         messages_key: The state channel holding the message list.
+        outbox: Where pruned batches wait for delivery, e.g. `RedisOutbox`; None
+            delivers in the process, after the put, as before.
+        delivery: ``"inline"``, ``"background"``, ``"manual"`` or a `Delivery` with
+            timings; needs an `outbox` unless ``"inline"``.
     """
 
     inner: BaseCheckpointSaver[Any]
     reducer: MessageReducer
     messages_key: str
     passthrough: bool
+    outbox: Outbox | None
+    delivery: DeliveryRunner | None
 
     def __new__(cls, *args: Any, **kwargs: Any) -> ReducingSaver:
         # copy.copy() calls __new__ without arguments: keep the class it already has.
@@ -185,6 +210,8 @@ class ReducingSaver(BaseCheckpointSaver[Any]):
         reducer: MessageReducer,
         *,
         messages_key: str = "messages",
+        outbox: Outbox | None = None,
+        delivery: Delivery | DeliveryMode = "inline",
     ) -> None:
         if not isinstance(inner, BaseCheckpointSaver):
             raise TypeError(
@@ -198,11 +225,26 @@ class ReducingSaver(BaseCheckpointSaver[Any]):
             )
         if not isinstance(messages_key, str) or not messages_key:
             raise ValueError(f"messages_key must be a channel name, got {messages_key!r}")
+        options = Delivery.of(delivery)
+        _check_sinks(reducer)
+        if outbox is None and options != Delivery():
+            raise ValueError(
+                f"delivery={delivery!r} needs an outbox: pass outbox=RedisOutbox(client) "
+                "(or RedisOutbox.for_saver(saver)); without one, hooks run inline after "
+                "each put"
+            )
+        if outbox is not None:
+            # Before `_adopt`, which hands the reducer to an inner saver with a free slot.
+            _check_outbox(outbox, reducer, hasattr(inner, "reducer"))
         super().__init__(serde=inner.serde)
         self.inner = inner
         self.reducer = reducer
         self.messages_key = messages_key
         self.passthrough = _adopt(inner, reducer)
+        self.outbox = outbox
+        self.delivery = (
+            DeliveryRunner(inner, reducer, outbox, options) if outbox is not None else None
+        )
 
     # -- reading ---------------------------------------------------------------------------
 
@@ -251,9 +293,16 @@ class ReducingSaver(BaseCheckpointSaver[Any]):
         reduced, result, namespace = plan_reduction(
             self.reducer, checkpoint, config, self.messages_key, metadata
         )
+        pruned = result.pruned if result is not None else []
+        if self.delivery is None or not pruned:
+            stored = self.inner.put(config, reduced, metadata, new_versions)
+            if pruned:
+                self.reducer.deliver(pruned, namespace)
+            return stored
+        batch = self.delivery.batch(config, checkpoint["id"], pruned, namespace)
+        due = self.delivery.stage(batch)
         stored = self.inner.put(config, reduced, metadata, new_versions)
-        if result is not None and result.pruned:
-            self.reducer.deliver(result.pruned, namespace)
+        self.delivery.stored(batch, pruned, namespace, due)
         return stored
 
     async def aput(
@@ -268,9 +317,16 @@ class ReducingSaver(BaseCheckpointSaver[Any]):
         reduced, result, namespace = await aplan_reduction(
             self.reducer, checkpoint, config, self.messages_key, metadata
         )
+        pruned = result.pruned if result is not None else []
+        if self.delivery is None or not pruned:
+            stored = await self.inner.aput(config, reduced, metadata, new_versions)
+            if pruned:
+                await self.reducer.adeliver(pruned, namespace)
+            return stored
+        batch = self.delivery.batch(config, checkpoint["id"], pruned, namespace)
+        due = await self.delivery.astage(batch)
         stored = await self.inner.aput(config, reduced, metadata, new_versions)
-        if result is not None and result.pruned:
-            await self.reducer.adeliver(result.pruned, namespace)
+        await self.delivery.astored(batch, pruned, namespace, due)
         return stored
 
     def put_writes(
@@ -297,6 +353,36 @@ class ReducingSaver(BaseCheckpointSaver[Any]):
     async def adelete_thread(self, thread_id: str) -> None:
         await self.inner.adelete_thread(thread_id)
 
+    # -- durable delivery -------------------------------------------------------------------
+
+    def drain(self, limit: int | None = None) -> DrainReport:
+        """Delivers up to `limit` due batches from the outbox (any process may have staged).
+
+        Call it from a serverless handler, a cron job or a worker process in ``manual``
+        mode; in the other modes it also picks up what a crashed process left.
+        """
+        return self._runner("drain").drain(limit)
+
+    async def adrain(self, limit: int | None = None) -> DrainReport:
+        """`drain`, for asyncio."""
+        return await self._runner("adrain").adrain(limit)
+
+    def delivery_stats(self) -> OutboxStats:
+        """The outbox's backlog and counters, shared by every process that uses it."""
+        return self._runner("delivery_stats").stats()
+
+    async def adelivery_stats(self) -> OutboxStats:
+        """`delivery_stats`, for asyncio."""
+        return await self._runner("adelivery_stats").astats()
+
+    def _runner(self, method: str) -> DeliveryRunner:
+        if self.delivery is None:
+            raise ValueError(
+                f"ReducingSaver.{method}() needs an outbox: build the saver with "
+                "outbox=RedisOutbox(...) (without one, hooks run inline after each put)"
+            )
+        return self.delivery
+
     # -- the rest --------------------------------------------------------------------------
 
     def get_next_version(self, current: Any, channel: None) -> Any:
@@ -314,6 +400,8 @@ class ReducingSaver(BaseCheckpointSaver[Any]):
 
     def __repr__(self) -> str:
         mode = "pass-through" if self.passthrough else "reducing"
+        if self.delivery is not None:
+            mode += f", {self.delivery.mode} delivery via {self.outbox!r}"
         return f"ReducingSaver({self.inner!r}, {self.reducer!r}, {mode})"
 
 
@@ -332,6 +420,60 @@ def _adopt(inner: BaseCheckpointSaver[Any], reducer: MessageReducer) -> bool:
         "keep two delivery ledgers, so every pruned turn would reach long-term memory twice. "
         "Wrap it with the same reducer object, or build the inner saver without one."
     )
+
+
+def _check_sinks(reducer: MessageReducer) -> None:
+    """A `RedisSink` commits with its own ledger, so it must be the reducer's."""
+    names: set[str] = set()
+    for hook in getattr(getattr(reducer, "config", None), "on_prune", ()):
+        if not isinstance(hook, RedisSink):
+            continue
+        if hook.ledger is not reducer.ledger:
+            raise ValueError(
+                f"{hook!r} records deliveries in {hook.ledger!r}, but the reducer checks "
+                f"{reducer.ledger!r}; build it with the reducer's ledger: "
+                "MessageReducer(config=..., ledger=ledger) and RedisMemoryWriter(ledger)"
+            )
+        if hook.name in names:
+            raise ValueError(
+                f"two sinks are named {hook.name!r}; give each a name= of its own, since "
+                "the name is the hook's key in the delivery ledger"
+            )
+        names.add(hook.name)
+
+
+def _check_outbox(outbox: Outbox, reducer: MessageReducer, reduces_itself: bool) -> None:
+    if not isinstance(outbox, Outbox):
+        raise TypeError(
+            f"outbox={outbox!r} does not implement the Outbox protocol "
+            "(stage, claim, settle, stats and their a- twins); pass e.g. RedisOutbox(client)"
+        )
+    if reduces_itself:
+        raise ValueError(
+            "outbox= needs the wrapper to do the reduction, but this inner saver reduces "
+            "itself (it took the reducer); build it without its own reduction, or store "
+            "through a saver that has no reducer slot"
+        )
+    if not reducer.config.dedupe_on_prune:
+        raise ValueError(
+            "outbox= redelivers a batch after a crash and relies on the delivery ledger to "
+            "drop what already arrived; set ReducerConfig(dedupe_on_prune=True)"
+        )
+    for index, hook in enumerate(reducer.config.on_prune):
+        if isinstance(hook, (Background, AsyncBackground)):
+            raise ValueError(
+                f"on_prune[{index}] is a {type(hook).__name__}, which acknowledges before its "
+                "hook ran; with an outbox pass the plain function and use "
+                "delivery='background' instead"
+            )
+    if isinstance(reducer.ledger, InMemoryLedger):
+        warnings.warn(
+            "the reducer's delivery ledger is an InMemoryLedger: redelivery after a crash, "
+            "or by another process, reaches the hooks again. Pass "
+            "MessageReducer(..., ledger=RedisDeliveryLedger(client)) for exactly once",
+            UserWarning,
+            stacklevel=4,
+        )
 
 
 def _delegate(name: str) -> Callable[..., Any]:

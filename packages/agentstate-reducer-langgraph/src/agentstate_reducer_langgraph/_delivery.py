@@ -1,0 +1,576 @@
+"""`DeliveryRunner`: stages pruned batches before the put and delivers them after it.
+
+The decisions (batch ids, when to retry, when a batch is committed or abandoned) are
+plain functions of a batch, a `DeliveryReport` and the clock; the sync and async
+methods only differ in how they call the outbox, the inner saver and the reducer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import logging
+import threading
+import time
+import weakref
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import BaseCheckpointSaver
+
+from agentstate_reducer import DeliveryReport, MessageReducer
+
+from ._outbox import (
+    Delivery,
+    DrainReport,
+    Outbox,
+    OutboxStats,
+    Settlement,
+    StagedBatch,
+    batch_id,
+    decode_payload,
+    encode_payload,
+)
+
+__all__ = ["DeliveryRunner"]
+
+logger = logging.getLogger("agentstate_reducer_langgraph")
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+@dataclass(frozen=True)
+class _Own:
+    """A batch this process staged and stored: delivered without claiming or decoding."""
+
+    batch: StagedBatch
+    pruned: list[Any]
+    namespace: Any
+
+
+@dataclass(frozen=True)
+class _Outcome:
+    settlement: Settlement
+    kind: str  # "delivered", "failed", "waiting" or "discarded"
+
+
+_live: weakref.WeakSet[DeliveryRunner] = weakref.WeakSet()
+
+
+@atexit.register
+def _close_at_exit() -> None:
+    for runner in list(_live):
+        try:
+            runner.close(timeout=10)
+        except Exception:
+            logger.exception("closing delivery at exit failed; staged batches stay in the outbox")
+
+
+class DeliveryRunner:
+    """Stages, delivers and drains the pruned batches of one `ReducingSaver`.
+
+    Args:
+        inner: The saver that stores checkpoints; asked whether a batch's checkpoint exists
+            when the outbox cannot tell.
+        reducer: Runs the hooks and keeps the delivery ledger.
+        outbox: Where batches wait.
+        options: Mode and timings.
+
+    Attributes:
+        delivered: Batches this process delivered and acknowledged.
+        failures: Deliveries in this process in which a hook raised.
+        discarded: Batches this process dropped because their checkpoint never appeared.
+    """
+
+    def __init__(
+        self,
+        inner: BaseCheckpointSaver[Any],
+        reducer: MessageReducer,
+        outbox: Outbox,
+        options: Delivery,
+    ) -> None:
+        self.inner = inner
+        self.reducer = reducer
+        self.outbox = outbox
+        self.options = options
+        self.delivered = 0
+        self.failures = 0
+        self.discarded = 0
+        self._lock = threading.Lock()
+        self._acks: list[Settlement] = []
+        self._thread: _ThreadWorker | None = None
+        self._task: _TaskWorker | None = None
+        _live.add(self)
+
+    @property
+    def mode(self) -> str:
+        """``inline``, ``background`` or ``manual``."""
+        return self.options.mode
+
+    # -- decisions -------------------------------------------------------------------------
+
+    def batch(
+        self, config: RunnableConfig, checkpoint_id: str, pruned: list[Any], namespace: Any
+    ) -> StagedBatch:
+        """The batch a put of `checkpoint_id` prunes; its id is the same on every retry."""
+        conf = config.get("configurable") or {}
+        thread_id = str(conf.get("thread_id", ""))
+        checkpoint_ns = str(conf.get("checkpoint_ns") or "")
+        return StagedBatch(
+            id=batch_id(thread_id, checkpoint_ns, checkpoint_id),
+            thread_id=thread_id,
+            checkpoint_ns=checkpoint_ns,
+            checkpoint_id=checkpoint_id,
+            payload=encode_payload(self.inner.serde, namespace, list(pruned)),
+        )
+
+    def _stage_times(self) -> tuple[int, int]:
+        now = _now_ms()
+        # Inline and background deliver their own batch right after the put, so it is
+        # staged already leased; a manual batch is claimable at once.
+        lease = 0 if self.mode == "manual" else int(self.options.lease * 1000)
+        return now, now + lease
+
+    def _outcome(self, batch: StagedBatch, report: DeliveryReport, now: int) -> _Outcome:
+        failed = [h.hook for h in report.hooks if h.failed]
+        queued = [h.hook for h in report.hooks if h.queued]
+        if not failed and not queued:
+            return _Outcome(Settlement(batch.id, "ack"), "delivered")
+        attempt = batch.failures + 1 if failed else max(batch.failures, 1)
+        error = (
+            f"hooks {', '.join(failed)} failed" if failed else f"hooks {', '.join(queued)} queued"
+        )
+        due = now + self.options.retry_delay_ms(attempt)
+        return _Outcome(
+            Settlement(
+                batch.id, "retry", due=due, failed=bool(failed), committed=True, error=error
+            ),
+            "failed" if failed else "waiting",
+        )
+
+    def _undecodable(self, batch: StagedBatch, error: Exception, now: int) -> _Outcome:
+        logger.error(
+            "staged batch %s (thread %r, checkpoint %s) does not decode: %r; it stays in the "
+            "outbox: fix the serializer (allowlist) so the next drain can deliver it",
+            batch.id,
+            batch.thread_id,
+            batch.checkpoint_id,
+            error,
+        )
+        due = now + self.options.retry_delay_ms(batch.failures + 1)
+        settlement = Settlement(
+            batch.id, "retry", due=due, failed=True, committed=True, error=repr(error)
+        )
+        return _Outcome(settlement, "failed")
+
+    def _uncommitted(self, batch: StagedBatch, now: int) -> _Outcome:
+        grace_ms = int(self.options.grace * 1000)
+        waited = now - batch.staged_at
+        if waited >= grace_ms:
+            logger.info(
+                "discarding staged batch %s: checkpoint %s of thread %r was not stored within "
+                "%.0f s (its put failed or never ran)",
+                batch.id,
+                batch.checkpoint_id,
+                batch.thread_id,
+                self.options.grace,
+            )
+            return _Outcome(Settlement(batch.id, "discard", staged_at=batch.staged_at), "discarded")
+        due = now + min(int(self.options.retry_after * 1000), grace_ms - waited)
+        return _Outcome(Settlement(batch.id, "retry", due=due), "waiting")
+
+    def _count(self, outcomes: Sequence[_Outcome]) -> DrainReport:
+        kinds = [o.kind for o in outcomes]
+        with self._lock:
+            self.delivered += kinds.count("delivered")
+            self.failures += kinds.count("failed")
+            self.discarded += kinds.count("discarded")
+        return DrainReport(
+            claimed=len(kinds),
+            delivered=kinds.count("delivered"),
+            failed=kinds.count("failed"),
+            waiting=kinds.count("waiting"),
+            discarded=kinds.count("discarded"),
+        )
+
+    def _take_acks(self) -> list[Settlement]:
+        with self._lock:
+            acks, self._acks = self._acks, []
+        return acks
+
+    def _defer(self, outcome: _Outcome) -> list[Settlement]:
+        """Keeps an ack for the next outbox call; returns what must be settled now."""
+        if outcome.settlement.action == "ack":
+            with self._lock:
+                self._acks.append(outcome.settlement)
+            return []
+        return [outcome.settlement]
+
+    @staticmethod
+    def _config(batch: StagedBatch) -> RunnableConfig:
+        return {
+            "configurable": {
+                "thread_id": batch.thread_id,
+                "checkpoint_ns": batch.checkpoint_ns,
+                "checkpoint_id": batch.checkpoint_id,
+            }
+        }
+
+    # -- blocking --------------------------------------------------------------------------
+
+    def stage(self, batch: StagedBatch) -> int:
+        """Stages `batch` before the put, with the acks waiting to be sent; one round trip.
+
+        Returns:
+            How many batches are due in the outbox.
+        """
+        now, visible_at = self._stage_times()
+        acks = self._take_acks()
+        try:
+            return self.outbox.stage(batch, now=now, visible_at=visible_at, settle=acks)
+        except BaseException:
+            with self._lock:
+                self._acks[:0] = acks
+            raise
+
+    def stored(self, batch: StagedBatch, pruned: list[Any], namespace: Any, due: int) -> None:
+        """After the put stored the checkpoint of `batch`: deliver it as the mode says.
+
+        Never raises: the batch is in the outbox, and the next drain delivers what failed.
+        """
+        own = _Own(batch, pruned, namespace)
+        try:
+            if self.mode == "background":
+                self._thread_worker().submit(own)
+            elif self.mode == "inline":
+                self._deliver_own([own], defer=True)
+                if due > 0:
+                    self.drain()
+        except Exception:
+            logger.exception(
+                "delivering batch %s after its put failed; it stays in the outbox and the "
+                "next drain delivers it",
+                batch.id,
+            )
+
+    def _deliver_own(self, own: Sequence[_Own], *, defer: bool) -> None:
+        now = _now_ms()
+        outcomes = [
+            self._outcome(o.batch, self.reducer.deliver(o.pruned, o.namespace), now) for o in own
+        ]
+        self._count(outcomes)
+        settle: list[Settlement] = []
+        for outcome in outcomes:
+            settle += self._defer(outcome) if defer else [outcome.settlement]
+        if not defer:
+            settle = self._take_acks() + settle
+        if settle:
+            self.outbox.settle(settle)
+
+    def _process(self, batch: StagedBatch, now: int) -> _Outcome:
+        committed = batch.committed
+        if committed is None:
+            committed = self.inner.get_tuple(self._config(batch)) is not None
+        if not committed:
+            return self._uncommitted(batch, now)
+        try:
+            messages, namespace = decode_payload(self.inner.serde, batch.payload)
+        except Exception as exc:
+            return self._undecodable(batch, exc, now)
+        return self._outcome(batch, self.reducer.deliver(messages, namespace), now)
+
+    def drain(self, limit: int | None = None) -> DrainReport:
+        """Claims up to `limit` due batches and delivers those whose checkpoint is stored.
+
+        Several processes may drain one outbox at once: a claimed batch is leased to its
+        claimer for `Delivery.lease` seconds.
+        """
+        now = _now_ms()
+        lease_until = now + int(self.options.lease * 1000)
+        claimed = self.outbox.claim(
+            now=now, lease_until=lease_until, limit=limit or self.options.batch_size
+        )
+        outcomes: list[_Outcome] = []
+        for batch in claimed:
+            if _now_ms() >= lease_until:
+                break  # the rest may belong to another deliverer now; they are due again
+            outcomes.append(self._process(batch, now))
+        settle = self._take_acks() + [o.settlement for o in outcomes]
+        if settle:
+            self.outbox.settle(settle)
+        return self._count(outcomes)
+
+    def stats(self) -> OutboxStats:
+        """The outbox's shared counters, after sending the acks this process still holds."""
+        self.flush_acks()
+        return self.outbox.stats()
+
+    def flush_acks(self) -> None:
+        """Sends the acks of delivered batches that wait to ride on the next staging."""
+        acks = self._take_acks()
+        if acks:
+            self.outbox.settle(acks)
+
+    def flush(self, timeout: float | None = None) -> bool:
+        """Waits until the background thread delivered what it was handed; sends acks.
+
+        Returns:
+            False when `timeout` passed first.
+        """
+        worker = self._thread
+        done = worker.flush(timeout) if worker is not None else True
+        self.flush_acks()
+        return done
+
+    def close(self, timeout: float | None = None) -> None:
+        """Delivers what the background thread holds, stops it and sends pending acks."""
+        worker, self._thread = self._thread, None
+        if worker is not None:
+            worker.close(timeout)
+        self.flush_acks()
+
+    def _thread_worker(self) -> _ThreadWorker:
+        with self._lock:
+            if self._thread is None:
+                self._thread = _ThreadWorker(self)
+            return self._thread
+
+    # -- asyncio ---------------------------------------------------------------------------
+
+    async def astage(self, batch: StagedBatch) -> int:
+        """`stage`, for asyncio."""
+        now, visible_at = self._stage_times()
+        acks = self._take_acks()
+        try:
+            return await self.outbox.astage(batch, now=now, visible_at=visible_at, settle=acks)
+        except BaseException:
+            with self._lock:
+                self._acks[:0] = acks
+            raise
+
+    async def astored(
+        self, batch: StagedBatch, pruned: list[Any], namespace: Any, due: int
+    ) -> None:
+        """`stored`, for asyncio; background mode runs an asyncio task on this loop."""
+        own = _Own(batch, pruned, namespace)
+        try:
+            if self.mode == "background":
+                self._task_worker().submit(own)
+            elif self.mode == "inline":
+                await self._adeliver_own([own], defer=True)
+                if due > 0:
+                    await self.adrain()
+        except Exception:
+            logger.exception(
+                "delivering batch %s after its put failed; it stays in the outbox and the "
+                "next drain delivers it",
+                batch.id,
+            )
+
+    async def _adeliver_own(self, own: Sequence[_Own], *, defer: bool) -> None:
+        now = _now_ms()
+        outcomes = [
+            self._outcome(o.batch, await self.reducer.adeliver(o.pruned, o.namespace), now)
+            for o in own
+        ]
+        self._count(outcomes)
+        settle: list[Settlement] = []
+        for outcome in outcomes:
+            settle += self._defer(outcome) if defer else [outcome.settlement]
+        if not defer:
+            settle = self._take_acks() + settle
+        if settle:
+            await self.outbox.asettle(settle)
+
+    async def _aprocess(self, batch: StagedBatch, now: int) -> _Outcome:
+        committed = batch.committed
+        if committed is None:
+            committed = await self.inner.aget_tuple(self._config(batch)) is not None
+        if not committed:
+            return self._uncommitted(batch, now)
+        try:
+            messages, namespace = decode_payload(self.inner.serde, batch.payload)
+        except Exception as exc:
+            return self._undecodable(batch, exc, now)
+        return self._outcome(batch, await self.reducer.adeliver(messages, namespace), now)
+
+    async def adrain(self, limit: int | None = None) -> DrainReport:
+        """`drain`, for asyncio."""
+        now = _now_ms()
+        lease_until = now + int(self.options.lease * 1000)
+        claimed = await self.outbox.aclaim(
+            now=now, lease_until=lease_until, limit=limit or self.options.batch_size
+        )
+        outcomes: list[_Outcome] = []
+        for batch in claimed:
+            if _now_ms() >= lease_until:
+                break  # the rest may belong to another deliverer now; they are due again
+            outcomes.append(await self._aprocess(batch, now))
+        settle = self._take_acks() + [o.settlement for o in outcomes]
+        if settle:
+            await self.outbox.asettle(settle)
+        return self._count(outcomes)
+
+    async def astats(self) -> OutboxStats:
+        """`stats`, for asyncio."""
+        await self.aflush_acks()
+        return await self.outbox.astats()
+
+    async def aflush_acks(self) -> None:
+        """`flush_acks`, for asyncio."""
+        acks = self._take_acks()
+        if acks:
+            await self.outbox.asettle(acks)
+
+    async def aflush(self) -> None:
+        """Waits until the background task delivered what it was handed; sends acks."""
+        if self._task is not None:
+            await self._task.aflush()
+        await self.aflush_acks()
+
+    async def aclose(self) -> None:
+        """Delivers what the background task holds, stops it and sends pending acks."""
+        worker, self._task = self._task, None
+        if worker is not None:
+            await worker.aclose()
+        await self.aflush_acks()
+
+    def _task_worker(self) -> _TaskWorker:
+        if self._task is None or not self._task.usable():
+            self._task = _TaskWorker(self)
+        return self._task
+
+    def __repr__(self) -> str:
+        return f"DeliveryRunner({self.outbox!r}, mode={self.mode!r})"
+
+
+class _ThreadWorker:
+    """The background thread: delivers this process's batches, then polls the outbox."""
+
+    def __init__(self, runner: DeliveryRunner) -> None:
+        self.runner = runner
+        self._queue: deque[_Own] = deque()
+        self._cond = threading.Condition()
+        self._busy = False
+        self._closed = False
+        self._thread = threading.Thread(target=self._loop, name="agentstate-delivery", daemon=True)
+        self._thread.start()
+
+    def submit(self, own: _Own) -> None:
+        with self._cond:
+            if self._closed:
+                return  # staged and leased: the next drain after the lease delivers it
+            self._queue.append(own)
+            self._cond.notify_all()
+
+    def flush(self, timeout: float | None) -> bool:
+        with self._cond:
+            return self._cond.wait_for(lambda: not self._queue and not self._busy, timeout)
+
+    def close(self, timeout: float | None) -> None:
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+        self._thread.join(timeout)
+
+    def _loop(self) -> None:
+        options = self.runner.options
+        next_poll = 0.0
+        while True:
+            with self._cond:
+                if not self._queue and not self._closed:
+                    self._cond.wait(max(0.0, next_poll - time.monotonic()))
+                own = list(self._queue)
+                self._queue.clear()
+                closing = self._closed
+                self._busy = True
+            try:
+                if own:
+                    self.runner._deliver_own(own, defer=False)
+                if not closing and time.monotonic() >= next_poll:
+                    report = self.runner.drain()
+                    full = report.claimed >= options.batch_size
+                    next_poll = time.monotonic() + (0.0 if full else options.poll_interval)
+            except Exception:
+                logger.exception("background delivery failed; retrying after poll_interval")
+                next_poll = time.monotonic() + options.poll_interval
+            finally:
+                with self._cond:
+                    self._busy = False
+                    self._cond.notify_all()
+            if closing:
+                with self._cond:
+                    if not self._queue:
+                        return
+
+
+class _TaskWorker:
+    """The background asyncio task: `_ThreadWorker` on the event loop of the first `aput`."""
+
+    def __init__(self, runner: DeliveryRunner) -> None:
+        self.runner = runner
+        self._queue: deque[_Own] = deque()
+        self._loop = asyncio.get_running_loop()
+        self._wake = asyncio.Event()
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self._closed = False
+        self._task = self._loop.create_task(self._run(), name="agentstate-delivery")
+
+    def usable(self) -> bool:
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            return False
+        return running is self._loop and not self._task.done()
+
+    def submit(self, own: _Own) -> None:
+        self._queue.append(own)
+        self._idle.clear()
+        self._wake.set()
+
+    async def aflush(self) -> None:
+        while self._queue or not self._idle.is_set():
+            await self._idle.wait()
+            await asyncio.sleep(0)
+
+    async def aclose(self) -> None:
+        self._closed = True
+        self._wake.set()
+        await self._task
+
+    async def _run(self) -> None:
+        options = self.runner.options
+        next_poll = 0.0
+        while True:
+            if not self._queue and not self._closed:
+                try:
+                    timeout = max(0.0, next_poll - self._loop.time())
+                    await asyncio.wait_for(self._wake.wait(), timeout)
+                except asyncio.TimeoutError:
+                    pass
+            self._wake.clear()
+            own = list(self._queue)
+            self._queue.clear()
+            closing = self._closed
+            self._idle.clear()
+            try:
+                if own:
+                    await self.runner._adeliver_own(own, defer=False)
+                if not closing and self._loop.time() >= next_poll:
+                    report = await self.runner.adrain()
+                    full = report.claimed >= options.batch_size
+                    next_poll = self._loop.time() + (0.0 if full else options.poll_interval)
+            except Exception:
+                logger.exception("background delivery failed; retrying after poll_interval")
+                next_poll = self._loop.time() + options.poll_interval
+            finally:
+                if not self._queue:
+                    self._idle.set()
+            if closing and not self._queue:
+                return

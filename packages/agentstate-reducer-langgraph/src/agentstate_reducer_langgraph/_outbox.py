@@ -1,0 +1,266 @@
+"""The `Outbox` protocol, its records, and the `Delivery` options of `ReducingSaver`."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol, runtime_checkable
+
+__all__ = [
+    "Delivery",
+    "DeliveryMode",
+    "DrainReport",
+    "Outbox",
+    "OutboxStats",
+    "Settlement",
+    "StagedBatch",
+    "batch_id",
+]
+
+DeliveryMode = Literal["inline", "background", "manual"]
+_MODES = ("inline", "background", "manual")
+
+
+def batch_id(thread_id: str, checkpoint_ns: str, checkpoint_id: str) -> str:
+    """The id of the batch a checkpoint prunes: the same for every retry of its `put`."""
+    text = json.dumps([thread_id, checkpoint_ns, checkpoint_id], separators=(",", ":"))
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:32]
+
+
+@dataclass(frozen=True)
+class StagedBatch:
+    """The messages one checkpoint pruned, waiting in an outbox until delivered.
+
+    Attributes:
+        id: `batch_id` of the checkpoint.
+        thread_id: The checkpoint's thread.
+        checkpoint_ns: The checkpoint's namespace.
+        checkpoint_id: The checkpoint whose store commits the batch.
+        payload: ``serde.dumps_typed({"namespace": ..., "messages": [...]})``.
+        staged_at: Milliseconds since the epoch of the latest staging.
+        failures: Deliveries in which a hook raised.
+        committed: Whether the checkpoint is known to be stored; None when the outbox
+            cannot tell and the saver must ask the inner saver.
+    """
+
+    id: str
+    thread_id: str
+    checkpoint_ns: str
+    checkpoint_id: str
+    payload: tuple[str, bytes]
+    staged_at: int = 0
+    failures: int = 0
+    committed: bool | None = None
+
+
+@dataclass(frozen=True)
+class Settlement:
+    """What to do with a claimed batch.
+
+    Attributes:
+        batch_id: The batch.
+        action: ``ack`` (delivered: remove it), ``retry`` (claim it again at `due`) or
+            ``discard`` (its checkpoint was never stored: remove it, unless it was staged
+            again after `staged_at`).
+        due: ``retry``: milliseconds since the epoch when it may be claimed again.
+        staged_at: ``discard``: the staging this decision was about.
+        failed: ``retry``: a hook raised; count it.
+        committed: ``retry``: the checkpoint is stored; remember it.
+        error: ``retry``: what the hook raised, kept with the batch.
+    """
+
+    batch_id: str
+    action: Literal["ack", "retry", "discard"]
+    due: int = 0
+    staged_at: int = 0
+    failed: bool = False
+    committed: bool = False
+    error: str = ""
+
+
+@dataclass(frozen=True)
+class OutboxStats:
+    """Counters of one outbox, shared by every process using it.
+
+    Attributes:
+        backlog: Batches staged and not yet acknowledged (including those being delivered).
+        staged: Batches ever staged.
+        delivered: Batches acknowledged.
+        failures: Deliveries in which a hook raised.
+        discarded: Batches dropped because their checkpoint was never stored.
+    """
+
+    backlog: int = 0
+    staged: int = 0
+    delivered: int = 0
+    failures: int = 0
+    discarded: int = 0
+
+
+@dataclass(frozen=True)
+class DrainReport:
+    """What one `drain` did, in batches.
+
+    Attributes:
+        claimed: Batches claimed.
+        delivered: Every hook got its messages; acknowledged.
+        failed: A hook raised; the batch is retried later.
+        waiting: Its checkpoint is not stored yet; checked again later.
+        discarded: Its checkpoint was never stored within the grace period; dropped.
+    """
+
+    claimed: int = 0
+    delivered: int = 0
+    failed: int = 0
+    waiting: int = 0
+    discarded: int = 0
+
+
+@runtime_checkable
+class Outbox(Protocol):
+    """Durable storage of pruned batches between the put that staged them and delivery.
+
+    `stage` runs before the inner saver's put, in one round trip, and must be idempotent
+    per batch id. `claim` leases due batches to one caller until `lease_until`; a batch
+    claimed again after its lease expired is delivered again, and the delivery ledger
+    drops what already arrived. Times are milliseconds since the epoch.
+    """
+
+    def stage(
+        self,
+        batch: StagedBatch,
+        *,
+        now: int,
+        visible_at: int,
+        settle: Sequence[Settlement] = (),
+    ) -> int:
+        """Store `batch` (claimable from `visible_at`) and apply `settle`, in one round trip.
+
+        Returns:
+            How many batches are due at `now`.
+        """
+        ...
+
+    def claim(self, *, now: int, lease_until: int, limit: int) -> list[StagedBatch]:
+        """Lease up to `limit` batches due at `now`, oldest first, until `lease_until`."""
+        ...
+
+    def settle(self, settlements: Sequence[Settlement]) -> None:
+        """Apply the outcomes of claimed batches."""
+        ...
+
+    def stats(self) -> OutboxStats:
+        """The shared counters."""
+        ...
+
+    async def astage(
+        self,
+        batch: StagedBatch,
+        *,
+        now: int,
+        visible_at: int,
+        settle: Sequence[Settlement] = (),
+    ) -> int:
+        """`stage`, for asyncio."""
+        ...
+
+    async def aclaim(self, *, now: int, lease_until: int, limit: int) -> list[StagedBatch]:
+        """`claim`, for asyncio."""
+        ...
+
+    async def asettle(self, settlements: Sequence[Settlement]) -> None:
+        """`settle`, for asyncio."""
+        ...
+
+    async def astats(self) -> OutboxStats:
+        """`stats`, for asyncio."""
+        ...
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """How `ReducingSaver` delivers staged batches.
+
+    Attributes:
+        mode: ``inline``: right after the put, in the caller; ``background``: a worker
+            thread (sync `put`) or asyncio task (`aput`) of this process; ``manual``:
+            only when `ReducingSaver.drain`/`adrain` is called (serverless handlers,
+            cron jobs, a separate worker process).
+        lease: Seconds a claimed batch belongs to one deliverer; after that another
+            process may deliver it again (the ledger drops what already arrived).
+        grace: Seconds a staged batch may wait for its checkpoint to be stored; after
+            that a batch whose checkpoint is absent is discarded (its put failed).
+        retry_after: Seconds before a failed batch is retried; doubles with each failure.
+        max_retry_after: The longest wait between retries.
+        poll_interval: Seconds between polls of the outbox by the background worker.
+        batch_size: Most batches one drain claims.
+    """
+
+    mode: DeliveryMode = "inline"
+    lease: float = 30.0
+    grace: float = 60.0
+    retry_after: float = 1.0
+    max_retry_after: float = 300.0
+    poll_interval: float = 1.0
+    batch_size: int = 100
+
+    def __post_init__(self) -> None:
+        if self.mode not in _MODES:
+            raise ValueError(
+                f"Delivery(mode={self.mode!r}) must be one of {', '.join(map(repr, _MODES))}"
+            )
+        for name in ("lease", "grace", "retry_after", "max_retry_after", "poll_interval"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+                raise ValueError(f"Delivery({name}={value!r}) must be a number of seconds >= 0")
+        if self.lease <= 0:
+            raise ValueError(f"Delivery(lease={self.lease!r}) must be above 0 seconds")
+        if (
+            isinstance(self.batch_size, bool)
+            or not isinstance(self.batch_size, int)
+            or self.batch_size < 1
+        ):
+            raise ValueError(f"Delivery(batch_size={self.batch_size!r}) must be an int >= 1")
+
+    @classmethod
+    def of(cls, value: Delivery | str) -> Delivery:
+        """`value` itself, or the options for the mode it names."""
+        if isinstance(value, Delivery):
+            return value
+        if isinstance(value, str):
+            return cls(mode=value)  # type: ignore[arg-type]  # checked in __post_init__
+        raise TypeError(
+            f"delivery={value!r} must be 'inline', 'background', 'manual' or a Delivery(...)"
+        )
+
+    def retry_delay_ms(self, failures: int) -> int:
+        """Milliseconds to wait after the `failures`-th failure."""
+        delay = self.retry_after * (2 ** max(0, min(failures, 32) - 1))
+        return int(min(delay, self.max_retry_after) * 1000)
+
+
+def encode_payload(serde: Any, namespace: Any, messages: list[Any]) -> tuple[str, bytes]:
+    """The payload of a batch, with the inner saver's serializer."""
+    typed: tuple[str, bytes] = serde.dumps_typed({"namespace": namespace, "messages": messages})
+    return typed
+
+
+def decode_payload(serde: Any, payload: tuple[str, bytes]) -> tuple[list[Any], Any]:
+    """``(messages, namespace)`` of a payload.
+
+    Serializers may return tuples as lists; a list namespace becomes a tuple again, as
+    `memory_namespace` makes it.
+    """
+    value = serde.loads_typed(payload)
+    if not isinstance(value, dict) or not isinstance(value.get("messages"), list):
+        raise ValueError(f"a staged batch payload decoded to {type(value).__name__}, not a batch")
+    namespace = value.get("namespace")
+    return value["messages"], _tupled(namespace)
+
+
+def _tupled(value: Any) -> Any:
+    if isinstance(value, list):
+        return tuple(_tupled(v) for v in value)
+    return value

@@ -1,0 +1,462 @@
+"""Redis-backed durable delivery: `RedisOutbox`, `RedisDeliveryLedger`, `RedisSink`.
+
+Thin shells over the plans of `_redis_core`: the blocking methods run each plan with a
+`redis.Redis` (or `RedisCluster`), the ``a``-methods with a `redis.asyncio` client. The
+`redis` package is only imported once a client is in use, so it stays an optional extra.
+"""
+
+from __future__ import annotations
+
+import inspect
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from agentstate_reducer import message_identity
+
+from ._keys import DeliveryKeys
+from ._outbox import OutboxStats, Settlement, StagedBatch
+from ._redis_core import SCRIPTS, Eval, LedgerCore, OutboxCore, Plan, SinkCore, Step
+
+__all__ = ["RedisDeliveryLedger", "RedisMemoryWriter", "RedisOutbox", "RedisSink"]
+
+DEFAULT_PREFIX = "agentstate"
+CheckpointKey = Callable[[str, str, str], str]
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def _is_async(client: Any) -> bool:
+    return type(client).__module__.startswith("redis.asyncio")
+
+
+def _is_cluster(client: Any) -> bool:
+    return type(client).__name__ == "RedisCluster"
+
+
+def _check_client(client: Any, owner: str, want_async: bool | None) -> None:
+    if not hasattr(client, "execute_command"):
+        raise TypeError(
+            f"{owner} needs a redis client (redis.Redis, redis.cluster.RedisCluster or their "
+            f"redis.asyncio twins), got {type(client).__name__} {client!r}"
+        )
+    kwargs = getattr(getattr(client, "connection_pool", None), "connection_kwargs", {})
+    if kwargs.get("decode_responses"):
+        raise ValueError(
+            f"{owner} stores raw bytes and needs a client with decode_responses=False; "
+            "create a separate client for it"
+        )
+    if want_async is False and _is_async(client):
+        raise TypeError(
+            f"{owner} needs a blocking redis client (the DeliveryLedger protocol is "
+            f"synchronous), got {type(client).__module__}.{type(client).__name__}: pass "
+            "redis.Redis.from_url(url)"
+        )
+
+
+def _learn_topology(saver: Any) -> None:
+    """Lets a blocking plainredis saver built from a URL find out whether it is a cluster.
+
+    It asks the server on first use and then swaps its client; the outbox or ledger must
+    ask before its own first command, which may come first (staging precedes the put).
+    """
+    learn = getattr(saver, "_learn_topology", None)
+    if not getattr(saver, "_known", True) and learn and not inspect.iscoroutinefunction(learn):
+        learn()
+
+
+async def _alearn_topology(saver: Any) -> None:
+    """`_learn_topology` for an `AsyncRedisSaver`."""
+    learn = getattr(saver, "_learn_topology", None)
+    if not getattr(saver, "_known", True) and learn and inspect.iscoroutinefunction(learn):
+        await learn()
+
+
+def _wire(command: Eval | tuple[Any, ...], fallback: bool) -> tuple[Any, ...]:
+    if not isinstance(command, Eval):
+        return command
+    script = SCRIPTS[command.script]
+    head = ("EVAL", script.source) if fallback else ("EVALSHA", script.sha)
+    return (*head, len(command.keys), *command.keys, *command.args)
+
+
+def _run(client: Any, plan: Plan) -> list[Any]:
+    """Runs one plan in one round trip (two the first time a server sees a script)."""
+    from redis.exceptions import NoScriptError
+
+    if len(plan) == 1:
+        try:
+            return [client.execute_command(*_wire(plan[0], False))]
+        except NoScriptError:
+            # Not cached yet (new server, restart, SCRIPT FLUSH): EVAL caches it.
+            return [client.execute_command(*_wire(plan[0], True))]
+    pipe = client.pipeline(transaction=False)
+    for command in plan:
+        pipe.execute_command(*_wire(command, True))
+    return list(pipe.execute())
+
+
+async def _arun(client: Any, plan: Plan) -> list[Any]:
+    """`_run`, with an asyncio client."""
+    from redis.exceptions import NoScriptError
+
+    if len(plan) == 1:
+        try:
+            return [await client.execute_command(*_wire(plan[0], False))]
+        except NoScriptError:
+            return [await client.execute_command(*_wire(plan[0], True))]
+    pipe = client.pipeline(transaction=False)
+    for command in plan:
+        pipe.execute_command(*_wire(command, True))
+    return list(await pipe.execute())
+
+
+def _drive(client: Any, steps: Step) -> Any:
+    reply: Any = None
+    while True:
+        try:
+            plan = steps.send(reply)
+        except StopIteration as stop:
+            return stop.value
+        reply = _run(client, plan)
+
+
+async def _adrive(client: Any, steps: Step) -> Any:
+    reply: Any = None
+    while True:
+        try:
+            plan = steps.send(reply)
+        except StopIteration as stop:
+            return stop.value
+        reply = await _arun(client, plan)
+
+
+class RedisOutbox:
+    """An `Outbox` in Redis 5.0+: a zset of due batches and a hash per batch.
+
+    Staging is one script call; claiming is one script call that leases due batches by
+    moving their score to the lease's end. Every key carries the hash tag ``{prefix}``,
+    so it works on a cluster too.
+
+    Args:
+        client: A `redis.Redis` or `RedisCluster` for `ReducingSaver.put`, or their
+            `redis.asyncio` twins for `aput` (the methods of the other style then fail).
+        prefix: The first component of every key.
+        checkpoint_key: ``(thread_id, checkpoint_ns, checkpoint_id) -> key`` of a key on the
+            same server that exists once the checkpoint is stored; lets a claim tell
+            whether a batch is committed without asking the inner saver. `for_saver` sets it.
+    """
+
+    def __init__(
+        self,
+        client: Any,
+        *,
+        prefix: str = DEFAULT_PREFIX,
+        checkpoint_key: CheckpointKey | None = None,
+    ) -> None:
+        _check_client(client, "RedisOutbox", None)
+        self._client = client
+        self._saver: Any = None
+        self.keys = DeliveryKeys(prefix)
+        self.checkpoint_key = checkpoint_key
+
+    @classmethod
+    def for_saver(cls, saver: Any, *, prefix: str | None = None) -> RedisOutbox:
+        """An outbox on the server of a `langgraph-checkpoint-plainredis` saver.
+
+        It uses the saver's client (`RedisSaver` for `put`, `AsyncRedisSaver` for `aput`)
+        and checks whether a batch is committed with one EXISTS on the checkpoint's key,
+        inside the claim script outside a cluster.
+
+        Args:
+            saver: A plainredis `RedisSaver` or `AsyncRedisSaver`.
+            prefix: Key prefix; defaults to the saver's prefix plus ``-reducer``, beside
+                (not under) the saver's keys so its tools do not count them as orphans.
+        """
+        keyspace = getattr(saver, "keyspace", None)
+        if keyspace is None or not hasattr(saver, "client") or not hasattr(keyspace, "thread"):
+            raise TypeError(
+                f"RedisOutbox.for_saver needs a langgraph-checkpoint-plainredis saver, got "
+                f"{type(saver).__name__}; for another saver pass a client: "
+                "RedisOutbox(redis.Redis.from_url(url))"
+            )
+
+        def checkpoint_key(thread_id: str, checkpoint_ns: str, checkpoint_id: str) -> str:
+            key: str = keyspace.thread(thread_id).cp(checkpoint_ns, checkpoint_id)
+            return key
+
+        outbox = cls(
+            saver.client,
+            prefix=prefix if prefix is not None else f"{saver.prefix}-reducer",
+            checkpoint_key=checkpoint_key,
+        )
+        outbox._saver = saver
+        return outbox
+
+    @property
+    def client(self) -> Any:
+        """The Redis client; the saver's current one when built by `for_saver`."""
+        return self._saver.client if self._saver is not None else self._client
+
+    def _core(self) -> OutboxCore:
+        return OutboxCore(self.keys, _is_cluster(self.client), self.checkpoint_key)
+
+    def _learn(self) -> None:
+        if self._saver is not None:
+            _learn_topology(self._saver)
+
+    async def _alearn(self) -> None:
+        if self._saver is not None:
+            await _alearn_topology(self._saver)
+
+    def _sync(self, method: str) -> Any:
+        client = self.client
+        if _is_async(client):
+            raise TypeError(
+                f"RedisOutbox.{method}() needs a blocking client, but this outbox has "
+                f"{type(client).__module__}.{type(client).__name__}: use a{method}() from "
+                "async code, or build the outbox with redis.Redis"
+            )
+        return client
+
+    def _async(self, method: str) -> Any:
+        client = self.client
+        if not _is_async(client):
+            raise TypeError(
+                f"RedisOutbox.a{method}() needs a redis.asyncio client, but this outbox has "
+                f"{type(client).__module__}.{type(client).__name__}: use {method}() from "
+                "sync code, or build the outbox with redis.asyncio.Redis"
+            )
+        return client
+
+    # -- blocking ------------------------------------------------------------------------
+
+    def stage(
+        self,
+        batch: StagedBatch,
+        *,
+        now: int,
+        visible_at: int,
+        settle: Sequence[Settlement] = (),
+    ) -> int:
+        """Stores `batch` and applies `settle` in one script call; returns the due count."""
+        self._learn()
+        client = self._sync("stage")
+        result: int = _drive(client, self._core().stage(batch, now, visible_at, settle))
+        return result
+
+    def claim(self, *, now: int, lease_until: int, limit: int) -> list[StagedBatch]:
+        """Leases up to `limit` due batches until `lease_until`."""
+        self._learn()
+        client = self._sync("claim")
+        result: list[StagedBatch] = _drive(client, self._core().claim(now, lease_until, limit))
+        return result
+
+    def settle(self, settlements: Sequence[Settlement]) -> None:
+        """Applies acks, retries and discards in one script call."""
+        self._learn()
+        _drive(self._sync("settle"), self._core().settle(settlements))
+
+    def stats(self) -> OutboxStats:
+        """Backlog and counters, shared by every process."""
+        self._learn()
+        result: OutboxStats = _drive(self._sync("stats"), self._core().stats())
+        return result
+
+    # -- asyncio -------------------------------------------------------------------------
+
+    async def astage(
+        self,
+        batch: StagedBatch,
+        *,
+        now: int,
+        visible_at: int,
+        settle: Sequence[Settlement] = (),
+    ) -> int:
+        """`stage`, for asyncio."""
+        await self._alearn()
+        client = self._async("stage")
+        result: int = await _adrive(client, self._core().stage(batch, now, visible_at, settle))
+        return result
+
+    async def aclaim(self, *, now: int, lease_until: int, limit: int) -> list[StagedBatch]:
+        """`claim`, for asyncio."""
+        await self._alearn()
+        client = self._async("claim")
+        result: list[StagedBatch] = await _adrive(
+            client, self._core().claim(now, lease_until, limit)
+        )
+        return result
+
+    async def asettle(self, settlements: Sequence[Settlement]) -> None:
+        """`settle`, for asyncio."""
+        await self._alearn()
+        await _adrive(self._async("settle"), self._core().settle(settlements))
+
+    async def astats(self) -> OutboxStats:
+        """`stats`, for asyncio."""
+        await self._alearn()
+        result: OutboxStats = await _adrive(self._async("stats"), self._core().stats())
+        return result
+
+    def __repr__(self) -> str:
+        return f"RedisOutbox(prefix={self.keys.prefix!r})"
+
+
+class RedisDeliveryLedger:
+    """A `DeliveryLedger` in Redis 5.0+: one hash per memory namespace.
+
+    Field ``<hook>:<message id>`` of ``<prefix>:ledger:{<namespace>}`` records a delivery,
+    so `seen` is one HMGET and `mark` one HSET. One namespace lives in one cluster slot.
+
+    Args:
+        client: A blocking `redis.Redis` or `RedisCluster` (the ledger protocol is
+            synchronous, also under `adeliver`).
+        prefix: The first component of every key.
+        ttl: Seconds a namespace's entries live after its last delivery; None keeps them
+            forever. A message re-pruned after they expired is delivered again.
+    """
+
+    def __init__(
+        self, client: Any, *, prefix: str = DEFAULT_PREFIX, ttl: float | None = None
+    ) -> None:
+        _check_client(client, "RedisDeliveryLedger", False)
+        if ttl is not None and (isinstance(ttl, bool) or not ttl > 0):
+            raise ValueError(f"ttl={ttl!r} must be a number of seconds above 0, or None")
+        self.client = client
+        self.keys = DeliveryKeys(prefix)
+        self.ttl = ttl
+        self._core = LedgerCore(self.keys, int(ttl * 1000) if ttl else 0)
+
+    @classmethod
+    def for_saver(
+        cls, saver: Any, *, prefix: str | None = None, ttl: float | None = None
+    ) -> RedisDeliveryLedger:
+        """A ledger on the server of a blocking plainredis `RedisSaver`, beside its keys."""
+        if not hasattr(saver, "client") or not hasattr(saver, "prefix"):
+            raise TypeError(
+                f"RedisDeliveryLedger.for_saver needs a langgraph-checkpoint-plainredis "
+                f"RedisSaver, got {type(saver).__name__}; otherwise pass a client"
+            )
+        _check_client(saver.client, "RedisDeliveryLedger", False)
+        _learn_topology(saver)
+        return cls(
+            saver.client,
+            prefix=prefix if prefix is not None else f"{saver.prefix}-reducer",
+            ttl=ttl,
+        )
+
+    def seen(self, hook_key: str, namespace: Any, message_ids: Sequence[str]) -> set[str]:
+        """Return the subset of `message_ids` already delivered to `hook_key` in `namespace`."""
+        result: set[str] = _drive(self.client, self._core.seen(hook_key, namespace, message_ids))
+        return result
+
+    def mark(self, hook_key: str, namespace: Any, message_ids: Sequence[str]) -> None:
+        """Record `message_ids` as delivered to `hook_key` in `namespace`."""
+        _drive(self.client, self._core.mark(hook_key, namespace, message_ids, _now_ms()))
+
+    def key(self, kind: str, namespace: Any) -> str:
+        """A key of `kind` in the cluster slot of `namespace`'s ledger."""
+        return self.keys.namespaced(kind, namespace)
+
+    def __repr__(self) -> str:
+        return f"RedisDeliveryLedger(prefix={self.keys.prefix!r}, ttl={self.ttl!r})"
+
+
+class RedisSink:
+    """An `on_prune` hook whose writes commit with its ledger entries: exactly once.
+
+    Subclass it and implement `commands`. Each message's commands run in one Lua script
+    with the ``HSETNX`` of its ledger entry, and only when that entry was absent; so a
+    message reaches the sink once per namespace even when a crash, a retry or two
+    workers deliver its batch again. Use it with the same `RedisDeliveryLedger` as the
+    reducer (`MessageReducer(ledger=...)`).
+
+    Args:
+        ledger: The reducer's ledger; the sink writes through its client.
+        name: The hook's ledger key; keep it stable across deploys.
+    """
+
+    def __init__(self, ledger: RedisDeliveryLedger, *, name: str) -> None:
+        if not isinstance(ledger, RedisDeliveryLedger):
+            raise TypeError(
+                f"{type(self).__name__} commits with a RedisDeliveryLedger, got "
+                f"{type(ledger).__name__}; pass the ledger given to MessageReducer(ledger=...)"
+            )
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"{type(self).__name__}(name={name!r}) must be a non-empty string")
+        self.ledger = ledger
+        self.name = name
+        self._core = SinkCore(ledger._core)
+
+    def key(self, kind: str, namespace: Any) -> str:
+        """A key of `kind` in the cluster slot of `namespace`: the only keys a sink may write."""
+        return self.ledger.key(kind, namespace)
+
+    def commands(self, message: Any, message_id: str, namespace: Any) -> Sequence[tuple[Any, ...]]:
+        """The commands storing one message, each ``(name, key, *args)``.
+
+        Args:
+            message: The pruned message.
+            message_id: Its `message_identity`; use it as the field or member, so a
+                message stored twice by hand still lands once.
+            namespace: The run's memory namespace; build keys with `key(kind, namespace)`.
+        """
+        raise NotImplementedError(f"{type(self).__name__} must implement commands()")
+
+    def __call__(self, pruned: list[Any], namespace: Any) -> list[str]:
+        """Stores the messages whose ledger entries are absent; returns their ids."""
+        per_message: dict[str, Sequence[tuple[Any, ...]]] = {}
+        for message in pruned:
+            identity = message_identity(message)
+            if identity not in per_message:
+                per_message[identity] = list(self.commands(message, identity, namespace))
+        steps = self._core.apply(self.name, namespace, list(per_message.items()), _now_ms())
+        applied: list[str] = _drive(self.ledger.client, steps)
+        return applied
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(name={self.name!r})"
+
+
+class RedisMemoryWriter(RedisSink):
+    """A `RedisSink` that keeps every pruned message, exactly once, in Redis.
+
+    Messages of a namespace go to the hash ``<prefix>:mem:{<namespace>}``, one field per
+    message identity, serialized with `serde`.
+
+    Args:
+        ledger: The reducer's `RedisDeliveryLedger`.
+        name: The hook's ledger key.
+        serde: Serializer; LangGraph's `JsonPlusSerializer` by default, so LangChain
+            messages round-trip.
+    """
+
+    KIND = "mem"
+
+    def __init__(
+        self, ledger: RedisDeliveryLedger, *, name: str = "redis-memory", serde: Any = None
+    ) -> None:
+        super().__init__(ledger, name=name)
+        if serde is None:
+            from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+
+            serde = JsonPlusSerializer()
+        self.serde = serde
+
+    def commands(self, message: Any, message_id: str, namespace: Any) -> Sequence[tuple[Any, ...]]:
+        type_name, data = self.serde.dumps_typed(message)
+        value = type_name.encode("utf-8") + b"\x00" + data
+        return [("HSET", self.key(self.KIND, namespace), message_id, value)]
+
+    def read(self, namespace: Any) -> dict[str, Any]:
+        """Every message stored for `namespace`, by message identity."""
+        raw = self.ledger.client.hgetall(self.key(self.KIND, namespace))
+        out: dict[str, Any] = {}
+        for field, value in raw.items():
+            type_name, _, data = bytes(value).partition(b"\x00")
+            key = field.decode("utf-8") if isinstance(field, bytes) else str(field)
+            out[key] = self.serde.loads_typed((type_name.decode("utf-8"), data))
+        return out

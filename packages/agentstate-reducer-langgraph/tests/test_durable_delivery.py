@@ -1,0 +1,503 @@
+"""Durable delivery: `RedisOutbox`, `RedisDeliveryLedger`, `RedisSink` and the saver's modes.
+
+Every test talks to a real server. The storage primitives run on every selected Redis
+kind (clusters included); the saver's behaviour runs on one Redis 5, the baseline. The
+inner savers are in-process ones: the tests over plainredis and PostgreSQL are in
+``tests-integration/tests/delivery``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import time
+import uuid
+from collections.abc import Sequence
+from typing import Annotated, Any, TypedDict
+
+import pytest
+import redis
+import redis.asyncio as aioredis
+from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+from langgraph.checkpoint.base import empty_checkpoint
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.graph import START, StateGraph
+from langgraph.graph.message import add_messages
+
+from agentstate_reducer import Background, InMemoryLedger, MessageReducer, ReducerConfig
+from agentstate_reducer_langgraph import (
+    Delivery,
+    DeliveryRunner,
+    Outbox,
+    RedisDeliveryLedger,
+    RedisMemoryWriter,
+    RedisOutbox,
+    RedisSink,
+    ReducingSaver,
+    Settlement,
+    StagedBatch,
+)
+from agentstate_reducer_langgraph._keys import DeliveryKeys, namespace_tag
+from agentstate_reducer_langgraph._redis_core import Eval, OutboxCore
+
+# -- helpers ---------------------------------------------------------------------------
+
+
+class State(TypedDict):
+    messages: Annotated[list[Any], add_messages]
+
+
+def reply(state: State) -> dict[str, Any]:
+    last = state["messages"][-1]
+    return {"messages": [AIMessage(f"echo: {last.content}", id=f"{last.id}-ai")]}
+
+
+def chat_graph(checkpointer: Any) -> Any:
+    return (
+        StateGraph(State)
+        .add_node("reply", reply)
+        .add_edge(START, "reply")
+        .compile(checkpointer=checkpointer)
+    )
+
+
+def turn(graph: Any, thread: str, text: str, config: Any = None) -> None:
+    config = config or {"configurable": {"thread_id": thread}}
+    graph.invoke({"messages": [HumanMessage(text, id=f"{thread}-{text}")]}, config)
+
+
+class Counter(RedisSink):
+    """A transactional hook: counts each message it stores, in its namespace's slot."""
+
+    def commands(self, message: Any, message_id: str, namespace: Any) -> list[tuple[Any, ...]]:
+        return [("HINCRBY", self.key("count", namespace), message_id, 1)]
+
+    def counts(self, namespace: Any) -> dict[str, int]:
+        raw = self.ledger.client.hgetall(self.key("count", namespace))
+        return {k.decode(): int(v) for k, v in raw.items()}
+
+
+class Plain:
+    """A plain hook that records every id it was called with and can fail on purpose."""
+
+    def __init__(self, name: str = "plain", fail: int = 0) -> None:
+        self.name = name
+        self.fail = fail
+        self.calls = 0
+        self.got: list[str] = []
+
+    def __call__(self, pruned: list[Any], namespace: Any) -> None:
+        self.calls += 1
+        if self.fail:
+            self.fail -= 1
+            raise ConnectionError("memory store down")
+        self.got.extend(m.id for m in pruned)
+
+
+def reducer(ledger: Any, *hooks: Any, window: int = 6, keep: int = 4) -> MessageReducer:
+    config = ReducerConfig(min_messages=keep, max_messages=window, on_prune=list(hooks))
+    return MessageReducer(config=config, ledger=ledger)
+
+
+def checkpoint_with(ids: Sequence[str]) -> Any:
+    cp = empty_checkpoint()
+    cp["channel_values"] = {"messages": [HumanMessage(f"m {i}", id=i) for i in ids]}
+    cp["channel_versions"] = {"messages": 1}
+    return cp
+
+
+def cfg(thread: str) -> Any:
+    return {"configurable": {"thread_id": thread, "checkpoint_ns": ""}}
+
+
+def batch(bid: str = "b1", thread: str = "t", cid: str = "c1") -> StagedBatch:
+    return StagedBatch(bid, thread, "", cid, ("msgpack", b"\x90"))
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+# -- keys and plans, without a server ---------------------------------------------------
+
+
+def test_namespace_tags_never_collide_and_keep_braces_out() -> None:
+    tags = [
+        namespace_tag(("memories", "u1")),
+        namespace_tag(["memories", "u1"]),
+        namespace_tag("memories:u1"),
+        namespace_tag(("memories:u1",)),
+        namespace_tag(None),
+        namespace_tag(("=null",)),
+        namespace_tag(()),
+        namespace_tag(("{x}",)),
+    ]
+    assert tags[0] == tags[1] == "memories:u1"
+    assert len(set(tags[1:])) == len(tags) - 1
+    assert all("{" not in t and "}" not in t for t in tags)
+    keys = DeliveryKeys("app")
+    assert keys.ledger(("memories", "u1")) == "app:ledger:{memories:u1}"
+    assert keys.due == "app:outbox:{app}:due"
+    with pytest.raises(ValueError, match="braces"):
+        DeliveryKeys("a{b}")
+
+
+def test_staging_is_one_script_call_carrying_pending_acks() -> None:
+    core = OutboxCore(DeliveryKeys("app"), cluster=False)
+    steps = core.stage(batch(), 1, 2, [Settlement("old", "ack")])
+    plan = steps.send(None)
+    assert len(plan) == 1 and isinstance(plan[0], Eval) and plan[0].script == "stage"
+    assert "app:outbox:{app}:b:old" in plan[0].keys
+    with pytest.raises(StopIteration) as stop:
+        steps.send([3])
+    assert stop.value.value == 3
+
+
+def test_sink_commands_outside_the_namespace_slot_are_refused(client: redis.Redis) -> None:
+    class Stray(RedisSink):
+        def commands(self, message: Any, message_id: str, namespace: Any) -> Any:
+            return [("SET", "elsewhere", message_id)]
+
+    ledger = RedisDeliveryLedger(client, prefix=f"dd:{uuid.uuid4().hex[:8]}")
+    with pytest.raises(ValueError, match="outside the hash slot"):
+        Stray(ledger, name="stray")([HumanMessage("x", id="1")], ("memories", "u"))
+
+
+def test_sync_and_async_methods_stay_parallel() -> None:
+    for cls in (RedisOutbox, DeliveryRunner, ReducingSaver):
+        names = {n for n, _ in inspect.getmembers(cls, callable) if not n.startswith("_")}
+        pairs = {n for n in names if f"a{n}" in names}
+        for name in ("stage", "claim", "settle", "stats", "drain", "delivery_stats", "close"):
+            if name in names:
+                assert name in pairs, f"{cls.__name__}.{name} has no a{name}"
+    assert isinstance(RedisOutbox(redis.Redis()), Outbox)
+
+
+# -- the storage primitives, on every selected kind ----------------------------------------
+
+
+def test_ledger_records_per_hook_and_namespace(any_client: Any, prefix: str) -> None:
+    ledger = RedisDeliveryLedger(any_client, prefix=prefix, ttl=60)
+    ns = ("memories", "u1")
+    assert ledger.seen("h", ns, ["a", "b"]) == set()
+    ledger.mark("h", ns, ["a", "b"])
+    assert ledger.seen("h", ns, ["a", "b", "c"]) == {"a", "b"}
+    assert ledger.seen("other", ns, ["a"]) == set()
+    assert ledger.seen("h", ("memories", "u2"), ["a"]) == set()
+    assert ledger.seen("h", "memories:u1", ["a"]) == set()
+    assert 0 < any_client.pttl(ledger.keys.ledger(ns)) <= 60_000
+
+
+def test_a_sink_stores_each_message_once_with_its_ledger_entry(
+    any_client: Any, prefix: str
+) -> None:
+    ledger = RedisDeliveryLedger(any_client, prefix=prefix)
+    sink = Counter(ledger, name="count")
+    ns = ("memories", "u1")
+    messages = [HumanMessage("a", id="a"), AIMessage("b", id="b"), HumanMessage("a", id="a")]
+    assert sorted(sink(messages, ns)) == ["a", "b"]
+    assert sink(messages + [HumanMessage("c", id="c")], ns) == ["c"]
+    assert sink.counts(ns) == {"a": 1, "b": 1, "c": 1}
+    assert ledger.seen("count", ns, ["a", "b", "c"]) == {"a", "b", "c"}
+
+
+def test_outbox_stages_idempotently_leases_and_settles(any_client: Any, prefix: str) -> None:
+    outbox = RedisOutbox(any_client, prefix=prefix)
+    t = now_ms()
+    assert outbox.stage(batch("b1"), now=t, visible_at=t) == 1
+    assert outbox.stage(batch("b1"), now=t, visible_at=t) == 1  # a retried put
+    outbox.stage(batch("b2", cid="c2"), now=t, visible_at=t + 60_000)  # leased to its stager
+    assert outbox.stats().backlog == 2 and outbox.stats().staged == 2
+
+    (claimed,) = outbox.claim(now=t, lease_until=t + 30_000, limit=10)
+    assert (claimed.id, claimed.checkpoint_id, claimed.committed) == ("b1", "c1", None)
+    assert outbox.claim(now=t + 1, lease_until=t + 30_000, limit=10) == []  # leased
+    assert [b.id for b in outbox.claim(now=t + 30_000, lease_until=t + 60_000, limit=10)] == [
+        "b1"
+    ]  # lease expired: claimable again
+
+    outbox.settle([Settlement("b1", "retry", due=t, failed=True, error="boom")])
+    (again,) = outbox.claim(now=t, lease_until=t + 1, limit=10)
+    assert again.failures == 1
+    outbox.settle([Settlement("b1", "discard", staged_at=t - 1)])  # staged again since
+    assert outbox.stats().backlog == 2
+    outbox.settle([Settlement("b1", "ack"), Settlement("b1", "ack")])
+    outbox.settle([Settlement("b2", "discard", staged_at=t)])
+    assert outbox.stats() == outbox.stats().__class__(
+        backlog=0, staged=2, delivered=1, failures=1, discarded=1
+    )
+
+
+def test_drain_over_an_in_process_saver_on_every_kind(any_client: Any, prefix: str) -> None:
+    inner = InMemorySaver()
+    ledger = RedisDeliveryLedger(any_client, prefix=prefix)
+    writer = RedisMemoryWriter(ledger)
+    outbox = RedisOutbox(any_client, prefix=prefix)
+    saver = ReducingSaver(inner, reducer(ledger, writer), outbox=outbox, delivery="manual")
+    graph = chat_graph(saver)
+    for i in range(6):
+        turn(graph, "t", f"q{i}")
+    # The outbox cannot see InMemorySaver's checkpoints: the drain asks the saver.
+    t = now_ms()
+    claimed = outbox.claim(now=t, lease_until=t, limit=100)
+    assert claimed and all(b.committed is None for b in claimed)
+    assert saver.drain().delivered == len(claimed)
+    config = {"configurable": {"thread_id": "t"}}
+    kept = {m.id for m in graph.get_state(config).values["messages"]}
+    stored = writer.read(("memories", "t"))
+    everything = {f"t-q{i}" for i in range(6)} | {f"t-q{i}-ai" for i in range(6)}
+    assert set(stored) == everything - kept and stored["t-q1"].content == "q1"
+    assert saver.delivery_stats().backlog == 0
+
+
+# -- the saver, on one Redis 5 ------------------------------------------------------------
+
+
+def test_a_hook_that_fails_twice_then_succeeds_delivers_its_batch_once(
+    client: redis.Redis, prefix: str
+) -> None:
+    ledger = RedisDeliveryLedger(client, prefix=prefix)
+    flaky, sink = Plain(fail=2), Counter(ledger, name="count")
+    saver = ReducingSaver(
+        InMemorySaver(),
+        reducer(ledger, sink, flaky, window=3, keep=2),
+        outbox=RedisOutbox(client, prefix=prefix),
+        delivery=Delivery("manual", retry_after=0),
+    )
+    saver.put(cfg("t"), checkpoint_with(["a", "b", "c", "d", "e"]), {}, {"messages": 1})
+    reports = [saver.drain() for _ in range(4)]
+    assert [(r.failed, r.delivered) for r in reports] == [(1, 0), (1, 0), (0, 1), (0, 0)]
+    assert flaky.calls == 3 and sorted(flaky.got) == ["b", "c", "d"]  # "a" is preserved first
+    assert sink.counts(("memories", "t")) == {"b": 1, "c": 1, "d": 1}
+    stats = saver.delivery_stats()
+    assert (stats.backlog, stats.failures, stats.delivered) == (0, 2, 1)
+    assert saver.delivery is not None and saver.delivery.failures == 2
+
+
+def test_inline_failures_are_retried_by_a_later_put(client: redis.Redis, prefix: str) -> None:
+    ledger = RedisDeliveryLedger(client, prefix=prefix)
+    flaky = Plain(fail=1)
+    saver = ReducingSaver(
+        InMemorySaver(),
+        reducer(ledger, flaky, window=3, keep=2),
+        outbox=RedisOutbox(client, prefix=prefix),
+        delivery=Delivery("inline", retry_after=0),
+    )
+    saver.put(cfg("t1"), checkpoint_with(["a", "b", "c", "d"]), {}, {"messages": 1})
+    assert flaky.got == [] and saver.delivery_stats().backlog == 1
+    saver.put(cfg("t2"), checkpoint_with(["e", "f", "g", "h"]), {}, {"messages": 1})
+    assert sorted(flaky.got) == ["b", "c", "f", "g"]
+    assert saver.delivery_stats().backlog == 0
+
+
+def test_a_failed_put_delivers_nothing_and_its_retry_delivers_once(
+    client: redis.Redis, prefix: str
+) -> None:
+    class Flaky(InMemorySaver):
+        fail = 1
+
+        def put(self, *args: Any) -> Any:
+            if self.fail:
+                self.fail -= 1
+                raise ConnectionError("store down")
+            return super().put(*args)
+
+    ledger = RedisDeliveryLedger(client, prefix=prefix)
+    hook = Plain()
+    saver = ReducingSaver(
+        Flaky(),
+        reducer(ledger, hook, window=3, keep=2),
+        outbox=RedisOutbox(client, prefix=prefix),
+        delivery=Delivery("manual", grace=3600),
+    )
+    cp = checkpoint_with(["a", "b", "c", "d", "e"])
+    with pytest.raises(ConnectionError):
+        saver.put(cfg("t"), cp, {}, {"messages": 1})
+    assert saver.drain().waiting == 1 and hook.got == []  # not stored: not delivered
+    saver.put(cfg("t"), cp, {}, {"messages": 1})  # the retry stages the same batch
+    assert saver.delivery_stats().staged == 1
+    assert saver.drain(limit=10).delivered == 1
+    saver.put(cfg("t"), cp, {}, {"messages": 1})
+    saver.drain()
+    assert sorted(hook.got) == ["b", "c", "d"]
+
+
+def test_a_batch_whose_checkpoint_never_appears_is_discarded_after_the_grace(
+    client: redis.Redis, prefix: str
+) -> None:
+    ledger = RedisDeliveryLedger(client, prefix=prefix)
+    hook = Plain()
+    inner = InMemorySaver()
+    runner = DeliveryRunner(
+        inner,
+        reducer(ledger, hook),
+        RedisOutbox(client, prefix=prefix),
+        Delivery("manual", grace=0),
+    )
+    staged = runner.batch(cfg("t"), "never-stored", [HumanMessage("x", id="x")], ("m", "t"))
+    runner.stage(staged)  # the process died before its put
+    assert runner.drain().discarded == 1 and hook.got == []
+    assert runner.stats().backlog == 0
+
+
+def test_a_fresh_process_delivers_what_a_crashed_one_staged_and_forks_add_nothing(
+    client: redis.Redis, prefix: str
+) -> None:
+    inner = InMemorySaver()
+    outbox = RedisOutbox(client, prefix=prefix)
+
+    def process(*hooks: Any) -> ReducingSaver:
+        ledger = RedisDeliveryLedger(client, prefix=prefix)  # fresh in-memory state
+        return ReducingSaver(inner, reducer(ledger, *hooks), outbox=outbox, delivery="manual")
+
+    first = chat_graph(process(Plain()))
+    for i in range(6):
+        turn(first, "t", f"q{i}")  # staged, never drained: the process "crashes"
+    old = list(first.get_state_history({"configurable": {"thread_id": "t"}}))[-4].config
+
+    hook = Plain()
+    second = process(hook)
+    second.drain()
+    delivered = sorted(hook.got)
+    assert delivered and len(delivered) == len(set(delivered))
+    fork = chat_graph(second)
+    turn(fork, "t", "q0-fork", old)
+    turn(fork, "t", "q1-fork")
+    turn(fork, "t", "q2-fork")
+    second.drain()
+    repeated = [i for i in hook.got if hook.got.count(i) > 1]
+    assert repeated == [] and set(delivered) < set(hook.got)
+
+
+def test_background_mode_delivers_off_the_put_and_close_flushes(
+    client: redis.Redis, prefix: str
+) -> None:
+    ledger = RedisDeliveryLedger(client, prefix=prefix)
+    sink = Counter(ledger, name="count")
+    saver = ReducingSaver(
+        InMemorySaver(),
+        reducer(ledger, sink),
+        outbox=RedisOutbox(client, prefix=prefix),
+        delivery=Delivery("background", poll_interval=0.05),
+    )
+    graph = chat_graph(saver)
+    for i in range(8):
+        turn(graph, "t", f"q{i}")
+    assert saver.delivery is not None
+    saver.delivery.close()
+    counts = sink.counts(("memories", "t"))
+    assert counts and set(counts.values()) == {1}
+    assert saver.delivery_stats().backlog == 0
+
+
+async def test_asyncio_inline_and_background(server_url: str, prefix: str) -> None:
+    sync_client = redis.Redis.from_url(server_url, protocol=2)
+    async_client = aioredis.Redis.from_url(server_url, protocol=2)
+    ledger = RedisDeliveryLedger(sync_client, prefix=prefix)  # the ledger protocol is sync
+    sink = Counter(ledger, name="count")
+    seen: list[str] = []
+
+    async def remember(pruned: list[Any], namespace: Any) -> None:
+        await asyncio.sleep(0)
+        seen.extend(m.id for m in pruned)
+
+    for mode in ("inline", "background"):
+        saver = ReducingSaver(
+            InMemorySaver(),
+            reducer(ledger, sink, remember),
+            outbox=RedisOutbox(async_client, prefix=prefix),
+            delivery=Delivery(mode, poll_interval=0.05),  # type: ignore[arg-type]
+        )
+        graph = chat_graph(saver)
+        config = {"configurable": {"thread_id": mode}}
+        for i in range(7):
+            await graph.ainvoke({"messages": [HumanMessage(f"q{i}", id=f"{mode}{i}")]}, config)
+        assert saver.delivery is not None
+        await saver.delivery.aclose()
+        assert (await saver.adelivery_stats()).backlog == 0
+        assert (await saver.adrain()).claimed == 0
+        counts = sink.counts(("memories", mode))
+        assert counts and set(counts.values()) == {1}
+    assert seen and len(seen) == len(set(seen))
+    await async_client.aclose()
+    sync_client.close()
+
+
+def test_langchain_messages_round_trip_through_the_outbox(client: redis.Redis, prefix: str) -> None:
+    ledger = RedisDeliveryLedger(client, prefix=prefix)
+    writer = RedisMemoryWriter(ledger)
+    saver = ReducingSaver(
+        InMemorySaver(),
+        reducer(ledger, writer, window=3, keep=1),
+        outbox=RedisOutbox(client, prefix=prefix),
+        delivery="manual",
+    )
+    call = {"name": "search", "args": {"q": "x"}, "id": "call-1", "type": "tool_call"}
+    cp = empty_checkpoint()
+    cp["channel_values"] = {
+        "messages": [
+            HumanMessage("hi", id="h1"),
+            AIMessage("", id="a1", tool_calls=[call]),
+            ToolMessage("found", tool_call_id="call-1", id="t1"),
+            AIMessage("done", id="a2"),
+            HumanMessage("next", id="h2"),
+        ]
+    }
+    cp["channel_versions"] = {"messages": 1}
+    saver.put(
+        {"configurable": {"thread_id": "t", "checkpoint_ns": "", "memory_namespace": ["u", "7"]}},
+        cp,
+        {},
+        {"messages": 1},
+    )
+    saver.drain()
+    stored = writer.read(("u", "7"))
+    assert stored["a1"].tool_calls[0]["id"] == "call-1"
+    assert isinstance(stored["t1"], ToolMessage) and stored["t1"].tool_call_id == "call-1"
+
+
+def test_async_clients_are_refused_where_a_blocking_one_is_needed(
+    server_url: str, prefix: str
+) -> None:
+    aclient = aioredis.Redis.from_url(server_url)
+    with pytest.raises(TypeError, match="synchronous"):
+        RedisDeliveryLedger(aclient)
+    with pytest.raises(TypeError, match="astage"):
+        RedisOutbox(aclient, prefix=prefix).stage(batch(), now=0, visible_at=0)
+    with pytest.raises(ValueError, match="decode_responses"):
+        RedisOutbox(redis.Redis.from_url(server_url, decode_responses=True))
+    with pytest.raises(TypeError, match="plainredis"):
+        RedisOutbox.for_saver(InMemorySaver())
+
+
+def test_misconfigurations_say_what_to_do(client: redis.Redis, prefix: str) -> None:
+    ledger = RedisDeliveryLedger(client, prefix=prefix)
+    outbox = RedisOutbox(client, prefix=prefix)
+    with pytest.raises(ValueError, match="needs an outbox"):
+        ReducingSaver(InMemorySaver(), reducer(ledger), delivery="background")
+    with pytest.raises(ValueError, match="delivery='background'"):
+        ReducingSaver(InMemorySaver(), reducer(ledger, Background(Plain())), outbox=outbox)
+    no_dedupe = MessageReducer(config=ReducerConfig(dedupe_on_prune=False), ledger=ledger)
+    with pytest.raises(ValueError, match="dedupe_on_prune=True"):
+        ReducingSaver(InMemorySaver(), no_dedupe, outbox=outbox)
+    other = RedisDeliveryLedger(client, prefix=f"{prefix}-other")
+    with pytest.raises(ValueError, match="reducer's ledger"):
+        ReducingSaver(InMemorySaver(), reducer(ledger, Counter(other, name="c")))
+    with pytest.raises(ValueError, match="name= of its own"):
+        ReducingSaver(
+            InMemorySaver(), reducer(ledger, Counter(ledger, name="c"), Counter(ledger, name="c"))
+        )
+    with pytest.warns(UserWarning, match="InMemoryLedger"):
+        ReducingSaver(InMemorySaver(), reducer(InMemoryLedger()), outbox=outbox)
+    with pytest.raises(ValueError, match="mode"):
+        Delivery("sometimes")  # type: ignore[arg-type]
+
+    class ReducesItself(InMemorySaver):
+        reducer = None
+
+    inner = ReducesItself()
+    with pytest.raises(ValueError, match="reduces itself"):
+        ReducingSaver(inner, reducer(ledger), outbox=outbox)
+    assert inner.reducer is None  # refused before the wrapper handed it the reducer
+    with pytest.raises(ValueError, match="outbox"):
+        ReducingSaver(InMemorySaver(), reducer(ledger)).drain()
