@@ -537,6 +537,7 @@ def test_sync_and_async_classes_stay_parallel() -> None:
         "copy_thread",
         "prune",
         "close",
+        "setup",
     }
     renames = {"__aenter__": "__enter__", "__aexit__": "__exit__"}
 

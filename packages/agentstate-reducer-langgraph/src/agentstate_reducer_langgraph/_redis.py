@@ -62,16 +62,16 @@ def _learn_topology(saver: Any) -> None:
     It asks the server on first use and then swaps its client; the outbox or ledger must
     ask before its own first command, which may come first (staging precedes the put).
     """
-    learn = getattr(saver, "_learn_topology", None)
-    if not getattr(saver, "_known", True) and learn and not inspect.iscoroutinefunction(learn):
-        learn()
+    setup = getattr(saver, "setup", None)
+    if setup is not None and not inspect.iscoroutinefunction(setup):
+        setup()
 
 
 async def _alearn_topology(saver: Any) -> None:
     """`_learn_topology` for an `AsyncRedisSaver`."""
-    learn = getattr(saver, "_learn_topology", None)
-    if not getattr(saver, "_known", True) and learn and inspect.iscoroutinefunction(learn):
-        await learn()
+    setup = getattr(saver, "asetup", None)
+    if setup is not None and inspect.iscoroutinefunction(setup):
+        await setup()
 
 
 def _wire(command: Eval | tuple[Any, ...], fallback: bool) -> tuple[Any, ...]:

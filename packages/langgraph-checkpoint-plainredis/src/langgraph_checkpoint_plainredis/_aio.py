@@ -146,6 +146,14 @@ class AsyncRedisSaver(SaverCore, BaseCheckpointSaver[str]):
         if self._owns_client:
             await self._client.aclose()
 
+    async def asetup(self) -> None:
+        """Learns whether the server is a cluster node, if `cluster=` was not given.
+
+        Optional: the first call does this by itself. The saver needs no schema.
+        """
+        if not self._known:
+            await self._learn_topology()
+
     # -- running plans -------------------------------------------------------------------
 
     async def _send(self, plan: Plan, fallback: bool) -> list[Any]:

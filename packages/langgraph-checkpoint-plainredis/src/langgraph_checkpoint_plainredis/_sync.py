@@ -147,6 +147,14 @@ class RedisSaver(SaverCore, BaseCheckpointSaver[str]):
         if self._owns_client:
             self._client.close()
 
+    def setup(self) -> None:
+        """Learns whether the server is a cluster node, if `cluster=` was not given.
+
+        Optional: the first call does this by itself. The saver needs no schema.
+        """
+        if not self._known:
+            self._learn_topology()
+
     # -- running plans -------------------------------------------------------------------
 
     def _send(self, plan: Plan, fallback: bool) -> list[Any]:
