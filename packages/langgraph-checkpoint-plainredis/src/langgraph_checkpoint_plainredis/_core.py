@@ -342,7 +342,9 @@ class SaverCore:
         now = _now_ms()
         if self._cluster and run_key:
             yield self._run_plan(run_key, tk.run_member(ns, cid))
-        yield [self._put_eval(tk, ns, cid, payload, refs, written, run_key, now)]
+        replies = yield [self._put_eval(tk, ns, cid, payload, refs, written, run_key, now)]
+        if follow := self._after_thread_scripts(zip([tk], replies, strict=True)):
+            yield follow
         return {
             "configurable": {
                 "thread_id": thread_id,
@@ -367,8 +369,9 @@ class SaverCore:
         # refreshed: without a TTL they are left out of the call.
         suffixes = list(dict.fromkeys([*refs, *written] if self._ttl_ms else written))
         ns_e = escape(ns)
+        escape_run = self.keyspace.escaped_run_of(run_key) if run_key else ""
         if self._cluster:
-            run_key = None  # written by the registry plan, in its own slot
+            run_key = None  # added to its run set before the script, in its own slot
         keys = [tk.cp(ns, cid), tk.idx(ns), tk.keys(ns), tk.ns]
         keys += [tk.blob_at(ns, s) for s in suffixes]
         keys += [run_key] if run_key else []
@@ -388,6 +391,8 @@ class SaverCore:
             tk.cp_prefix,
             tk.blob_prefix,
             0 if self._cluster else 1,
+            escape_run,
+            self.keyspace.run_prefix,
         ]
         for s in suffixes:
             args += [s, written.get(s, b"")]
@@ -556,10 +561,16 @@ class SaverCore:
                     remaining -= 1
                     if remaining == 0:
                         return 0
-            if only is not None or len(entries) < page:
+            if len(entries) < page:
                 return remaining
             last_ns, last_entry = entries[-1]
             last = _s(last_ns)
+            if only is not None:
+                # One entry per namespace at most: go on after the last one that had it.
+                namespaces = walked[walked.index(last) + 1 :]
+                if not namespaces:
+                    return remaining
+                continue
             namespaces = walked[walked.index(last) :]
             resume = "(" + _s(last_entry[0])
 
@@ -663,7 +674,9 @@ class SaverCore:
                             runs += self._run_plan(run_key, dst.run_member(ns, cid))
             if runs:
                 yield runs
-        yield [Eval("import_thread", (dst.ns, *self._registry), tuple(args))]
+        replies = yield [Eval("import_thread", (dst.ns, *self._registry), tuple(args))]
+        if follow := self._after_thread_scripts(zip([dst], replies, strict=True)):
+            yield follow
 
 
 def _thread_arg(value: Any, what: str) -> str:

@@ -200,6 +200,10 @@ class KeySpace:
     def run(self, run_id: str) -> str:
         return self.run_escaped(escape(run_id))
 
+    def escaped_run_of(self, run_key: str) -> str:
+        """The escaped run id at the end of a run-set key built by `run`."""
+        return run_key[len(self.run_prefix) :]
+
     def run_escaped(self, escaped_run_id: str) -> str:
         """The run set for a run id already escaped, as checkpoint payloads store it."""
         return f"{self.run_prefix}{escaped_run_id}"

@@ -194,10 +194,6 @@ end
 -- Returns true when the timeline is gone.
 local function collect_garbage(t, n, p)
   local ids = redis.call('ZRANGE', p.idx .. n, 0, -1)
-  if #ids == 0 then
-    delete_timeline(t, n, p)
-    return true
-  end
   local live = {}
   for _, cid in ipairs(ids) do
     local payload = get_string(p.cp .. n .. ':' .. cid)
@@ -211,6 +207,11 @@ local function collect_garbage(t, n, p)
       redis.call('DEL', p.blob .. n .. ':' .. string.sub(m, 2))
       redis.call('ZREM', p.keys .. n, m)
     end
+  end
+  -- Pending writes of a checkpoint not put yet keep the timeline alive.
+  if #ids == 0 and redis.call('ZCARD', p.keys .. n) == 0 then
+    redis.call('DEL', p.idx .. n, p.keys .. n)
+    return true
   end
   return false
 end
@@ -233,8 +234,9 @@ local p = {cp = ARGV[2], wr = ARGV[3], blob = ARGV[4], idx = ARGV[5], keys = ARG
 PUT = r"""
 -- KEYS: cp, idx, keys, ns, blob keys..., [run], [registry]
 -- ARGV: cid, payload, ttl_ms, score, now_ms, N, T, run member, has_run, n_blobs,
---       wr_prefix, cp_prefix, blob_prefix, has_registry, then per blob: suffix, value
---       ('' = refresh only). A cluster client passes neither run nor registry.
+--       wr_prefix, cp_prefix, blob_prefix, has_registry, escaped run, run prefix, then per
+--       blob: suffix, value ('' = refresh only). A cluster client passes neither run nor
+--       registry, and gets back the run-set removal it must make.
 local cid, payload, ttl, score, now = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4], ARGV[5]
 local n, t, has_run, nb = ARGV[6], ARGV[7], ARGV[9] == '1', tonumber(ARGV[10])
 local run_key = nil
@@ -256,7 +258,7 @@ if run_key then
   if err then return err end
 end
 for i = 1, nb do
-  local key, suffix, value = KEYS[4 + i], ARGV[13 + 2 * i], ARGV[14 + 2 * i]
+  local key, suffix, value = KEYS[4 + i], ARGV[15 + 2 * i], ARGV[16 + 2 * i]
   if value ~= '' then
     if ttl > 0 then redis.call('SET', key, value, 'PX', ttl)
     else redis.call('SET', key, value) end
@@ -265,6 +267,12 @@ for i = 1, nb do
     if ttl > 0 then redis.call('PEXPIRE', key, ttl) end
     redis.call('ZADD', KEYS[3], 'XX', score, 'b' .. suffix)
   end
+end
+-- Overwriting a checkpoint another run wrote: that run no longer owns it.
+local before = redis.call('GET', KEYS[1])
+if before then
+  local old_run = header(before)
+  if old_run ~= '' and old_run ~= ARGV[15] then forget_run(ARGV[16] .. old_run, ARGV[8]) end
 end
 if ttl > 0 then redis.call('SET', KEYS[1], payload, 'PX', ttl)
 else redis.call('SET', KEYS[1], payload) end
@@ -297,7 +305,7 @@ if ttl > 0 then
   redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', '(' .. now)
   if REGISTRY then redis.call('ZREMRANGEBYSCORE', REGISTRY, '-inf', '(' .. now) end
 end
-return 1
+return outcome()
 """
 
 PUT_WRITES = r"""
@@ -533,6 +541,13 @@ while i <= #ARGV do
     local key
     if kind == 'c' then
       key = p.cp .. n .. ':' .. rest
+      local before = get_string(key)
+      if before then
+        local old_run = header(before)
+        if old_run ~= '' and old_run ~= header(ARGV[i + 2]) then
+          forget_run(p.run .. old_run, t .. ':' .. n .. ':' .. rest)
+        end
+      end
       redis.call('SET', key, ARGV[i + 2])
       redis.call('ZADD', p.idx .. n, 0, rest)
       local run = header(ARGV[i + 2])
@@ -560,7 +575,7 @@ if redis.call('EXISTS', KEYS[1]) == 1 then
   if REGISTRY then redis.call('ZADD', REGISTRY, score, t) end
   if ttl > 0 then redis.call('PEXPIRE', KEYS[1], ttl) end
 end
-return 1
+return outcome()
 """
 )
 
