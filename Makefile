@@ -43,8 +43,16 @@ test-unit: sync  ## each package's own tests (real servers where they need one)
 test-integration: sync  ## the cross-package suite and the server harness checks
 	$(RUN) pytest tests-integration $(PYTEST_ARGS)
 
+.PHONY: test-matrix
+test-matrix: sync  ## the integration matrix: every saver x wrapping x server, wheels, release check
+	$(RUN) pytest tests-integration/tests/matrix $(PYTEST_ARGS)
+
+.PHONY: release-check
+release-check:  ## versions, CHANGELOGs and tags agree (RELEASING.md)
+	python3 scripts/check_release.py
+
 .PHONY: test
-test: lint docs servers test-unit test-integration  ## everything CI runs
+test: lint docs release-check servers test-unit test-integration  ## everything CI runs
 
 .PHONY: demo
 demo: sync  ## a chat graph on plain Redis with a bounded window (REDIS_URL=... to use yours)

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import operator
+import sys
 import uuid
 from typing import Annotated, Any, TypedDict
 
+import pytest
 from langchain_core.messages import AIMessage, HumanMessage
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.message import add_messages
@@ -81,6 +83,11 @@ def test_sync_graph_interrupt_resume_history_and_time_travel(redis_url: str, pre
             assert graph.get_state(old.config).values == old.values
 
 
+@pytest.mark.skipif(
+    sys.version_info < (3, 11),
+    reason="LangGraph supports interrupt() in async graphs from Python 3.11 (get_config needs "
+    "contextvars in asyncio tasks); the matrix covers 3.10 with a static breakpoint",
+)
 async def test_async_graph_interrupt_resume_history_and_time_travel(
     redis_url: str, prefix: str
 ) -> None:

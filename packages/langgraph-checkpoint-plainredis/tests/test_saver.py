@@ -375,7 +375,7 @@ def test_a_put_cut_off_mid_send_writes_nothing(
     from langgraph_checkpoint_plainredis._shell import wire_args
 
     packed = b"".join(
-        client.connection_pool.get_connection().pack_command(*wire_args(plan[0], True))
+        client.connection_pool.get_connection("PING").pack_command(*wire_args(plan[0], True))
     )
     host, port = (
         client.connection_pool.connection_kwargs["host"],

@@ -493,6 +493,18 @@ def _delegate(name: str) -> Callable[..., Any]:
 
 
 _CLASSES: dict[tuple[type, frozenset[str]], type] = {}
+BASE_METHODS = (
+    "get_tuple",
+    "aget_tuple",
+    "list",
+    "alist",
+    "put",
+    "aput",
+    "put_writes",
+    "aput_writes",
+    "delete_thread",
+    "adelete_thread",
+)
 
 
 def _class_for(base: type, inner_type: type) -> type:
@@ -506,9 +518,15 @@ def _class_for(base: type, inner_type: type) -> type:
         for n in OPTIONAL_METHODS
         if getattr(inner_type, n, None) is not getattr(BaseCheckpointSaver, n)
     )
-    key = (base, names)
+    # The base methods the wrapper defines but the inner saver lacks (a sync-only saver
+    # has no aput_writes, say) go back to the base class's, so probes see them missing.
+    missing = frozenset(
+        n for n in BASE_METHODS if getattr(inner_type, n, None) is getattr(BaseCheckpointSaver, n)
+    )
+    key = (base, names | {f"-{n}" for n in missing})
     if key not in _CLASSES:
         namespace: dict[str, Any] = {n: _delegate(n) for n in names}
+        namespace.update({n: getattr(BaseCheckpointSaver, n) for n in missing})
         namespace["_capabilities"] = names
         namespace["__module__"] = base.__module__
         namespace["__qualname__"] = base.__qualname__

@@ -108,7 +108,9 @@ def slot_is_moving(error: Exception) -> bool:
 def translate_error(error: Exception, prefix: str) -> PlainRedisError | None:
     """Maps an error reply to the package's exception, or None for other errors."""
     message = str(error)
-    if isinstance(error, (ClusterCrossSlotError, MovedError, AskError)):
+    if isinstance(error, (ClusterCrossSlotError, MovedError, AskError)) or message.startswith(
+        ("CROSSSLOT", "MOVED ", "ASK ")
+    ):
         return PlainRedisError(
             f"{type(error).__name__}: {message}. The server is a cluster node but the saver "
             "talks to it as a standalone server (a user without INFO cannot tell): pass "
