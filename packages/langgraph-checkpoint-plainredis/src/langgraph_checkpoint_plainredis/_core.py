@@ -108,9 +108,12 @@ def slot_is_moving(error: Exception) -> bool:
 def translate_error(error: Exception, prefix: str) -> PlainRedisError | None:
     """Maps an error reply to the package's exception, or None for other errors."""
     message = str(error)
-    if isinstance(error, (ClusterCrossSlotError, MovedError, AskError)) or message.startswith(
-        ("CROSSSLOT", "MOVED ", "ASK ")
-    ):
+    first_word = message.split(" ", 1)[0]
+    if isinstance(error, (ClusterCrossSlotError, MovedError, AskError)) or first_word in {
+        "CROSSSLOT",
+        "MOVED",
+        "ASK",
+    }:
         return PlainRedisError(
             f"{type(error).__name__}: {message}. The server is a cluster node but the saver "
             "talks to it as a standalone server (a user without INFO cannot tell): pass "
@@ -480,6 +483,18 @@ class SaverCore:
     ) -> Generator[Step, list[Any], None]:
         if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int)):
             raise TypeError(f"limit must be an int or None, got {limit!r}")
+        if limit is not None and limit < 0:
+            raise ValueError(f"limit={limit} is negative: pass a count of 0 or more, or None")
+        if filter is not None and not isinstance(filter, Mapping):
+            raise TypeError(
+                f"filter must be a dict of metadata keys to values, got {type(filter).__name__} "
+                f"{filter!r}: pass e.g. filter={{'source': 'loop'}}"
+            )
+        if before is not None and not isinstance(before, Mapping):
+            raise TypeError(
+                f"before must be a config like {{'configurable': {{'checkpoint_id': ...}}}}, "
+                f"got {type(before).__name__} {before!r}"
+            )
         remaining = limit if limit is not None else -1
         if remaining == 0:
             return
@@ -498,7 +513,9 @@ class SaverCore:
             threads: Iterable[ThreadKeys] = []
             cursor = 0
             while True:
-                (page,) = yield [("ZRANGE", self.keyspace.threads, cursor, cursor + 499)]
+                (page,) = yield [
+                    Eval("registry_page", (self.keyspace.threads,), (cursor, cursor + 499))
+                ]
                 if not page:
                     return
                 cursor += len(page)
@@ -603,6 +620,7 @@ class SaverCore:
                 f"prune strategy {strategy!r} is not supported: use 'keep_latest' "
                 "(keep the newest checkpoint per namespace) or 'delete' (remove the threads)"
             )
+        _id_list(thread_ids, "prune", "thread ids")
         script = "prune_keep_latest" if strategy == "keep_latest" else "delete_thread"
         tks = [self.keyspace.thread(_thread_arg(t, "prune")) for t in thread_ids]
         for start in range(0, len(tks), _BATCH_THREADS):
@@ -614,6 +632,7 @@ class SaverCore:
                 yield follow
 
     def _delete_for_runs_steps(self, run_ids: Sequence[str]) -> Generator[Step, list[Any], None]:
+        _id_list(run_ids, "delete_for_runs", "run ids")
         run_keys = [self.keyspace.run(_thread_arg(r, "delete_for_runs")) for r in run_ids]
         if not run_keys:
             return
@@ -679,6 +698,14 @@ class SaverCore:
         replies = yield [Eval("import_thread", (dst.ns, *self._registry), tuple(args))]
         if follow := self._after_thread_scripts(zip([dst], replies, strict=True)):
             yield follow
+
+
+def _id_list(values: Any, what: str, kind: str) -> None:
+    if isinstance(values, (str, bytes)) or not isinstance(values, Iterable):
+        raise TypeError(
+            f"{what} takes a list of {kind}, got {type(values).__name__} {values!r}: "
+            f"pass [{values!r}] for one"
+        )
 
 
 def _thread_arg(value: Any, what: str) -> str:

@@ -105,6 +105,12 @@ local function read_entry(n, cid, payload, wr_prefix, blob_prefix)
     local keys = {}
     for i, r in ipairs(refs) do keys[i] = blob_prefix .. n .. ':' .. r end
     values = redis.call('MGET', unpack(keys))
+    for i, v in ipairs(values) do
+      if not v then
+        local t = redis.call('TYPE', keys[i])['ok']
+        if t ~= 'none' then return nil, wrongtype(keys[i], t, 'string') end
+      end
+    end
   end
   return {cid, payload, writes, values}, nil
 end
@@ -140,6 +146,15 @@ local function remove_checkpoint(t, n, cid, p)
   redis.call('DEL', cpkey, p.wr .. n .. ':' .. cid)
   redis.call('ZREM', p.idx .. n, cid)
   redis.call('ZREM', p.keys .. n, 'c' .. cid, 'w' .. cid)
+end
+
+-- Every timeline of a thread must be what the layout says before a script deletes any.
+local function check_timelines(nskey, p)
+  for _, n in ipairs(redis.call('ZRANGE', nskey, 0, -1)) do
+    local err = check(p.idx .. n, 'zset') or check(p.keys .. n, 'zset')
+    if err then return err end
+  end
+  return nil
 end
 
 local function del_all(keys)
@@ -439,6 +454,7 @@ DELETE_THREAD = (
 local t = ARGV[1]
 REGISTRY = KEYS[2]
 local err = check(KEYS[1], 'zset') or (REGISTRY and check_registry(REGISTRY))
+  or check_timelines(KEYS[1], p)
 if err then return err end
 for _, n in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do delete_timeline(t, n, p) end
 redis.call('DEL', KEYS[1])
@@ -455,6 +471,7 @@ PRUNE_KEEP_LATEST = (
 local t = ARGV[1]
 REGISTRY = KEYS[2]
 local err = check(KEYS[1], 'zset') or (REGISTRY and check_registry(REGISTRY))
+  or check_timelines(KEYS[1], p)
 if err then return err end
 for _, n in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do
   local keep = latest(p.idx .. n, p.cp, n)
@@ -481,6 +498,7 @@ REMOVE_CHECKPOINTS = (
 local t = ARGV[1]
 REGISTRY = KEYS[2]
 local err = check(KEYS[1], 'zset') or (REGISTRY and check_registry(REGISTRY))
+  or check_timelines(KEYS[1], p)
 if err then return err end
 local touched = {}
 for i = 8, #ARGV, 2 do
@@ -530,6 +548,7 @@ IMPORT_THREAD = (
 local t, ttl, score = ARGV[1], tonumber(ARGV[8]), ARGV[9]
 REGISTRY = KEYS[2]
 local err = check(KEYS[1], 'zset') or (REGISTRY and check_registry(REGISTRY))
+  or check_timelines(KEYS[1], p)
 if err then return err end
 local i = 10
 while i <= #ARGV do
@@ -580,6 +599,14 @@ return outcome()
 )
 
 
+REGISTRY_PAGE = r"""
+-- KEYS: registry; ARGV: start, stop
+local err = check_registry(KEYS[1])
+if err then return err end
+return redis.call('ZRANGE', KEYS[1], ARGV[1], ARGV[2])
+"""
+
+
 @dataclass(frozen=True)
 class Script:
     """A Lua script and its SHA1, for EVALSHA with an EVAL fallback."""
@@ -608,5 +635,6 @@ SCRIPTS = {
         _script("remove_checkpoints", REMOVE_CHECKPOINTS),
         _script("export_thread", EXPORT_THREAD),
         _script("import_thread", IMPORT_THREAD),
+        _script("registry_page", REGISTRY_PAGE),
     )
 }

@@ -4,10 +4,21 @@ from __future__ import annotations
 
 from typing import Any, NoReturn
 
+from redis.asyncio.retry import Retry as AsyncRetry
+from redis.backoff import ExponentialWithJitterBackoff
+from redis.retry import Retry
+
 from ._core import Eval, Scan
 from ._scripts import SCRIPTS
 
-__all__ = ["validate_client", "wire_args", "wrong_side"]
+__all__ = [
+    "check_serde",
+    "connect_options",
+    "default_retry",
+    "validate_client",
+    "wire_args",
+    "wrong_side",
+]
 
 
 def wire_args(command: Eval | Scan | tuple[Any, ...], fallback: bool = False) -> tuple[Any, ...]:
@@ -25,8 +36,48 @@ def wire_args(command: Eval | Scan | tuple[Any, ...], fallback: bool = False) ->
     return (*head, len(command.keys), *command.keys, *command.args)
 
 
+def default_retry(asynchronous: bool = False) -> Any:
+    """Reconnects for about ten seconds (jittered backoff up to 1 s) after a dropped
+    connection: every saver call is idempotent, so repeating one is safe."""
+    factory = AsyncRetry if asynchronous else Retry
+    return factory(ExponentialWithJitterBackoff(base=0.01, cap=1.0), 10)
+
+
+def connect_options(url: Any, protocol: Any, options: dict[str, Any], cls: str) -> dict[str, Any]:
+    """Checks `url` and `protocol` and returns the client options, with a default retry."""
+    if not isinstance(url, str):
+        raise TypeError(
+            f"{cls} url must be a str like 'redis://127.0.0.1:6379/0', got "
+            f"{type(url).__name__} {url!r}"
+        )
+    if not url.startswith(("redis://", "rediss://", "unix://")):
+        raise ValueError(
+            f"{cls} url {url!r} is not a Redis URL: use redis://host:port/db, rediss:// for "
+            "TLS, or unix:///path/to.sock"
+        )
+    if protocol not in (2, 3):
+        raise ValueError(f"protocol={protocol!r}: use 2 (RESP2, any Redis 5+) or 3 (Redis 6+)")
+    retry = default_retry(asynchronous=cls.startswith("Async"))
+    return {"protocol": protocol, "retry": retry, **options}
+
+
+def check_serde(serde: Any) -> None:
+    """Rejects a `serde` that is not a LangGraph serializer, before LangGraph wraps it."""
+    if serde is None or hasattr(serde, "dumps_typed") or hasattr(serde, "dumps"):
+        return
+    raise TypeError(
+        f"serde must be a LangGraph SerializerProtocol (dumps_typed/loads_typed), got "
+        f"{type(serde).__name__}: pass e.g. JsonPlusSerializer(), or leave it out"
+    )
+
+
 def validate_client(client: Any, cls: str, expected: str) -> None:
     """Rejects clients the saver cannot use, naming the fix."""
+    if not (hasattr(client, "execute_command") and hasattr(client, "pipeline")):
+        raise TypeError(
+            f"{cls} client must be a redis-py client, got {type(client).__name__}: pass "
+            "client=redis.Redis(...) (or redis.asyncio.Redis for AsyncRedisSaver), or url="
+        )
     kwargs = getattr(getattr(client, "connection_pool", None), "connection_kwargs", {})
     if kwargs.get("decode_responses"):
         raise ValueError(

@@ -37,7 +37,7 @@ from ._core import (
     slot_is_moving,
     translate_error,
 )
-from ._shell import validate_client, wire_args, wrong_side
+from ._shell import check_serde, connect_options, validate_client, wire_args, wrong_side
 
 __all__ = ["RedisSaver"]
 
@@ -69,7 +69,8 @@ class RedisSaver(SaverCore, BaseCheckpointSaver[str]):
             client when it is a `RedisCluster`.
         protocol: RESP version for a client built from `url`: 2 works on every
             server from Redis 5; 3 needs Redis 6+.
-        **connection_kwargs: Passed to `redis.Redis.from_url`.
+        **connection_kwargs: Passed to `redis.Redis.from_url`; `retry=` replaces the
+            default, which reconnects for about ten seconds (every call is idempotent).
     """
 
     def __init__(
@@ -86,9 +87,9 @@ class RedisSaver(SaverCore, BaseCheckpointSaver[str]):
         protocol: int = 2,
         **connection_kwargs: Any,
     ) -> None:
+        check_serde(serde)
         super().__init__(serde=serde)
         self._init_core(prefix, ttl, refresh_on_read, compress)
-        self._connect = {"protocol": protocol, **connection_kwargs}
         self._url = url or ""
         self._detect_lock = threading.Lock()
         if client is not None:
@@ -97,6 +98,7 @@ class RedisSaver(SaverCore, BaseCheckpointSaver[str]):
             self._cluster = isinstance(client, RedisCluster)
             self._known = True
         elif url is not None:
+            self._connect = connect_options(url, protocol, connection_kwargs, "RedisSaver")
             self._owns_client = True
             self._cluster = bool(cluster)
             self._client = self._new_client()
