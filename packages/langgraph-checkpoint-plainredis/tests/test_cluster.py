@@ -145,3 +145,27 @@ def test_a_cluster_taken_for_a_standalone_server_says_pass_cluster_true(server_p
         with pytest.raises(PlainRedisError, match="cluster=True"):
             for n in range(20):  # some thread lands on another node's slots
                 saver.get_tuple({"configurable": {"thread_id": f"t{n}"}})
+
+
+@pytest.mark.parametrize("kind", ["redis-7-cluster", "valkey-cluster"])
+def test_a_node_restart_is_survived(kind: str) -> None:
+    aof = ("--appendonly", "yes", "--appendfsync", "always")
+    with (
+        start_cluster(kind, extra_args=aof) as cluster,
+        RedisSaver(cluster.url, prefix="r") as saver,
+    ):
+        app = graph(saver)
+        config = {"configurable": {"thread_id": "restarted"}}
+        for turn in range(3):
+            app.invoke({"messages": [HumanMessage(f"before {turn}")]}, config)
+        before = [s.config for s in saver.list(config)]
+        _, address = _node_of(saver.client, saver.keyspace.thread("restarted").ns)
+        node = next(n for n in cluster.nodes if f"127.0.0.1:{n.port}" == address)
+        node.restart()  # same port, same data dir: AOF and nodes.conf come back
+        for turn in range(2):
+            app.invoke({"messages": [HumanMessage(f"after {turn}")]}, config)
+        for old in before:
+            assert saver.get_tuple(old) is not None
+        messages = [m.content for m in app.get_state(config).values["messages"]]
+        assert messages[0] == "before 0" and messages[-1] == "echo: after 1"
+        assert len(list(saver.list(config))) == len(before) + 6

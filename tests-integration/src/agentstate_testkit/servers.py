@@ -840,12 +840,13 @@ def cluster_cli() -> Path:
     raise ServerError("no redis-cli to create a cluster: provision redis-7 or redis-5")
 
 
-def start_cluster(kind: str, masters: int = 3) -> Cluster:
+def start_cluster(kind: str, masters: int = 3, extra_args: Sequence[str] = ()) -> Cluster:
     """Starts `masters` nodes of a Redis kind and joins them into one cluster.
 
     Args:
         kind: A cluster kind such as `redis-7-cluster`, or a Redis kind such as `redis-7`.
         masters: How many masters (no replicas).
+        extra_args: Appended to every node's command line, e.g. `("--appendonly", "yes")`.
 
     Raises:
         ServerError: A node did not start or the cluster did not reach `cluster_state:ok`.
@@ -858,7 +859,7 @@ def start_cluster(kind: str, masters: int = 3) -> Cluster:
         for _ in range(masters):
             port = _cluster_ports(base)
             args = ["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf"]
-            args += ["--cluster-node-timeout", "5000"]
+            args += ["--cluster-node-timeout", "5000", *extra_args]
             nodes.append(start(base, extra_args=args, port=port))
         cli = cluster_cli()
         addresses = [f"127.0.0.1:{node.port}" for node in nodes]
