@@ -40,8 +40,12 @@ test-unit: sync  ## each package's own tests (real servers where they need one)
 	$(RUN) pytest packages $(PYTEST_ARGS)
 
 .PHONY: test-integration
-test-integration: sync  ## the cross-package suite and the server harness checks
-	$(RUN) pytest tests-integration $(PYTEST_ARGS)
+test-integration: sync  ## the cross-package suite, the matrix and the harness checks
+	$(RUN) pytest tests-integration -m "not slow" $(PYTEST_ARGS)
+
+.PHONY: test-reliability
+test-reliability: sync  ## the long soak variants of the fault and load tests (marker `slow`)
+	$(RUN) pytest tests-integration/tests/reliability -m slow $(PYTEST_ARGS)
 
 .PHONY: test-matrix
 test-matrix: sync  ## the integration matrix: every saver x wrapping x server, wheels, release check
@@ -62,6 +66,7 @@ demo: sync  ## a chat graph on plain Redis with a bounded window (REDIS_URL=... 
 bench: sync  ## benchmarks, side by side in one run: Markdown and plots in bench/results/
 	$(RUN) python bench/bench_savers.py $(BENCH_ARGS)
 	$(RUN) python bench/bench_storage.py
+	$(RUN) python bench/bench_load.py
 	$(RUN) python bench/bench_reducer.py
 
 .PHONY: docs

@@ -101,7 +101,7 @@ limits = st.one_of(st.none(), st.integers(0, 4))
 # (run id or None, whether it travels in the config rather than in the metadata)
 runs = st.tuples(st.one_of(st.none(), st.sampled_from(RUN_IDS)), st.booleans())
 
-# Sized so that the file runs in about 25 s per Redis kind.
+# Sized so that the file runs in about 15 s per standalone Redis kind, 30 s per cluster.
 PARITY_SETTINGS = settings(
     max_examples=80,
     stateful_step_count=40,

@@ -68,8 +68,10 @@ class AsyncRedisSaver(SaverCore, BaseCheckpointSaver[str]):
             client when it is a `RedisCluster`.
         protocol: RESP version for a client built from `url`: 2 works on every
             server from Redis 5; 3 needs Redis 6+.
-        **connection_kwargs: Passed to `redis.asyncio.Redis.from_url`; `retry=` replaces
-            the default, which reconnects for about ten seconds (every call is idempotent).
+        **connection_kwargs: Passed to the connection pool (`redis.asyncio`
+            `BlockingConnectionPool.from_url`: at most `max_connections=64` connections,
+            a call waits up to `timeout=30` s for one); `retry=` replaces the default,
+            which reconnects for about ten seconds (every call is idempotent).
     """
 
     def __init__(
@@ -109,8 +111,13 @@ class AsyncRedisSaver(SaverCore, BaseCheckpointSaver[str]):
             )
 
     def _new_client(self) -> Any:
-        factory = RedisCluster if self._cluster else aioredis.Redis
-        return factory.from_url(self._url, **self._connect)
+        if self._cluster:
+            return RedisCluster.from_url(self._url, **self._connect)
+        # A blocking pool: many concurrent runs wait for a connection (up to `timeout`
+        # seconds) instead of failing with MaxConnectionsError past the pool's size.
+        options = {"max_connections": 64, "timeout": 30, **self._connect}
+        pool = aioredis.BlockingConnectionPool.from_url(self._url, **options)
+        return aioredis.Redis.from_pool(pool)  # the client owns the pool: aclose closes it
 
     async def _learn_topology(self) -> None:
         """Asks the server once whether it is a cluster node, and switches client if so."""
