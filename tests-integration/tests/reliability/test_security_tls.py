@@ -18,6 +18,8 @@ import pytest
 import redis
 import trustme
 from langgraph.checkpoint.base import empty_checkpoint
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 from reliability_support import cfg
 
 from agentstate_testkit import Server, start
@@ -99,12 +101,16 @@ async def test_conformance_over_tls(tls: TlsServer, style: str) -> None:
     await assert_conformance(factory, f"{style} saver over rediss://")
 
 
+# No retries in the refusals below: the savers' default retry would repeat each for seconds.
+ONCE: dict[str, Any] = {"retry": Retry(NoBackoff(), 0)}
+
+
 def test_tls_refuses_unverified_and_plaintext_clients(tls: TlsServer) -> None:
-    with RedisSaver(tls.url, prefix="tls") as unverified:  # the system CAs do not know ours
+    with RedisSaver(tls.url, prefix="tls", **ONCE) as unverified:  # the system CAs lack ours
         with pytest.raises(redis.exceptions.ConnectionError, match="CERTIFICATE_VERIFY_FAILED"):
             unverified.get_tuple(cfg("t"))
     plain_url = f"redis://127.0.0.1:{tls.port}/0"
-    with RedisSaver(plain_url, prefix="tls", socket_timeout=5) as plaintext:
+    with RedisSaver(plain_url, prefix="tls", socket_timeout=5, **ONCE) as plaintext:
         with pytest.raises((redis.exceptions.ConnectionError, redis.exceptions.TimeoutError)):
             plaintext.get_tuple(cfg("t"))
 
@@ -121,6 +127,7 @@ def test_mutual_tls_needs_the_client_certificate(mtls: TlsServer) -> None:
         assert saver.get_tuple(stored) is not None
         saver.delete_thread("t")
         assert list(saver.list(None)) == []
-    with RedisSaver(mtls.url, prefix="mtls", ssl_ca_certs=mtls.ca, socket_timeout=5) as anon:
+    no_cert = {"ssl_ca_certs": mtls.ca, "socket_timeout": 5, **ONCE}
+    with RedisSaver(mtls.url, prefix="mtls", **no_cert) as anon:
         with pytest.raises((redis.exceptions.ConnectionError, redis.exceptions.TimeoutError)):
             anon.get_tuple(cfg("t"))

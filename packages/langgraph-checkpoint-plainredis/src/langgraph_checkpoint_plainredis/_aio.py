@@ -71,7 +71,7 @@ class AsyncRedisSaver(SaverCore, BaseCheckpointSaver[str]):
         **connection_kwargs: Passed to the connection pool (`redis.asyncio`
             `BlockingConnectionPool.from_url`: at most `max_connections=64` connections,
             a call waits up to `timeout=30` s for one); `retry=` replaces the default,
-            which reconnects for about ten seconds (every call is idempotent).
+            which reconnects with jittered backoff for a few seconds (every call is idempotent).
     """
 
     def __init__(

@@ -70,7 +70,8 @@ class RedisSaver(SaverCore, BaseCheckpointSaver[str]):
         protocol: RESP version for a client built from `url`: 2 works on every
             server from Redis 5; 3 needs Redis 6+.
         **connection_kwargs: Passed to `redis.Redis.from_url`; `retry=` replaces the
-            default, which reconnects for about ten seconds (every call is idempotent).
+            default, which reconnects with jittered backoff for a few seconds (every call
+            is idempotent).
     """
 
     def __init__(
