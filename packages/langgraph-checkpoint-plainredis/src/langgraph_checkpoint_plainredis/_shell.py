@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any, NoReturn
 
 from redis.asyncio.retry import Retry as AsyncRetry
-from redis.backoff import ExponentialWithJitterBackoff
+from redis.backoff import EqualJitterBackoff
 from redis.retry import Retry
 
 from ._core import Eval, Scan
@@ -40,7 +40,8 @@ def default_retry(asynchronous: bool = False) -> Any:
     """Reconnects for about ten seconds (jittered backoff up to 1 s) after a dropped
     connection: every saver call is idempotent, so repeating one is safe."""
     factory = AsyncRetry if asynchronous else Retry
-    return factory(ExponentialWithJitterBackoff(base=0.01, cap=1.0), 10)
+    # EqualJitterBackoff exists from redis-py 4 on (the floor is 5.0.1).
+    return factory(EqualJitterBackoff(cap=1.0, base=0.01), 10)
 
 
 def connect_options(url: Any, protocol: Any, options: dict[str, Any], cls: str) -> dict[str, Any]:
