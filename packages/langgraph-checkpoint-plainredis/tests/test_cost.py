@@ -112,6 +112,40 @@ async def test_each_operation_costs_a_constant_number_of_round_trips(
         assert counter.round_trips == 1
 
 
+def command_calls(client: redis.Redis) -> dict[str, int]:
+    """Calls per command since the server started (scripts' own commands included)."""
+    return {k[len("cmdstat_") :]: int(v["calls"]) for k, v in client.info("commandstats").items()}
+
+
+async def test_delete_thread_works_in_bulk_on_the_server(
+    counted: tuple[Any, RoundTrips], redis_url: str
+) -> None:
+    """Inside the script: one SREM per run and one DEL per 500 keys, whatever the length."""
+    saver, _ = counted
+    await warm(saver)
+    parent: str | None = None
+    for step in range(300):
+        cp = empty_checkpoint()
+        cp["id"] = f"{step:06d}"
+        cp["channel_values"] = {"m": step}
+        cp["channel_versions"] = {"m": step + 1}
+        c = await saver.aput(cfg("long", parent), cp, {"run_id": "run-1"}, {"m": step + 1})
+        parent = c["configurable"]["checkpoint_id"]
+        await saver.aput_writes(c, [("m", step)], f"task-{step}")
+    admin = redis.Redis.from_url(redis_url, protocol=2)
+    before = command_calls(admin)
+    await saver.adelete_thread("long")
+    after = command_calls(admin)
+    delta = {k: n - before.get(k, 0) for k, n in after.items() if n != before.get(k, 0)}
+    delta.pop("info", None)
+    # 300 checkpoints, 300 writes hashes, 300 blobs and 2 timeline keys: 902 keys in 2 DELs,
+    # then the namespace zset; run ids from one MGET per 500 checkpoints; TYPE checks first.
+    assert delta == {
+        "evalsha": 1, "type": 4, "zrange": 4, "mget": 1, "srem": 1, "del": 3, "zrem": 1,
+    }  # fmt: skip
+    admin.close()
+
+
 async def test_per_thread_operations_ignore_other_threads(
     counted: tuple[Any, RoundTrips], redis_url: str, prefix: str
 ) -> None:

@@ -41,6 +41,13 @@ local function header(payload)
   return run or '', refs
 end
 
+-- The escaped run id alone: the payload's second field, without reading the refs.
+local function run_of(payload)
+  if string.byte(payload, 1) ~= 1 then return '' end
+  local _, pos = nsread(payload, 2)
+  return (nsread(payload, pos)) or ''
+end
+
 local function wrongtype(key, found, expected)
   return redis.error_reply('PLAINREDIS_WRONGTYPE ' .. found .. ' ' .. expected .. ' ' .. key)
 end
@@ -130,6 +137,22 @@ local function forget_run(run_key, member)
   end
 end
 
+-- forget_run for many members at once: `by_run` maps a run key to its members.
+local function forget_runs(by_run)
+  for run_key, members in pairs(by_run) do
+    if REGISTRY then
+      for i = 1, #members, 500 do
+        redis.call('SREM', run_key, unpack(members, i, math.min(i + 499, #members)))
+      end
+    else
+      for _, member in ipairs(members) do
+        RUNS[#RUNS + 1] = run_key
+        RUNS[#RUNS + 1] = member
+      end
+    end
+  end
+end
+
 -- What a thread-wide script returns: {thread emptied (0/1), run key, member, ...}.
 local function outcome()
   return {EMPTIED, RUNS}
@@ -140,7 +163,7 @@ local function remove_checkpoint(t, n, cid, p)
   local cpkey = p.cp .. n .. ':' .. cid
   local payload = get_string(cpkey)
   if payload then
-    local run = header(payload)
+    local run = run_of(payload)
     if run ~= '' then forget_run(p.run .. run, t .. ':' .. n .. ':' .. cid) end
   end
   redis.call('DEL', cpkey, p.wr .. n .. ':' .. cid)
@@ -166,13 +189,14 @@ end
 -- Deletes every key of one timeline, in bulk: one MGET per 500 checkpoints to find their
 -- run sets, one DEL per 500 keys.
 local function delete_timeline(t, n, p)
-  local doomed, cps, seen = {}, {}, {}
+  local doomed, cps, seen, has_writes, by_run = {}, {}, {}, {}, {}
   for _, m in ipairs(redis.call('ZRANGE', p.keys .. n, 0, -1)) do
     local kind, rest = string.sub(m, 1, 1), string.sub(m, 2)
     if kind == 'c' then
       seen[rest] = true
       cps[#cps + 1] = rest
     elseif kind == 'w' then
+      has_writes[rest] = true
       doomed[#doomed + 1] = p.wr .. n .. ':' .. rest
     elseif kind == 'b' then
       doomed[#doomed + 1] = p.blob .. n .. ':' .. rest
@@ -186,20 +210,28 @@ local function delete_timeline(t, n, p)
     for j = i, math.min(i + 499, #cps) do
       keys[#keys + 1] = p.cp .. n .. ':' .. cps[j]
       doomed[#doomed + 1] = keys[#keys]
-      doomed[#doomed + 1] = p.wr .. n .. ':' .. cps[j]
+      if not has_writes[cps[j]] then doomed[#doomed + 1] = p.wr .. n .. ':' .. cps[j] end
     end
     local payloads = redis.pcall('MGET', unpack(keys))
     if type(payloads) == 'table' and not payloads.err then
       for j, payload in ipairs(payloads) do
         if payload then
-          local run = header(payload)
+          local run = run_of(payload)
           if run ~= '' then
-            forget_run(p.run .. run, t .. ':' .. n .. ':' .. cps[i + j - 1])
+            local members = by_run[run]
+            if not members then
+              members = {}
+              by_run[run] = members
+            end
+            members[#members + 1] = t .. ':' .. n .. ':' .. cps[i + j - 1]
           end
         end
       end
     end
   end
+  local by_key = {}
+  for run, members in pairs(by_run) do by_key[p.run .. run] = members end
+  forget_runs(by_key)
   doomed[#doomed + 1] = p.idx .. n
   doomed[#doomed + 1] = p.keys .. n
   del_all(doomed)
@@ -286,7 +318,7 @@ end
 -- Overwriting a checkpoint another run wrote: that run no longer owns it.
 local before = redis.call('GET', KEYS[1])
 if before then
-  local old_run = header(before)
+  local old_run = run_of(before)
   if old_run ~= '' and old_run ~= ARGV[15] then forget_run(ARGV[16] .. old_run, ARGV[8]) end
 end
 if ttl > 0 then redis.call('SET', KEYS[1], payload, 'PX', ttl)
@@ -562,14 +594,14 @@ while i <= #ARGV do
       key = p.cp .. n .. ':' .. rest
       local before = get_string(key)
       if before then
-        local old_run = header(before)
-        if old_run ~= '' and old_run ~= header(ARGV[i + 2]) then
+        local old_run = run_of(before)
+        if old_run ~= '' and old_run ~= run_of(ARGV[i + 2]) then
           forget_run(p.run .. old_run, t .. ':' .. n .. ':' .. rest)
         end
       end
       redis.call('SET', key, ARGV[i + 2])
       redis.call('ZADD', p.idx .. n, 0, rest)
-      local run = header(ARGV[i + 2])
+      local run = run_of(ARGV[i + 2])
       if run ~= '' and REGISTRY then
         redis.call('SADD', p.run .. run, t .. ':' .. n .. ':' .. rest)
       end
