@@ -396,6 +396,7 @@ class CuttingProxy:
         self._left = 0
         self._go_away = False
         self.cuts = 0
+        self.accepted = 0  # client connections so far
         self._conns: list[socket.socket] = []
         threading.Thread(target=self._accept, daemon=True).start()
 
@@ -419,6 +420,7 @@ class CuttingProxy:
                 client, _ = self._listener.accept()
             except OSError:
                 return
+            self.accepted += 1
             upstream = socket.create_connection(self.target)
             self._conns += [client, upstream]
             pair = (client, upstream)

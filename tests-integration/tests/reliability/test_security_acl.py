@@ -177,30 +177,45 @@ def test_the_acl_user_cannot_touch_keys_outside_its_prefix(acl: AclUsers) -> Non
     assert keys_under(acl.admin, prefix) == set()
 
 
-@pytest.mark.parametrize("redis_kind", ["redis-7"], scope="session")
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "saver change requested: the default retry repeats a refused AUTH 10 times "
-        "(redis-py's AuthenticationError is a ConnectionError), so wrong credentials take "
-        "seconds to report and fill ACL LOG; they cannot succeed on a retry"
-    ),
-)
-def test_wrong_credentials_are_not_retried(acl: AclUsers) -> None:
-    """Counted on the server: ACL LOG records each refused AUTH of the user."""
-    prefix = f"acl{uuid.uuid4().hex[:12]}"
-    url = urlsplit(acl.url_for(prefix))
-    user = url.username or ""
-    wrong = url.geturl().replace(f":{url.password}@", ":not-the-password@")
-    with RedisSaver(wrong, prefix=prefix) as saver:
-        with pytest.raises(redis.exceptions.AuthenticationError):
-            saver.get_tuple(cfg("t"))
+def refused_auths(acl: AclUsers, user: str) -> int:
+    """How many AUTHs of `user` the server refused, by ACL LOG."""
     entries = [
         dict(zip(entry[::2], entry[1::2], strict=True))
         for entry in acl.admin.execute_command("ACL", "LOG")
     ]
     refused = [e for e in entries if e[b"username"] == user.encode() and e[b"reason"] == b"auth"]
-    assert sum(int(e[b"count"]) for e in refused) == 1
+    return sum(int(e[b"count"]) for e in refused)
+
+
+def wrong_password_url(acl: AclUsers, prefix: str) -> tuple[str, str]:
+    url = urlsplit(acl.url_for(prefix))
+    return url.geturl().replace(f":{url.password}@", ":not-the-password@"), url.username or ""
+
+
+@pytest.mark.parametrize("redis_kind", ["redis-7"], scope="session")
+def test_wrong_credentials_are_not_retried(acl: AclUsers) -> None:
+    """Counted on the server: the default retry would otherwise repeat, for seconds, a
+    refusal that cannot succeed."""
+    prefix = f"acl{uuid.uuid4().hex[:12]}"
+    wrong, user = wrong_password_url(acl, prefix)
+    with RedisSaver(wrong, prefix=prefix) as saver:
+        with pytest.raises(redis.exceptions.AuthenticationError):
+            saver.get_tuple(cfg("t"))
+        assert refused_auths(acl, user) == 1
+        # The saver stays usable: the next call tries again, once.
+        with pytest.raises(redis.exceptions.AuthenticationError):
+            saver.put(cfg("t"), empty_checkpoint(), {}, {})
+    assert refused_auths(acl, user) == 2
+
+
+@pytest.mark.parametrize("redis_kind", ["redis-7"], scope="session")
+async def test_wrong_credentials_are_not_retried_async(acl: AclUsers) -> None:
+    prefix = f"acl{uuid.uuid4().hex[:12]}"
+    wrong, user = wrong_password_url(acl, prefix)
+    async with AsyncRedisSaver(wrong, prefix=prefix) as saver:
+        with pytest.raises(redis.exceptions.AuthenticationError):
+            await saver.aget_tuple(cfg("t"))
+    assert refused_auths(acl, user) == 1
 
 
 # -- Redis 5: requirepass --------------------------------------------------------------------

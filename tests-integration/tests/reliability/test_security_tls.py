@@ -20,7 +20,7 @@ import trustme
 from langgraph.checkpoint.base import empty_checkpoint
 from redis.backoff import NoBackoff
 from redis.retry import Retry
-from reliability_support import cfg
+from reliability_support import CuttingProxy, cfg
 
 from agentstate_testkit import Server, start
 from agentstate_testkit.savers import SyncAsAsync, assert_conformance
@@ -113,6 +113,26 @@ def test_tls_refuses_unverified_and_plaintext_clients(tls: TlsServer) -> None:
     with RedisSaver(plain_url, prefix="tls", socket_timeout=5, **ONCE) as plaintext:
         with pytest.raises((redis.exceptions.ConnectionError, redis.exceptions.TimeoutError)):
             plaintext.get_tuple(cfg("t"))
+
+
+@pytest.mark.parametrize("style", ["async", "sync"])
+async def test_an_untrusted_certificate_is_reported_without_retrying(
+    tls: TlsServer, style: str
+) -> None:
+    """The default retry gives up at once: a proxy counts the connection attempts."""
+    proxy = CuttingProxy("127.0.0.1", tls.port)
+    url = f"rediss://127.0.0.1:{proxy.port}/0"
+    try:
+        with pytest.raises(redis.exceptions.ConnectionError, match="CERTIFICATE_VERIFY_FAILED"):
+            if style == "async":
+                async with AsyncRedisSaver(url, prefix="tls") as asaver:
+                    await asaver.aget_tuple(cfg("t"))
+            else:
+                with RedisSaver(url, prefix="tls") as saver:
+                    saver.get_tuple(cfg("t"))
+        assert proxy.accepted == 1
+    finally:
+        proxy.close()
 
 
 def test_mutual_tls_needs_the_client_certificate(mtls: TlsServer) -> None:

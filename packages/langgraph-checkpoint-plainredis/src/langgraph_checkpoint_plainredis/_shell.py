@@ -2,19 +2,25 @@
 
 from __future__ import annotations
 
-from typing import Any, NoReturn
+import ssl
+from collections.abc import Awaitable, Callable
+from typing import Any, NoReturn, TypeVar
 
 from redis.asyncio.retry import Retry as AsyncRetry
 from redis.backoff import EqualJitterBackoff
+from redis.exceptions import AuthenticationError, AuthorizationError
 from redis.retry import Retry
 
 from ._core import Eval, Scan
 from ._scripts import SCRIPTS
 
 __all__ = [
+    "AsyncSaverRetry",
+    "SaverRetry",
     "check_serde",
     "connect_options",
     "default_retry",
+    "is_final",
     "validate_client",
     "wire_args",
     "wrong_side",
@@ -36,10 +42,79 @@ def wire_args(command: Eval | Scan | tuple[Any, ...], fallback: bool = False) ->
     return (*head, len(command.keys), *command.keys, *command.args)
 
 
+T = TypeVar("T")
+
+
+def is_final(error: BaseException) -> bool:
+    """Whether `error` is one no reconnect can fix: credentials or permissions the server
+    refused, or a server certificate the client does not trust."""
+    if isinstance(error, (AuthenticationError, AuthorizationError)):
+        return True
+    cause = error.__cause__ or error.__context__
+    return isinstance(cause, ssl.SSLCertVerificationError)
+
+
+class _Final(Exception):
+    """Carries a final error through redis-py's retry loop, which retries its base class."""
+
+    def __init__(self, error: BaseException) -> None:
+        super().__init__(error)
+        self.error = error
+
+
+def _fail_once(fail: Callable[..., Any], error: BaseException, args: Any, kwargs: Any) -> Any:
+    """Calls redis-py's failure handler (it disconnects) the way the loop would have."""
+    with_count = kwargs.get("with_failure_count", args[1] if len(args) > 1 else False)
+    return fail(error, 1) if with_count else fail(error)
+
+
+class SaverRetry(Retry):
+    """redis-py's `Retry`, except that a final error (see `is_final`) is raised at once."""
+
+    def call_with_retry(self, do: Callable[[], T], fail: Any, *args: Any, **kwargs: Any) -> T:
+        def attempt() -> T:
+            try:
+                return do()
+            except Exception as exc:
+                if is_final(exc):
+                    raise _Final(exc) from exc
+                raise
+
+        try:
+            return super().call_with_retry(attempt, fail, *args, **kwargs)
+        except _Final as final:
+            error = final.error
+        _fail_once(fail, error, args, kwargs)
+        raise error
+
+
+class AsyncSaverRetry(AsyncRetry):
+    """`SaverRetry` for redis.asyncio."""
+
+    async def call_with_retry(
+        self, do: Callable[[], Awaitable[T]], fail: Any, *args: Any, **kwargs: Any
+    ) -> T:
+        async def attempt() -> T:
+            try:
+                return await do()
+            except Exception as exc:
+                if is_final(exc):
+                    raise _Final(exc) from exc
+                raise
+
+        try:
+            return await super().call_with_retry(attempt, fail, *args, **kwargs)
+        except _Final as final:
+            error = final.error
+        await _fail_once(fail, error, args, kwargs)
+        raise error
+
+
 def default_retry(asynchronous: bool = False) -> Any:
-    """Reconnects for about ten seconds (jittered backoff up to 1 s) after a dropped
-    connection: every saver call is idempotent, so repeating one is safe."""
-    factory = AsyncRetry if asynchronous else Retry
+    """Reconnects for a few seconds (jittered backoff up to 1 s) after a dropped
+    connection: every saver call is idempotent, so repeating one is safe. Refused
+    credentials and untrusted certificates are reported at once."""
+    factory = AsyncSaverRetry if asynchronous else SaverRetry
     # EqualJitterBackoff exists from redis-py 4 on (the floor is 5.0.1).
     return factory(EqualJitterBackoff(cap=1.0, base=0.01), 10)
 
