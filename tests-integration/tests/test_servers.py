@@ -217,3 +217,24 @@ def test_cli_run_prints_the_url_and_stops_on_sigterm() -> None:
         assert run.wait(timeout=30) == 0, run.stderr.read()
     with pytest.raises(redis.ConnectionError):
         _client(url).ping()
+
+
+def test_a_terminated_process_stops_its_servers() -> None:
+    """SIGTERM to a process using the harness (pytest, say) leaves no server running."""
+    code = (
+        "import sys, time\n"
+        "from agentstate_testkit.servers import start\n"
+        "server = start('redis-7')\n"
+        "print(server.url, flush=True)\n"
+        "time.sleep(120)\n"
+    )
+    with subprocess.Popen(
+        [sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    ) as user:
+        assert user.stdout is not None and user.stderr is not None
+        url = user.stdout.readline().strip()
+        assert _client(url).ping()
+        user.send_signal(signal.SIGTERM)
+        assert user.wait(timeout=30) != 0, user.stderr.read()
+    with pytest.raises(redis.ConnectionError):
+        _client(url).ping()

@@ -30,7 +30,7 @@ import zipfile
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from types import TracebackType
+from types import FrameType, TracebackType
 
 __all__ = [
     "DEFAULT_REDIS_KINDS",
@@ -544,6 +544,24 @@ _LIVE: set[Server] = set()
 _LIVE_LOCK = threading.Lock()
 
 
+def _interrupt_on_sigterm() -> None:
+    """Makes SIGTERM raise KeyboardInterrupt, so cleanup runs and no server outlives us.
+
+    Python's default SIGTERM ends the process without running `atexit` handlers or
+    pytest's teardown. Only in the main thread, and only when nobody installed a
+    handler of their own.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        return
+    if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        return
+
+    def interrupt(signum: int, frame: FrameType | None) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    signal.signal(signal.SIGTERM, interrupt)
+
+
 class Server:
     """One throwaway server process on 127.0.0.1 with its own temp dir.
 
@@ -658,6 +676,7 @@ class Server:
         ready = "ready to accept connections" if postgres else "Ready to accept connections"
         offset = self.log_path.stat().st_size if self.log_path.exists() else 0
         user = self._user
+        _interrupt_on_sigterm()
         with open(self.log_path, "ab") as log:
             self._process = subprocess.Popen(
                 self._command(),
