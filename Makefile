@@ -63,11 +63,13 @@ demo: sync  ## a chat graph on plain Redis with a bounded window (REDIS_URL=... 
 	$(RUN) python examples/demo.py
 
 .PHONY: bench
-bench: sync  ## benchmarks, side by side in one run: Markdown and plots in bench/results/
-	$(RUN) python bench/bench_savers.py $(BENCH_ARGS)
-	$(RUN) python bench/bench_storage.py
-	$(RUN) python bench/bench_load.py
-	$(RUN) python bench/bench_reducer.py
+bench: sync  ## benchmarks, side by side in one run: bench/results/report.md and plots
+	started=$$(date +%s) && \
+	$(RUN) python bench/bench_savers.py $(BENCH_ARGS) && \
+	$(RUN) python bench/bench_storage.py && \
+	$(RUN) python bench/bench_load.py && \
+	$(RUN) python bench/bench_reducer.py && \
+	$(RUN) python bench/report.py --started $$started
 
 .PHONY: docs
 docs: sync  ## the documentation site, built strictly into site/ (with bench/results/ when present)

@@ -3,13 +3,15 @@
     uv run --frozen python bench/bench_load.py [--threads 200] [--turns 20] [--processes 4]
 
 Prints turns per second for AsyncRedisSaver (one process, all threads concurrent) and for
-RedisSaver in several processes writing the same threads; writes bench/results/load.md.
+RedisSaver in several processes writing the same threads; writes bench/results/load.md
+and load.json.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import multiprocessing
 import sys
 import time
@@ -17,6 +19,7 @@ import uuid
 from pathlib import Path
 from typing import Annotated, Any, TypedDict
 
+from _progress import Bar
 from langchain_core.messages import AIMessage, HumanMessage
 from langgraph.graph import START, StateGraph
 from langgraph.graph.message import add_messages
@@ -43,15 +46,17 @@ def build(saver: Any) -> Any:
 async def asyncio_load(url: str, threads: int, turns: int) -> float:
     async with AsyncRedisSaver(url, prefix=f"load:{uuid.uuid4().hex[:8]}") as saver:
         app = build(saver)
+        with Bar(f"asyncio: {threads} threads x {turns} turns", threads * turns) as bar:
 
-        async def chat(thread: int) -> None:
-            config = {"configurable": {"thread_id": f"t{thread}"}}
-            for turn in range(turns):
-                await app.ainvoke({"messages": [HumanMessage(f"q{turn}")]}, config)
+            async def chat(thread: int) -> None:
+                config = {"configurable": {"thread_id": f"t{thread}"}}
+                for turn in range(turns):
+                    await app.ainvoke({"messages": [HumanMessage(f"q{turn}")]}, config)
+                    bar.advance()
 
-        began = time.perf_counter()
-        await asyncio.gather(*(chat(t) for t in range(threads)))
-        return threads * turns / (time.perf_counter() - began)
+            began = time.perf_counter()
+            await asyncio.gather(*(chat(t) for t in range(threads)))
+            return threads * turns / (time.perf_counter() - began)
 
 
 def worker(url: str, prefix: str, threads: int, turns: int, offset: int) -> None:
@@ -87,7 +92,6 @@ def main(argv: list[str] | None = None) -> int:
     s = parser.parse_args(argv)
     with ServerPool() as pool:
         url = pool.get("redis-7")
-        print(f"asyncio: {s.threads} threads x {s.turns} turns at once...", file=sys.stderr)
         concurrent = asyncio.run(asyncio_load(url, s.threads, s.turns))
         print(f"processes: {s.processes} x 20 shared threads x 10 turns...", file=sys.stderr)
         shared = process_load(url, s.processes, 20, 10)
@@ -106,6 +110,17 @@ def main(argv: list[str] | None = None) -> int:
     print(report)
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "load.md").write_text(report)
+    numbers = {
+        "server": "redis-7",
+        "asyncio": {"threads": s.threads, "turns": s.turns, "turns_per_second": concurrent},
+        "processes": {
+            "processes": s.processes,
+            "threads": 20,
+            "turns": 10,
+            "turns_per_second": shared,
+        },
+    }
+    (RESULTS / "load.json").write_text(json.dumps(numbers, indent=1) + "\n")
     return 0
 
 

@@ -1,14 +1,17 @@
 """Our Redis savers against InMemorySaver, SqliteSaver and PostgresSaver, side by side.
 
 Run: `uv run --frozen python bench/bench_savers.py [--quick]`. Prints one Markdown table
-per section, writes the same Markdown to `bench/results/savers.md` and the numbers to
-`bench/results/savers.json`; progress goes to stderr. Targets (a report, never asserted):
+per section, writes the same Markdown to `bench/results/savers.md`, the numbers to
+`bench/results/savers.json` and plots to `chat.png`, `ops.png` and `scale.png` there;
+progress goes to stderr. Every saver of the chat-turn and per-op sections also runs
+wrapped in `ReducingSaver` (a window of `WINDOW_MIN`-`WINDOW_MAX` messages, no hooks).
+Targets (a report, never asserted), for our savers unwrapped:
 
 - a chat turn of ours takes at most 1.5x InMemorySaver's, in the same calling style;
 - every per-op latency of ours is below PostgresSaver's;
 - a 50-turn thread takes at most 0.75x the MEMORY USAGE of 0.1.0's JSON+base64 format
   (0.1.0 runs from its own venv, `.cache/bench/v010-venv`; skipped when it cannot be built);
-- get/list on a thread with 10,000 other threads stays within 1.2x of with 10.
+- get/list on a thread beside 100,000 other threads stays within 1.2x of beside 10.
 
 Sync savers are timed through `SyncCalls`, a thin async adapter that calls the blocking
 method directly, so both calling styles share one procedure; it adds under a microsecond.
@@ -25,6 +28,7 @@ import math
 import os
 import platform
 import shutil
+import socket
 import sqlite3
 import statistics
 import subprocess
@@ -32,7 +36,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from contextlib import AsyncExitStack
 from dataclasses import asdict, dataclass
 from importlib import metadata
@@ -43,6 +47,8 @@ from urllib.parse import urlsplit, urlunsplit
 import aiosqlite
 import psycopg
 import redis
+import redis.asyncio
+from _progress import Bar
 from _v010_probe import chat_graph, delete_prefix, keyspace_size, run_thread, thread_config
 from _v010_probe import human_message as human
 from langchain_core.messages import HumanMessage
@@ -64,6 +70,8 @@ from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 from psycopg.rows import dict_row
 
+from agentstate_reducer import MessageReducer, ReducerConfig
+from agentstate_reducer_langgraph import ReducingSaver
 from agentstate_testkit.savers import RoundTrips, counting_async_client, counting_client
 from agentstate_testkit.servers import ServerPool
 from langgraph_checkpoint_plainredis import AsyncRedisSaver, RedisSaver
@@ -77,6 +85,10 @@ POSTGRES_KIND = "postgres-15"
 SCALE_KIND = "redis-7"
 OPS = ("put", "put_writes", "get latest", "get by id", "list 10", "delete_thread")
 WARMUP_CALLS = 5
+WINDOW_MIN, WINDOW_MAX = 6, 10  # past 10 messages, ReducingSaver keeps at most the last 6
+FILL_CONCURRENCY = 32  # puts in flight while writing the other threads of the scale section
+PINGS = 200
+FLOOR_LABEL = "InMemorySaver + PING"  # PingingMemorySaver: the round trips alone
 
 TARGET_CHAT = 1.5
 TARGET_OPS = 1.0
@@ -94,7 +106,8 @@ class Settings:
     op_calls: int  # timed calls per read op
     bytes_turns: int
     others_small: int
-    others_large: int
+    others_large: int  # other threads beside the read one on SCALE_KIND
+    others_rest: int  # ... and on the other Redis kinds
     scale_calls: int
     long_checkpoints: int
 
@@ -108,7 +121,8 @@ FULL = Settings(
     op_calls=300,
     bytes_turns=50,
     others_small=10,
-    others_large=10_000,
+    others_large=100_000,
+    others_rest=100_000,
     scale_calls=300,
     long_checkpoints=50_000,
 )
@@ -121,7 +135,8 @@ QUICK = Settings(
     op_calls=50,
     bytes_turns=50,
     others_small=10,
-    others_large=2_000,
+    others_large=5_000,
+    others_rest=2_000,
     scale_calls=100,
     long_checkpoints=5_000,
 )
@@ -363,10 +378,88 @@ async def replay(calls: Calls, events: Sequence[Put | Writes], thread_id: str) -
 @dataclass
 class Subject:
     label: str
-    family: str  # memory, sqlite, postgres or ours
+    family: str  # memory, sqlite, postgres, ours or floor (PingingMemorySaver)
     server: str
     style: str  # sync (invoke) or async (ainvoke)
     calls: Calls
+    wrapped: bool = False  # in ReducingSaver
+
+
+class PingingMemorySaver(InMemorySaver):
+    """InMemorySaver plus one redis-py `PING` per call: the round trips alone.
+
+    Each put, put_writes, get_tuple, list and delete_thread first pings `url` (blocking or
+    asyncio, as called), so a chat turn pays the round trips of a saver that makes one per
+    call, and nothing else: no payload travels and the server runs no script. A saver
+    making one redis-py round trip per call cannot be faster on the same machine.
+    """
+
+    def __init__(self, url: str) -> None:
+        super().__init__()
+        self.client = redis.Redis.from_url(url, protocol=2)
+        self.aclient = redis.asyncio.Redis.from_url(url, protocol=2)
+
+    def put(self, *args: Any, **kwargs: Any) -> RunnableConfig:
+        self.client.ping()
+        return super().put(*args, **kwargs)
+
+    def put_writes(self, *args: Any, **kwargs: Any) -> None:
+        self.client.ping()
+        super().put_writes(*args, **kwargs)
+
+    def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        self.client.ping()
+        return super().get_tuple(config)
+
+    def list(self, *args: Any, **kwargs: Any) -> Iterator[CheckpointTuple]:
+        self.client.ping()
+        yield from super().list(*args, **kwargs)
+
+    def delete_thread(self, thread_id: str) -> None:
+        self.client.ping()
+        super().delete_thread(thread_id)
+
+    # InMemorySaver's async methods call the blocking ones: these ping once, asynchronously.
+    async def aput(self, *args: Any, **kwargs: Any) -> RunnableConfig:
+        await self.aclient.ping()
+        return InMemorySaver.put(self, *args, **kwargs)
+
+    async def aput_writes(self, *args: Any, **kwargs: Any) -> None:
+        await self.aclient.ping()
+        InMemorySaver.put_writes(self, *args, **kwargs)
+
+    async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        await self.aclient.ping()
+        return InMemorySaver.get_tuple(self, config)
+
+    async def alist(self, *args: Any, **kwargs: Any) -> AsyncIterator[CheckpointTuple]:
+        await self.aclient.ping()
+        for item in InMemorySaver.list(self, *args, **kwargs):
+            yield item
+
+    async def adelete_thread(self, thread_id: str) -> None:
+        await self.aclient.ping()
+        InMemorySaver.delete_thread(self, thread_id)
+
+    async def aclose(self) -> None:
+        self.client.close()
+        await self.aclient.aclose()
+
+
+def window_reducer() -> MessageReducer:
+    """The reducer of every wrapped saver: no hooks, so a cut costs only the cut itself."""
+    return MessageReducer(config=ReducerConfig(min_messages=WINDOW_MIN, max_messages=WINDOW_MAX))
+
+
+def with_wrapped(subjects: list[Subject]) -> list[Subject]:
+    """Each subject followed by itself wrapped in ReducingSaver (same inner saver)."""
+    paired = []
+    for subject in subjects:
+        wrapper = ReducingSaver(subject.calls.saver, window_reducer())
+        calls: Calls = SyncCalls(wrapper) if subject.style == "sync" else AsyncCalls(wrapper)
+        twin = Subject(subject.label, subject.family, subject.server, subject.style, calls, True)
+        paired += [subject, twin]
+    return paired
 
 
 # -- servers and savers ----------------------------------------------------------------------
@@ -390,7 +483,7 @@ def pg_schema(url: str, schema: str, *, drop: bool = False) -> None:
 async def open_subjects(
     stack: AsyncExitStack, urls: dict[str, str], run: str, tmp: Path
 ) -> list[Subject]:
-    """Every saver in both calling styles; Postgres tables live in schema `run`."""
+    """Every saver in both styles, each unwrapped then wrapped; Postgres tables in schema `run`."""
     memory = InMemorySaver()
     sqlite_conn = sqlite3.connect(tmp / "sync.sqlite", check_same_thread=False)
     stack.callback(sqlite_conn.close)
@@ -430,7 +523,13 @@ async def open_subjects(
         stack.push_async_callback(asaver.aclose)
         label = f"AsyncRedisSaver {kind}"
         subjects.append(Subject(label, "ours", kind, "async", AsyncCalls(asaver)))
-    return subjects
+    floor = PingingMemorySaver(urls[SCALE_KIND])
+    stack.push_async_callback(floor.aclose)
+    floors = [
+        Subject(FLOOR_LABEL, "floor", SCALE_KIND, style, calls)
+        for style, calls in (("sync", SyncCalls(floor)), ("async", AsyncCalls(floor)))
+    ]
+    return with_wrapped(subjects) + floors
 
 
 def server_versions(urls: dict[str, str]) -> dict[str, str]:
@@ -446,8 +545,56 @@ def server_versions(urls: dict[str, str]) -> dict[str, str]:
     return versions
 
 
+def _median_us(call: Callable[[], Any], times: int) -> float:
+    for _ in range(WARMUP_CALLS):
+        call()
+    samples = []
+    for _ in range(times):
+        started = time.perf_counter_ns()
+        call()
+        samples.append(time.perf_counter_ns() - started)
+    return statistics.median(samples) / 1e3
+
+
+def socket_ping_us(url: str) -> float | None:
+    """Median µs of a raw `PING` on a socket of its own; None when the URL needs AUTH or TLS."""
+    parts = urlsplit(url)
+    if parts.scheme != "redis" or parts.password:
+        return None
+    with socket.create_connection((parts.hostname or "127.0.0.1", parts.port or 6379)) as sock:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+        def ping() -> None:
+            sock.sendall(b"*1\r\n$4\r\nPING\r\n")
+            reply = b""
+            while not reply.endswith(b"\r\n"):
+                reply += sock.recv(64)
+
+        return _median_us(ping, PINGS)
+
+
+def loopback_round_trips(urls: dict[str, str]) -> dict[str, dict[str, float]]:
+    """Median µs of one round trip to each server: latency ratios depend on it.
+
+    Redis: `PING` through redis-py and on a raw socket; PostgreSQL: `SELECT 1` via psycopg.
+    """
+    rtts: dict[str, dict[str, float]] = {}
+    for kind in REDIS_KINDS:
+        client = redis.Redis.from_url(urls[kind], protocol=2)
+        rtts[kind] = {"redis-py PING": _median_us(client.ping, PINGS)}
+        client.close()
+        raw = socket_ping_us(urls[kind])
+        if raw is not None:
+            rtts[kind]["socket PING"] = raw
+    with psycopg.connect(urls[POSTGRES_KIND], autocommit=True) as conn:
+        select = _median_us(lambda: conn.execute("SELECT 1"), PINGS)
+        rtts[POSTGRES_KIND] = {"psycopg SELECT 1": select}
+    return rtts
+
+
 def baseline(subjects: list[Subject], family: str, style: str) -> Subject:
-    return next(s for s in subjects if s.family == family and s.style == style)
+    """The unwrapped saver of `family` in `style`: every ratio is to an unwrapped saver."""
+    return next(s for s in subjects if s.family == family and s.style == style and not s.wrapped)
 
 
 # -- 1. chat turn ----------------------------------------------------------------------------
@@ -460,53 +607,81 @@ async def bench_chat(subjects: list[Subject], s: Settings, run: str) -> list[dic
             await subject.calls.turn(human(0, turn), thread_config(f"{run}-warm-{n}"))
     medians: list[list[float]] = [[] for _ in subjects]
     p95s: list[list[float]] = [[] for _ in subjects]
-    for repeat in range(s.repeats):
-        progress(f"chat: repeat {repeat + 1}/{s.repeats}")
-        samples: list[list[int]] = [[] for _ in subjects]
-        gc.collect()
-        for turn in range(s.chat_turns):
-            for i in range(s.chat_threads):
-                message = human(i, turn)
-                for n in rotated(len(subjects), turn * s.chat_threads + i):
-                    config = thread_config(f"{run}-chat-{n}-{repeat}-{i}")
-                    samples[n].append(await timed(subjects[n].calls.turn(message, config)))
-        for n, got in enumerate(samples):
-            medians[n].append(statistics.median(got) / 1e3)
-            p95s[n].append(p95(got) / 1e3)
+    total = s.repeats * s.chat_turns * s.chat_threads * len(subjects)
+    with Bar(f"chat: {len(subjects)} savers, {s.repeats} repeats", total) as bar:
+        for repeat in range(s.repeats):
+            samples: list[list[int]] = [[] for _ in subjects]
+            gc.collect()
+            for turn in range(s.chat_turns):
+                for i in range(s.chat_threads):
+                    message = human(i, turn)
+                    for n in rotated(len(subjects), turn * s.chat_threads + i):
+                        config = thread_config(f"{run}-chat-{n}-{repeat}-{i}")
+                        samples[n].append(await timed(subjects[n].calls.turn(message, config)))
+                    bar.advance(len(subjects))
+            for n, got in enumerate(samples):
+                medians[n].append(statistics.median(got) / 1e3)
+                p95s[n].append(p95(got) / 1e3)
+    median = [statistics.median(m) for m in medians]
     rows = []
     for n, subject in enumerate(subjects):
-        base = subjects.index(baseline(subjects, "memory", subject.style))
+        base = median[subjects.index(baseline(subjects, "memory", subject.style))]
+        bare = median[n - 1] if subject.wrapped else median[n]  # with_wrapped pairs them
         rows.append(
             {
                 "saver": subject.label,
+                "wrapped": subject.wrapped,
                 "style": subject.style,
                 "family": subject.family,
-                "median_us": statistics.median(medians[n]),
+                "median_us": median[n],
                 "p95_us": statistics.median(p95s[n]),
-                "ratio_to_memory": statistics.median(medians[n]) / statistics.median(medians[base]),
+                "ratio_to_memory": median[n] / base,
+                "p95_to_memory": statistics.median(p95s[n]) / base,
+                "ratio_to_unwrapped": median[n] / bare,
             }
         )
     return rows
 
 
+def wrapping(row: dict[str, Any]) -> str:
+    return "ReducingSaver" if row["wrapped"] else "—"
+
+
+def call_name(style: str) -> str:
+    return "invoke" if style == "sync" else "ainvoke"
+
+
 def render_chat(rows: list[dict[str, Any]], s: Settings) -> str:
     head = (
-        f"## 1. Chat turn\n\n{s.chat_threads} threads × {s.chat_turns} turns, median of "
-        f"{s.repeats} repeats; ratio to InMemorySaver in the same style (target ≤ {TARGET_CHAT}×)."
+        f"## 1. Chat turn\n\n{s.chat_threads} threads × {s.chat_turns} turns per saver, median "
+        f"of {s.repeats} repeats; ratio to unwrapped InMemorySaver in the same style (target "
+        f"≤ {TARGET_CHAT}× for ours unwrapped). Wrapped: in `ReducingSaver` with a window of "
+        f"{WINDOW_MIN}–{WINDOW_MAX} messages and no hooks, so threads are cut from turn "
+        f"{WINDOW_MAX // 2 + 1} on; × unwrapped compares a wrapped saver with its inner saver. "
+        "Below 1× means the cut costs less than it saves: a wrapped thread loads and stores "
+        f"fewer messages each turn. {FLOOR_LABEL}: InMemorySaver that also sends one redis-py "
+        f"`PING` to {SCALE_KIND} per call, the round trips of a one-round-trip-per-call saver "
+        "and nothing else: on this machine, a saver making one redis-py round trip per call "
+        "cannot be faster."
     )
     body = [
         [
             r["saver"],
-            "invoke" if r["style"] == "sync" else "ainvoke",
+            wrapping(r),
+            call_name(r["style"]),
             ms(r["median_us"]),
             ms(r["p95_us"]),
             ratio(r["ratio_to_memory"]),
-            verdict(r["ratio_to_memory"], TARGET_CHAT) if r["family"] == "ours" else "",
+            ratio(r["ratio_to_unwrapped"]) if r["wrapped"] else "",
+            verdict(r["ratio_to_memory"], TARGET_CHAT)
+            if r["family"] == "ours" and not r["wrapped"]
+            else "",
         ]
         for r in rows
     ]
-    headers = ["saver", "call", "median ms", "p95 ms", "× InMemory", "target met"]
-    return head + "\n\n" + table(headers, body)
+    headers = ["saver", "wrapped in", "call", "median ms", "p95 ms", "× InMemory"]
+    headers += ["× unwrapped", "target met"]
+    return head + "\n\n" + table(headers, body) + "\n\n![chat turn](chat.png)"
 
 
 # -- 2. per-op latency -----------------------------------------------------------------------
@@ -528,18 +703,20 @@ async def readers(calls: Calls, thread_id: str) -> dict[str, Reader]:
 
 
 async def interleaved(
-    sides: list[dict[str, Reader]], ops: Sequence[str], calls: int
+    sides: list[dict[str, Reader]], ops: Sequence[str], calls: int, label: str
 ) -> list[dict[str, list[int]]]:
     """Times `calls` calls of each op on every side, alternating sides call by call."""
     samples: list[dict[str, list[int]]] = [{op: [] for op in ops} for _ in sides]
-    for op in ops:
-        for side in sides:
-            for i in range(WARMUP_CALLS):
-                await side[op](i)
-        gc.collect()
-        for i in range(calls):
-            for k in rotated(len(sides), i):
-                samples[k][op].append(await timed(sides[k][op](i)))
+    with Bar(label, len(ops) * calls * len(sides)) as bar:
+        for op in ops:
+            for side in sides:
+                for i in range(WARMUP_CALLS):
+                    await side[op](i)
+            gc.collect()
+            for i in range(calls):
+                for k in rotated(len(sides), i):
+                    samples[k][op].append(await timed(sides[k][op](i)))
+                bar.advance(len(sides))
     return samples
 
 
@@ -560,16 +737,19 @@ async def bench_ops(
     def thread(n: int, i: int) -> str:
         return f"{run}-ops-{n}-{i}"
 
-    progress(f"per-op: replaying {s.op_threads} threads into {len(subjects)} savers")
-    for i in range(s.op_threads):
-        for e, event in enumerate(trace.events):
-            op = "put" if isinstance(event, Put) else "put_writes"
-            for n in rotated(len(subjects), e):
-                samples[n][op].append(await timed(send(subjects[n].calls, event, thread(n, i))))
-    progress(f"per-op: {s.op_calls} calls of each read")
+    total = s.op_threads * len(trace.events) * len(subjects)
+    with Bar(f"per-op: {s.op_threads} threads into {len(subjects)} savers", total) as bar:
+        for i in range(s.op_threads):
+            for e, event in enumerate(trace.events):
+                op = "put" if isinstance(event, Put) else "put_writes"
+                for n in rotated(len(subjects), e):
+                    call = send(subjects[n].calls, event, thread(n, i))
+                    samples[n][op].append(await timed(call))
+                bar.advance(len(subjects))
     sides = [await readers(subject.calls, thread(n, 0)) for n, subject in enumerate(subjects)]
     reads = [op for op in OPS if op in sides[0]]
-    for n, got in enumerate(await interleaved(sides, reads, s.op_calls)):
+    label = f"per-op: {s.op_calls} calls of each read"
+    for n, got in enumerate(await interleaved(sides, reads, s.op_calls, label)):
         samples[n].update(got)
     for i in range(s.op_threads):
         for n in rotated(len(subjects), i):
@@ -578,36 +758,58 @@ async def bench_ops(
     measured = [{op: summary(got[op]) for op in OPS} for got in samples]
     rows = []
     for n, subject in enumerate(subjects):
-        base = measured[subjects.index(baseline(subjects, "postgres", subject.style))]
+        postgres = measured[subjects.index(baseline(subjects, "postgres", subject.style))]
+        memory = measured[subjects.index(baseline(subjects, "memory", subject.style))]
         ops = {
-            op: {**stats, "ratio_to_postgres": stats["median_us"] / base[op]["median_us"]}
+            op: {
+                **stats,
+                "ratio_to_postgres": stats["median_us"] / postgres[op]["median_us"],
+                "ratio_to_memory": stats["median_us"] / memory[op]["median_us"],
+            }
             for op, stats in measured[n].items()
         }
         rows.append(
-            {"saver": subject.label, "style": subject.style, "family": subject.family, "ops": ops}
+            {
+                "saver": subject.label,
+                "wrapped": subject.wrapped,
+                "style": subject.style,
+                "family": subject.family,
+                "ops": ops,
+            }
         )
     return rows
 
 
 def render_ops(rows: list[dict[str, Any]], s: Settings, trace: dict[str, int]) -> str:
     parts = [
-        f"## 2. Per-op latency\n\nMedian µs; in brackets the ratio to PostgresSaver in the same "
-        f"style (target < {TARGET_OPS:.0f}× for ours). A recorded {s.op_turns}-turn chat thread "
-        f"({trace['puts']} checkpoints, {trace['put_writes']} put_writes) is replayed "
-        f"into {s.op_threads} threads per saver; reads: {s.op_calls} calls on one of them."
+        f"## 2. Per-op latency\n\nMedian µs; in brackets the ratio to unwrapped PostgresSaver "
+        f"in the same style (target < {TARGET_OPS:.0f}× for ours unwrapped), then a table of "
+        f"ratios to unwrapped InMemorySaver. A recorded {s.op_turns}-turn chat thread "
+        f"({trace['puts']} checkpoints, {trace['put_writes']} put_writes) is replayed into "
+        f"{s.op_threads} threads per saver; reads: {s.op_calls} calls on one of them. A wrapped "
+        f"saver stores the thread's messages cut to its window ({WINDOW_MIN}–{WINDOW_MAX}), so "
+        "its puts write and its reads load less than the unwrapped saver's.",
+        "![per-op latency](ops.png)",
     ]
     for style in ("sync", "async"):
         body = []
+        memory = []
         for r in (r for r in rows if r["style"] == style):
             cells = []
             for op in OPS:
                 stats = r["ops"][op]
                 cell = f"{us(stats['median_us'])} ({stats['ratio_to_postgres']:.2f})"
-                if r["family"] == "ours" and stats["ratio_to_postgres"] >= TARGET_OPS:
+                ours = r["family"] == "ours" and not r["wrapped"]
+                if ours and stats["ratio_to_postgres"] >= TARGET_OPS:
                     cell = f"**{cell}**"
                 cells.append(cell)
-            body.append([r["saver"], *cells])
-        parts.append(f"### {style}\n\n" + table(["saver", *OPS], body))
+            body.append([r["saver"], wrapping(r), *cells])
+            memory.append(
+                [r["saver"], wrapping(r), *(ratio(r["ops"][op]["ratio_to_memory"]) for op in OPS)]
+            )
+        headers = ["saver", "wrapped in", *OPS]
+        parts.append(f"### {style}: µs (× PostgresSaver)\n\n" + table(headers, body))
+        parts.append(f"### {style}: × InMemorySaver\n\n" + table(headers, memory))
     return "\n\n".join(parts)
 
 
@@ -670,13 +872,17 @@ async def bench_round_trips(urls: dict[str, str], trace: Trace, run: str) -> lis
         progress(f"round trips: {kind}")
         client, counter = counting_client(urls[kind])
         saver = RedisSaver(client=client, prefix=f"{run}:rt")
-        ops = await count_ops(SyncCalls(saver), counter, trace, "rt-sync")
-        rows.append({"saver": f"RedisSaver {kind}", "ops": ops})
+        for wrapped in (False, True):
+            calls = SyncCalls(ReducingSaver(saver, window_reducer()) if wrapped else saver)
+            ops = await count_ops(calls, counter, trace, f"rt-sync-{wrapped}")
+            rows.append({"saver": f"RedisSaver {kind}", "wrapped": wrapped, "ops": ops})
         client.close()
         aclient, acounter = counting_async_client(urls[kind])
         asaver = AsyncRedisSaver(client=aclient, prefix=f"{run}:rt")
-        ops = await count_ops(AsyncCalls(asaver), acounter, trace, "rt-async")
-        rows.append({"saver": f"AsyncRedisSaver {kind}", "ops": ops})
+        for wrapped in (False, True):
+            acalls = AsyncCalls(ReducingSaver(asaver, window_reducer()) if wrapped else asaver)
+            ops = await count_ops(acalls, acounter, trace, f"rt-async-{wrapped}")
+            rows.append({"saver": f"AsyncRedisSaver {kind}", "wrapped": wrapped, "ops": ops})
         await aclient.aclose()
     return rows
 
@@ -691,6 +897,7 @@ def render_round_trips(rows: list[dict[str, Any]]) -> str:
     body = [
         [
             r["saver"],
+            wrapping(r),
             *(
                 f"{span(r['ops'][op]['round_trips'])} / {span(r['ops'][op]['commands'])}"
                 for op in ops
@@ -703,7 +910,7 @@ def render_round_trips(rows: list[dict[str, Any]]) -> str:
     return (
         "## 3a. Round trips / commands per op (counting client)\n\n"
         "Min–max over the replayed thread (put, put_writes) or 3 calls (reads, chat turn).\n\n"
-        + table(["saver", *ops], body)
+        + table(["saver", "wrapped in", *ops], body)
         + f"\n\nCommands sent ({named['saver']}): {names}. `?`: `counting_client` saw fewer "
         "commands than round trips; it hooks `pack_command`, which redis-py's blocking "
         "`Connection.send_command` bypasses, so only pipelined commands are counted there. "
@@ -957,35 +1164,63 @@ def other_db(url: str) -> str:
 SCALE_OPS = ("get latest", "get by id", "list 10")
 
 
+async def fill_others(url: str, prefix: str, event: Put, count: int, label: str) -> float:
+    """Writes `count` other threads of one checkpoint each; returns the seconds it took.
+
+    Every thread is written by AsyncRedisSaver's `aput`, keys and registry entry as a graph
+    would write them; `FILL_CONCURRENCY` puts are in flight at once, only for speed.
+    """
+    async with AsyncRedisSaver(url, prefix=prefix) as saver:
+        with Bar(label, count) as bar:
+
+            async def writer(first: int) -> None:
+                for i in range(first, count, FILL_CONCURRENCY):
+                    config: RunnableConfig = {
+                        "configurable": {"thread_id": f"other-{i}", "checkpoint_ns": ""}
+                    }
+                    checkpoint = copy_checkpoint(event.checkpoint)
+                    await saver.aput(config, checkpoint, dict(event.metadata), event.new_versions)
+                    bar.advance()
+
+            began = time.perf_counter()
+            await asyncio.gather(*(writer(k) for k in range(FILL_CONCURRENCY)))
+            return time.perf_counter() - began
+
+
+def scale_others(kind: str, s: Settings) -> int:
+    return s.others_large if kind == SCALE_KIND else s.others_rest
+
+
 async def bench_scale(
     urls: dict[str, str], trace: Trace, s: Settings, run: str
 ) -> list[dict[str, Any]]:
-    """One thread's reads beside `others_small` threads (next database) and `others_large`.
+    """One thread's reads beside `others_small` threads (next database) and many more.
 
-    Both copies of the thread are read alternately, call by call, so load from elsewhere
-    hits both alike; the other threads hold one chat turn each.
+    The read thread is the recorded chat thread; each other thread holds one checkpoint,
+    the last of a first chat turn. Both copies of the read thread are read alternately,
+    call by call, so load from elsewhere hits both alike.
     """
-    first_turn = trace.first_turns(1)
+    lone = [e for e in trace.first_turns(1) if isinstance(e, Put)][-1]
     prefix = f"{run}:scale"
     rows = []
     for kind in REDIS_KINDS:
+        urls_by_side = (other_db(urls[kind]), urls[kind])
+        counts = (s.others_small, scale_others(kind, s))
         with (
-            RedisSaver(other_db(urls[kind]), prefix=prefix) as few,
-            RedisSaver(urls[kind], prefix=prefix) as many,
+            RedisSaver(urls_by_side[0], prefix=prefix) as few,
+            RedisSaver(urls_by_side[1], prefix=prefix) as many,
         ):
             sides = []
-            for saver, others in ((few, s.others_small), (many, s.others_large)):
+            for saver, url, others in zip((few, many), urls_by_side, counts, strict=True):
                 calls = SyncCalls(saver)
                 await replay(calls, trace.events, "target")
-                progress(f"scale: {kind}: writing {others:,} other threads")
-                began = time.perf_counter()
-                for i in range(others):
-                    await replay(calls, first_turn, f"other-{i}")
-                fill = time.perf_counter() - began
+                label = f"scale: {kind}: {others:,} other threads"
+                fill = await fill_others(url, prefix, lone, others, label)
                 sides.append(await readers(calls, "target"))
-            small, large = await interleaved(sides, SCALE_OPS, s.scale_calls)
+            label = f"scale: {kind}: {s.scale_calls} calls of each read"
+            small, large = await interleaved(sides, SCALE_OPS, s.scale_calls, label)
             delete_prefix(few.client, prefix)
-            delete_prefix(many.client, prefix)
+            keys = delete_prefix(many.client, prefix)
         for op in SCALE_OPS:
             small_us = statistics.median(small[op]) / 1e3
             large_us = statistics.median(large[op]) / 1e3
@@ -993,10 +1228,12 @@ async def bench_scale(
                 {
                     "server": kind,
                     "op": op,
+                    "others": counts[1],
                     "small_us": small_us,
                     "large_us": large_us,
                     "ratio": large_us / small_us,
                     "fill_seconds": fill,
+                    "keys": keys,
                 }
             )
     return rows
@@ -1030,14 +1267,17 @@ async def bench_long_thread(urls: dict[str, str], s: Settings, run: str) -> dict
     with RedisSaver(urls[SCALE_KIND], prefix=prefix) as saver:
         for args in tiny_checkpoints(saver, "short", 50):
             saver.put(*args)
-        progress(f"long thread: {s.long_checkpoints:,} puts on {SCALE_KIND}")
-        began = time.perf_counter()
-        for args in tiny_checkpoints(saver, "long", s.long_checkpoints):
-            saver.put(*args)
-        fill = time.perf_counter() - began
+        label = f"long thread: {s.long_checkpoints:,} puts on {SCALE_KIND}"
+        with Bar(label, s.long_checkpoints) as bar:
+            began = time.perf_counter()
+            for args in tiny_checkpoints(saver, "long", s.long_checkpoints):
+                saver.put(*args)
+                bar.advance()
+            fill = time.perf_counter() - began
         calls = SyncCalls(saver)
         sides = [await readers(calls, "short"), await readers(calls, "long")]
-        short, long = await interleaved(sides, LONG_OPS, s.scale_calls)
+        label = f"long thread: {s.scale_calls} calls of each read"
+        short, long = await interleaved(sides, LONG_OPS, s.scale_calls, label)
         delete_prefix(saver.client, prefix)
     rows = []
     for op in LONG_OPS:
@@ -1059,6 +1299,7 @@ def render_scale(rows: list[dict[str, Any]], long: dict[str, Any], s: Settings) 
         [
             f"RedisSaver {r['server']}",
             r["op"],
+            f"{r['others']:,}",
             us(r["small_us"]),
             us(r["large_us"]),
             ratio(r["ratio"]),
@@ -1066,24 +1307,160 @@ def render_scale(rows: list[dict[str, Any]], long: dict[str, Any], s: Settings) 
         ]
         for r in rows
     ]
-    headers = ["saver", "op", f"{s.others_small} others µs", f"{s.others_large:,} others µs"]
+    headers = ["saver", "op", "other threads", f"µs beside {s.others_small}", "µs beside many"]
     headers += ["ratio", f"≤ {TARGET_SCALE}×"]
     fills = ", ".join(
-        f"{r['server']} {r['fill_seconds']:.1f}s" for r in rows if r["op"] == "list 10"
+        f"{r['server']} {r['others']:,} in {r['fill_seconds']:.1f}s ({r['keys']:,} keys)"
+        for r in rows
+        if r["op"] == SCALE_OPS[-1]
     )
+    if s.others_rest == s.others_large:
+        where = f"{s.others_large:,} other threads on every Redis kind"
+    else:
+        where = (
+            f"{s.others_large:,} other threads on {SCALE_KIND} and {s.others_rest:,} on the "
+            "other kinds"
+        )
     long_body = [
         [r["op"], us(r["short_us"]), us(r["long_us"]), ratio(r["ratio"])] for r in long["rows"]
     ]
     long_headers = ["op", "50 checkpoints µs", f"{long['checkpoints']:,} checkpoints µs", "ratio"]
     return (
-        f"## 5. Scale\n\nMedian µs of a {s.op_turns}-turn thread's reads beside other threads "
-        f"(one turn each) under the same prefix, the small case in the next database; reads "
-        f"alternate between the two. Writing the {s.others_large:,} took {fills}.\n\n"
+        f"## 5. Scale\n\nMedian µs of reads of the recorded {s.op_turns}-turn thread beside "
+        f"{s.others_small} and beside {where}, under the same prefix; the small case lives in "
+        "the next database. Each other thread holds one checkpoint (the last of a first chat "
+        "turn), written by AsyncRedisSaver with "
+        f"{FILL_CONCURRENCY} puts in flight: {fills}. Reads alternate between the two "
+        "cases call by call.\n\n"
         + table(headers, body)
         + f"\n\nA thread of {long['checkpoints']:,} small checkpoints on RedisSaver "
-        f"{long['server']} (written in {long['fill_seconds']:.1f}s) against one of 50:\n\n"
-        + table(long_headers, long_body)
+        f"{long['server']} (written one put after the other in {long['fill_seconds']:.1f}s) "
+        "against one of 50:\n\n" + table(long_headers, long_body) + "\n\n![scale](scale.png)"
     )
+
+
+# -- plots -----------------------------------------------------------------------------------
+
+PLOTS = ("chat.png", "ops.png", "scale.png")
+
+
+def plot(results: dict[str, Any], s: Settings) -> None:
+    """Writes `PLOTS` into `RESULTS` (matplotlib, Agg: no display needed)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    for name, draw in zip(PLOTS, (plot_chat, plot_ops, plot_scale), strict=True):
+        fig = draw(plt, results, s)
+        fig.tight_layout()
+        fig.savefig(RESULTS / name, dpi=110)
+        plt.close(fig)
+
+
+def short_name(row: dict[str, Any]) -> str:
+    """`redis-7` for ours, `Postgres` for PostgresSaver and AsyncPostgresSaver."""
+    if row["family"] == "ours":
+        return str(row["saver"]).split()[-1]
+    return str(row["saver"]).replace("Saver", "").replace("Async", "")
+
+
+def plot_chat(plt: Any, results: dict[str, Any], s: Settings) -> Any:
+    """Per style: median turn ÷ InMemorySaver's, unwrapped and wrapped; whiskers up to p95."""
+    fig, axes = plt.subplots(1, 2, figsize=(13, 4.6), sharey=True)
+    for ax, style in zip(axes, ("sync", "async"), strict=True):
+        rows = [r for r in results["chat"] if r["style"] == style and r["family"] != "floor"]
+        names = [short_name(r) for r in rows if not r["wrapped"]]
+        x = range(len(names))
+        for offset, wrapped, color in ((-0.2, False, "tab:blue"), (0.2, True, "tab:orange")):
+            side = [r for r in rows if r["wrapped"] == wrapped]
+            heights = [r["ratio_to_memory"] for r in side]
+            whiskers = [[0] * len(side), [r["p95_to_memory"] - r["ratio_to_memory"] for r in side]]
+            label = "wrapped in ReducingSaver" if wrapped else "unwrapped"
+            ax.bar(
+                [i + offset for i in x],
+                heights,
+                0.4,
+                yerr=whiskers,
+                capsize=2,
+                color=color,
+                label=label,
+                error_kw={"elinewidth": 0.8},
+            )
+        ax.axhline(TARGET_CHAT, color="tab:red", linestyle="--", label=f"target {TARGET_CHAT}×")
+        for floor in (r for r in results["chat"] if r["style"] == style and r["family"] == "floor"):
+            ax.axhline(
+                floor["ratio_to_memory"],
+                color="tab:green",
+                linestyle=":",
+                label=f"{FLOOR_LABEL}: the round trips alone",
+            )
+        ax.axhline(1.0, color="grey", linewidth=0.8)
+        ax.set_xticks(list(x), names, rotation=30, ha="right")
+        ax.set_title(f"chat turn, {call_name(style)}")
+        ax.grid(axis="y", alpha=0.3)
+    axes[0].set_ylabel("× InMemorySaver's median (bar: median, whisker: p95)")
+    axes[0].legend(fontsize=8)
+    return fig
+
+
+def plot_ops(plt: Any, results: dict[str, Any], s: Settings) -> Any:
+    """Per style: each op of our savers ÷ PostgresSaver's; wrapped ones as markers."""
+    fig, axes = plt.subplots(1, 2, figsize=(13, 4.6), sharey=True)
+    for ax, style in zip(axes, ("sync", "async"), strict=True):
+        ours = [r for r in results["ops"] if r["style"] == style and r["family"] == "ours"]
+        bare = [r for r in ours if not r["wrapped"]]
+        width = 0.8 / len(bare)
+        for k, row in enumerate(bare):
+            twin = next(r for r in ours if r["wrapped"] and r["saver"] == row["saver"])
+            xs = [i - 0.4 + (k + 0.5) * width for i in range(len(OPS))]
+            ax.bar(
+                xs,
+                [row["ops"][op]["ratio_to_postgres"] for op in OPS],
+                width,
+                label=short_name(row),
+            )
+            wrapped = [twin["ops"][op]["ratio_to_postgres"] for op in OPS]
+            label = "wrapped in ReducingSaver" if k == 0 else None
+            ax.plot(xs, wrapped, "x", color="black", markersize=5, label=label)
+        ax.axhline(TARGET_OPS, color="tab:red", linestyle="--", label="PostgresSaver (target)")
+        ax.set_xticks(range(len(OPS)), OPS, rotation=20)
+        ax.set_title(f"per-op latency, {style}")
+        ax.grid(axis="y", alpha=0.3)
+    axes[0].set_ylabel("median ÷ PostgresSaver's (unwrapped)")
+    axes[0].legend(fontsize=8)
+    return fig
+
+
+def plot_scale(plt: Any, results: dict[str, Any], s: Settings) -> Any:
+    """Read latency beside many other threads ÷ beside few, and on a long ÷ a short timeline."""
+    fig, (left, right) = plt.subplots(
+        1, 2, figsize=(13, 4.2), gridspec_kw={"width_ratios": [3, 1.3]}, sharey=True
+    )
+    rows = results["scale"]
+    kinds = list(dict.fromkeys(r["server"] for r in rows))
+    width = 0.8 / len(SCALE_OPS)
+    for k, op in enumerate(SCALE_OPS):
+        side = [next(r for r in rows if r["server"] == kind and r["op"] == op) for kind in kinds]
+        xs = [i - 0.4 + (k + 0.5) * width for i in range(len(kinds))]
+        left.bar(xs, [r["ratio"] for r in side], width, label=op)
+    counts = sorted({r["others"] for r in rows})
+    many = " / ".join(f"{n:,}" for n in counts)
+    others = {r["server"]: r["others"] for r in rows}
+    left.set_xticks(range(len(kinds)), [f"{kind}\n{others[kind]:,} others" for kind in kinds])
+    left.set_title(f"one thread's reads: beside {many} other threads ÷ beside {s.others_small}")
+    long = results["long_thread"]
+    right.bar(range(len(long["rows"])), [r["ratio"] for r in long["rows"]], 0.6, color="tab:gray")
+    right.set_xticks(range(len(long["rows"])), [r["op"] for r in long["rows"]])
+    right.set_title(f"{long['checkpoints']:,} checkpoints ÷ 50 ({long['server']})")
+    for ax in (left, right):
+        ax.axhline(TARGET_SCALE, color="tab:red", linestyle="--", label=f"target {TARGET_SCALE}×")
+        ax.axhline(1.0, color="grey", linewidth=0.8)
+        ax.grid(axis="y", alpha=0.3)
+    left.set_ylabel("ratio of median latencies")
+    left.set_ylim(0, max(1.5, *(r["ratio"] for r in rows)) * 1.1)
+    left.legend(fontsize=8, loc="upper left", ncol=4)
+    return fig
 
 
 # -- summary and main ------------------------------------------------------------------------
@@ -1092,7 +1469,7 @@ def render_scale(rows: list[dict[str, Any]], long: dict[str, Any], s: Settings) 
 def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
     """The worst ratio of ours against each target."""
     rows = []
-    chat = [r for r in results["chat"] if r["family"] == "ours"]
+    chat = [r for r in results["chat"] if r["family"] == "ours" and not r["wrapped"]]
     worst = max(chat, key=lambda r: r["ratio_to_memory"])
     rows.append(
         {
@@ -1105,7 +1482,7 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
     ops = [
         (r["ops"][op]["ratio_to_postgres"], f"{r['saver']} {op}")
         for r in results["ops"]
-        if r["family"] == "ours"
+        if r["family"] == "ours" and not r["wrapped"]
         for op in OPS
     ]
     value, where = max(ops)
@@ -1115,6 +1492,25 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
             "worst": value,
             "where": where,
             "met": value < TARGET_OPS,
+        }
+    )
+    for floor in (r for r in results["chat"] if r["family"] == "floor"):
+        rows.append(
+            {
+                "target": f"chat turn of {FLOOR_LABEL} (the round trips alone)",
+                "worst": floor["ratio_to_memory"],
+                "where": f"{SCALE_KIND} ({floor['style']})",
+                "met": None,
+            }
+        )
+    wrapped = [r for r in results["chat"] if r["family"] == "ours" and r["wrapped"]]
+    heaviest = max(wrapped, key=lambda r: r["ratio_to_unwrapped"])
+    rows.append(
+        {
+            "target": "chat turn wrapped in ReducingSaver ÷ unwrapped (ours)",
+            "worst": heaviest["ratio_to_unwrapped"],
+            "where": f"{heaviest['saver']} ({heaviest['style']})",
+            "met": None,
         }
     )
     if "rows" in results["v010"]:
@@ -1128,10 +1524,12 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
             }
         )
     scale = max(results["scale"], key=lambda r: r["ratio"])
+    counts = sorted({r["others"] for r in results["scale"]})
+    many = f"{counts[0]:,}" if len(counts) == 1 else f"{counts[0]:,}–{counts[-1]:,}"
     rows.append(
         {
-            "target": f"get/list with {results['settings']['others_large']:,} others "
-            f"≤ {TARGET_SCALE}× with {results['settings']['others_small']}",
+            "target": f"get/list beside {many} other threads "
+            f"≤ {TARGET_SCALE}× beside {results['settings']['others_small']}",
             "worst": scale["ratio"],
             "where": f"{scale['server']} {scale['op']}",
             "met": scale["ratio"] <= TARGET_SCALE,
@@ -1140,20 +1538,33 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
     return rows
 
 
+def met(value: bool | None) -> str:
+    return "no target" if value is None else "yes" if value else "**no**"
+
+
 def render(results: dict[str, Any], s: Settings) -> str:
     env = results["environment"]
     versions = ", ".join(f"{k} {v}" for k, v in env["servers"].items())
     load = f"{env['load_before'][0]:.1f} / {env['load_after'][0]:.1f}"
+    hows = list(dict.fromkeys(how for by_how in env["loopback_us"].values() for how in by_how))
+    rtts = table(
+        ["server", *(f"{how} µs" for how in hows)],
+        [
+            [kind, *(us(by_how[how]) if how in by_how else "" for how in hows)]
+            for kind, by_how in env["loopback_us"].items()
+        ],
+    )
     head = (
         f"# Saver benchmark ({results['mode']})\n\n"
         f"Python {env['python']}, langgraph {env['langgraph']}, plainredis {env['plainredis']}; "
         f"servers: {versions}; {env['cpus']} CPUs, load average {load} (1 min, before and "
         f"after); {results['seconds']:.0f}s. Other processes share the machine: savers are "
-        "timed alternately, call by call, so that load hits them alike."
+        "timed alternately, call by call, so that load hits them alike.\n\n"
+        f"Loopback round trip to each server, median of {PINGS} (an op of ours is one round "
+        "trip, section 3a, so the ratios below move with it):\n\n" + rtts
     )
     summary_rows = [
-        [t["target"], ratio(t["worst"]), t["where"], "yes" if t["met"] else "**no**"]
-        for t in results["targets"]
+        [t["target"], ratio(t["worst"]), t["where"], met(t["met"])] for t in results["targets"]
     ]
     sections = [
         head,
@@ -1170,11 +1581,12 @@ def render(results: dict[str, Any], s: Settings) -> str:
 
 async def bench(urls: dict[str, str], s: Settings, run: str, tmp: Path) -> dict[str, Any]:
     results: dict[str, Any] = {}
+    progress(f"loopback round trips: {PINGS} of each")
+    results["loopback_us"] = loopback_round_trips(urls)
     progress(f"recording a {s.op_turns}-turn chat thread")
     trace = record_trace(s.op_turns)
     async with AsyncExitStack() as stack:
         subjects = await open_subjects(stack, urls, run, tmp)
-        progress(f"chat: {len(subjects)} savers, {s.chat_threads}×{s.chat_turns} turns")
         results["chat"] = await bench_chat(subjects, s, run)
         results["ops"] = await bench_ops(subjects, trace, s, run)
     results["round_trips"] = await bench_round_trips(urls, trace, run)
@@ -1232,6 +1644,7 @@ def main() -> None:
                 "load_before": load_before,
                 "load_after": os.getloadavg(),
                 "servers": server_versions(urls),
+                "loopback_us": results.pop("loopback_us"),
             },
         )
         results["targets"] = targets(results)
@@ -1243,7 +1656,8 @@ def main() -> None:
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "savers.md").write_text(markdown)
     (RESULTS / "savers.json").write_text(json.dumps(results, indent=2, default=str) + "\n")
-    progress(f"wrote {RESULTS / 'savers.md'} and savers.json")
+    plot(results, s)
+    progress(f"wrote {RESULTS / 'savers.md'}, savers.json, {', '.join(PLOTS)}")
 
 
 if __name__ == "__main__":

@@ -21,6 +21,7 @@ from typing import Annotated, Any, TypedDict
 
 import psycopg
 import redis
+from _progress import Bar
 from langchain_core.messages import AIMessage, HumanMessage
 from langgraph.checkpoint.postgres import PostgresSaver
 from langgraph.graph import START, StateGraph
@@ -44,16 +45,6 @@ def reply(state: State) -> dict[str, Any]:
     n = len(state["messages"])
     text = " ".join(f"{WORDS[(n * 7 + i) % len(WORDS)]}{(n * 31 + i) % 997}" for i in range(40))
     return {"messages": [AIMessage(content=text)]}
-
-
-def progress(done: int, total: int, label: str) -> None:
-    width = 30
-    filled = width * done // total
-    bar = "#" * filled + "-" * (width - filled)
-    sys.stderr.write(f"\r  {label:<38} [{bar}] {done}/{total}")
-    if done == total:
-        sys.stderr.write("\n")
-    sys.stderr.flush()
 
 
 Measure = Callable[[], int]
@@ -121,13 +112,14 @@ def curve(
     app = graph.compile(checkpointer=checkpointer)
     config = {"configurable": {"thread_id": thread}}
     points: dict[int, int] = {}
-    for turn in range(1, s.turns + 1):
-        app.invoke({"messages": [HumanMessage(f"question {turn}")]}, config)
-        if mode.endswith("prune"):
-            saver.prune([thread], strategy="keep_latest")
-        if turn == 1 or turn % s.every == 0:
-            points[turn] = measure()
-        progress(turn, s.turns, label)
+    with Bar(label, s.turns) as bar:
+        for turn in range(1, s.turns + 1):
+            app.invoke({"messages": [HumanMessage(f"question {turn}")]}, config)
+            if mode.endswith("prune"):
+                saver.prune([thread], strategy="keep_latest")
+            if turn == 1 or turn % s.every == 0:
+                points[turn] = measure()
+            bar.advance()
     return points
 
 
@@ -137,6 +129,8 @@ def render(results: dict[str, dict[str, dict[int, int]]], s: argparse.Namespace)
         "",
         f"Measured {time.strftime('%Y-%m-%d %H:%M')}: PostgreSQL rows (`pg_column_size`) and "
         "Redis `MEMORY USAGE` of the thread's keys, one chat thread per mode.",
+        "",
+        "![stored bytes per thread](storage.png)",
         "",
     ]
     for store, modes in results.items():

@@ -1,10 +1,12 @@
 """MkDocs hook: put the results of `make bench` on the Benchmarks page when they exist.
 
-`make bench` writes `bench/results/` (git-ignored). Each `*.md` there replaces the
+`make bench` writes `bench/results/` (git-ignored), ending with `report.md`: a summary
+followed by every benchmark's own Markdown. That report replaces the
 ``<!-- bench-results -->`` marker of `docs/benchmarks/index.md`, headings one level down;
-every other file there (plots, JSON) is published next to the page, so the results' own
-relative links resolve. Without results the page says how to produce them: the site
-never shows numbers that were not measured on the machine that built it.
+without it (a benchmark script run on its own), each `*.md` there does. Every other file
+there (plots, JSON) is published next to the page, so the results' own relative links
+resolve. Without results the page says how to produce them: the site never shows numbers
+that were not measured on the machine that built it.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from mkdocs.structure.files import File, Files
 RESULTS = Path(__file__).resolve().parents[2] / "bench" / "results"
 PAGE = "benchmarks/index.md"
 MARKER = "<!-- bench-results -->"
+REPORT = "report.md"  # bench/report.py: includes every other *.md, so it is shown alone
 
 
 def on_files(files: Files, config: Any) -> Files:
@@ -40,6 +43,8 @@ def on_page_markdown(markdown: str, page: Any, config: Any, files: Files) -> str
     if page.file.src_uri != PAGE or MARKER not in markdown:
         return markdown
     reports = sorted(RESULTS.glob("*.md")) if RESULTS.is_dir() else []
+    if RESULTS / REPORT in reports:
+        reports = [RESULTS / REPORT]
     plots = sorted(RESULTS.glob("*.png")) if RESULTS.is_dir() else []
     if not reports and not plots:
         note = (
