@@ -16,18 +16,16 @@ import multiprocessing
 import sys
 import time
 import uuid
-from pathlib import Path
 from typing import Annotated, Any, TypedDict
 
 from _progress import Bar
+from _results import RESULTS
 from langchain_core.messages import AIMessage, HumanMessage
 from langgraph.graph import START, StateGraph
 from langgraph.graph.message import add_messages
 
 from agentstate_testkit.servers import ServerPool
 from langgraph_checkpoint_plainredis import AsyncRedisSaver, RedisSaver
-
-RESULTS = Path(__file__).parent / "results"
 
 
 class State(TypedDict):

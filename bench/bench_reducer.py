@@ -10,12 +10,12 @@ from __future__ import annotations
 import gc
 import json
 import time
-from pathlib import Path
 from typing import Any
+
+from _results import RESULTS
 
 from agentstate_reducer import MessageReducer, ReducerConfig
 
-RESULTS = Path(__file__).parent / "results"
 SIZES = (1_000, 10_000)
 REPEATS = 7
 

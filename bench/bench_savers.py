@@ -49,6 +49,7 @@ import psycopg
 import redis
 import redis.asyncio
 from _progress import Bar
+from _results import RESULTS
 from _v010_probe import chat_graph, delete_prefix, keyspace_size, run_thread, thread_config
 from _v010_probe import human_message as human
 from langchain_core.messages import HumanMessage
@@ -77,7 +78,6 @@ from agentstate_testkit.servers import ServerPool
 from langgraph_checkpoint_plainredis import AsyncRedisSaver, RedisSaver
 
 BENCH = Path(__file__).resolve().parent
-RESULTS = BENCH / "results"
 PROBE = BENCH / "_v010_probe.py"
 V010_VENV = BENCH.parent / ".cache" / "bench" / "v010-venv"
 REDIS_KINDS = ("redis-5", "redis-7", "redis-8", "valkey")

@@ -22,6 +22,7 @@ from typing import Annotated, Any, TypedDict
 import psycopg
 import redis
 from _progress import Bar
+from _results import RESULTS
 from langchain_core.messages import AIMessage, HumanMessage
 from langgraph.checkpoint.postgres import PostgresSaver
 from langgraph.graph import START, StateGraph
@@ -32,7 +33,6 @@ from agentstate_reducer_langgraph import ReducingSaver
 from agentstate_testkit.servers import ServerPool
 from langgraph_checkpoint_plainredis import RedisSaver
 
-RESULTS = Path(__file__).parent / "results"
 MODES = ("unwrapped", "ReducingSaver", "ReducingSaver + prune")
 WORDS = "redis graph state thread window memory latency replica shard key value agent".split()
 

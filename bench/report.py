@@ -14,10 +14,10 @@ import json
 import re
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
-RESULTS = Path(__file__).resolve().parent / "results"
+from _results import RESULTS
+
 PARTS = {  # file stem: (title, the command that writes it)
     "savers": ("Savers", "uv run --frozen python bench/bench_savers.py"),
     "storage": ("Stored bytes per thread", "uv run --frozen python bench/bench_storage.py"),

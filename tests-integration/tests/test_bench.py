@@ -1,0 +1,81 @@
+"""`make bench` end to end, on small settings: every part runs and the report is whole.
+
+The scripts write to a temporary folder (`BENCH_RESULTS`), never over `bench/results/`.
+Timings are not checked (they are the benchmark's output, not a test's); what is checked is
+that each part ran, the report holds every section and names each target, and the plots
+are PNG images.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+BENCH = ROOT / "bench"
+QUICK_RUN = [
+    ["bench_savers.py", "--quick"],
+    ["bench_storage.py", "--turns", "12", "--every", "4"],
+    ["bench_load.py", "--threads", "8", "--turns", "3", "--processes", "2"],
+    ["bench_reducer.py"],
+    ["report.py"],
+]
+PLOTS = ["chat.png", "ops.png", "scale.png", "storage.png"]
+
+
+def stamps(folder: Path) -> dict[str, int]:
+    return {p.name: p.stat().st_mtime_ns for p in folder.glob("*")} if folder.is_dir() else {}
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    before = stamps(BENCH / "results")
+    out = tmp_path_factory.mktemp("bench-results")
+    env = {**os.environ, "BENCH_RESULTS": str(out)}
+    for script, *args in QUICK_RUN:
+        done = subprocess.run(
+            [sys.executable, str(BENCH / script), *args],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=900,
+            check=False,
+        )
+        assert done.returncode == 0, f"{script}: {done.stderr[-3000:]}"
+    assert stamps(BENCH / "results") == before, "a test run must not touch bench/results/"
+    return out
+
+
+def test_the_report_has_every_part_and_target(results: Path) -> None:
+    report = (results / "report.md").read_text(encoding="utf-8")
+    for section in (
+        "## Summary",
+        "Chat turn",
+        "Per-op latency",
+        "Round trips",
+        "Stored bytes",
+        "Scale",
+        "Reducer",
+        "Throughput",
+    ):
+        assert section.lower() in report.lower(), section
+    for target in (
+        "chat turn ≤ 1.5× InMemorySaver",
+        "every per-op latency < PostgresSaver's",
+        "50-turn thread ≤ 0.75× 0.1.0 MEMORY USAGE",
+        "≤ 1.2× beside 10",
+        "InMemorySaver + PING",
+    ):
+        assert target in report, target
+    assert "ReducingSaver" in report and "wrapped" in report
+
+
+@pytest.mark.parametrize("plot", PLOTS)
+def test_the_plots_are_png_images(results: Path, plot: str) -> None:
+    assert (results / plot).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert f"({plot})" in (results / "report.md").read_text(encoding="utf-8")
