@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -238,3 +239,32 @@ def test_a_terminated_process_stops_its_servers() -> None:
         assert user.wait(timeout=30) != 0, user.stderr.read()
     with pytest.raises(redis.ConnectionError):
         _client(url).ping()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="only root hands PostgreSQL to another user")
+def test_postgres_binaries_under_a_private_folder_are_copied_where_postgres_can_reach(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A repository under /root (mode 700) is out of the postgres user's reach."""
+    from agentstate_testkit.servers import _for_user, _reachable_by, _run_as
+
+    user = _run_as()
+    assert user is not None
+    private = tmp_path / "private"
+    entry = private / "servers" / f"pg-entry-{os.getpid()}"
+    (entry / "bin").mkdir(parents=True)
+    (entry / "bin" / "initdb").write_text("#!/bin/sh\necho reached\n")
+    (entry / "bin" / "initdb").chmod(0o755)
+    private.chmod(0o700)
+    monkeypatch.setenv("AGENTSTATE_CACHE_DIR", str(private / "servers"))
+    binary = entry / "bin" / "initdb"
+    assert not _reachable_by(binary, user)
+    copied = _for_user(binary, user)
+    assert copied != binary and _reachable_by(copied, user)
+    assert _for_user(binary, user) == copied  # made once
+    done = subprocess.run(
+        [str(copied)], user=user.pw_uid, group=user.pw_gid, extra_groups=[],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert done.stdout == "reached\n", done.stderr
+    shutil.rmtree(copied.parents[1])

@@ -13,6 +13,7 @@ import atexit
 import contextlib
 import fcntl
 import functools
+import grp
 import importlib.util
 import os
 import platform
@@ -21,6 +22,7 @@ import re
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import tempfile
@@ -536,6 +538,54 @@ def _run_as() -> pwd.struct_passwd | None:
     raise ServerError("postgres: running as root and no `postgres` user to run PostgreSQL as")
 
 
+def _reachable_by(path: Path, user: pwd.struct_passwd) -> bool:
+    """Whether `user` may enter every folder above `path`, by their permission bits."""
+    groups = {user.pw_gid, *(g.gr_gid for g in grp.getgrall() if user.pw_name in g.gr_mem)}
+    for folder in path.parents:
+        info = folder.stat()
+        if info.st_uid == user.pw_uid:
+            bit = stat.S_IXUSR
+        elif info.st_gid in groups:
+            bit = stat.S_IXGRP
+        else:
+            bit = stat.S_IXOTH
+        if not info.st_mode & bit:
+            return False
+    return True
+
+
+def _for_user(binary: Path, user: pwd.struct_passwd) -> Path:
+    """`binary`, or the same file in a copy of its cache entry that `user` can reach.
+
+    PostgreSQL run as another user (root hands it to `postgres`) must enter every folder
+    above its binaries; a repository under `/root` or a private temporary folder denies
+    that. The copy lives under the system's temporary folder, once per cache entry.
+    """
+    root = cache_dir()
+    entry = next((p for p in binary.parents if p.parent == root), None)
+    if entry is None or _reachable_by(binary, user):
+        return binary  # a system binary, or nothing to fix
+    mirrors = Path(tempfile.gettempdir()) / "agentstate-servers"
+    mirror = mirrors / entry.name
+    target = mirror / binary.relative_to(entry)
+    mirrors.mkdir(mode=0o755, exist_ok=True)
+    mirrors.chmod(0o755)
+    with _file_lock(mirrors / f"{entry.name}.lock"):
+        if target.is_file():
+            return target
+        staging = Path(tempfile.mkdtemp(prefix=f".{entry.name}.tmp-", dir=mirrors))
+        try:
+            shutil.copytree(entry, staging / "tree", symlinks=True)
+            for folder in (staging / "tree", *(staging / "tree").rglob("*")):
+                if folder.is_dir() and not folder.is_symlink():
+                    folder.chmod(0o755)
+            shutil.rmtree(mirror, ignore_errors=True)
+            os.rename(staging / "tree", mirror)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+    return target
+
+
 class _PortInUse(Exception):
     pass
 
@@ -757,6 +807,8 @@ def start(kind: str, *, extra_args: Sequence[str] = (), port: int | None = None)
     """
     binary = provision(kind)
     user = _run_as() if kind in POSTGRES_KINDS else None
+    if user is not None:
+        binary = _for_user(binary, user)
     directory = Path(tempfile.mkdtemp(prefix=f"agentstate-{kind}-"))
     server = Server(kind, binary, directory, port or _free_port(), extra_args, user)
     try:
