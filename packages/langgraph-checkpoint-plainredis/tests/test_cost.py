@@ -112,6 +112,41 @@ async def test_each_operation_costs_a_constant_number_of_round_trips(
         assert counter.round_trips == 1
 
 
+def test_a_list_reply_carries_each_blob_once(redis_url: str, prefix: str) -> None:
+    """Neighbouring checkpoints share blobs: a list reply sends each one once, and the
+    tuples still get objects of their own."""
+    saver = RedisSaver(redis_url, prefix=prefix)
+    parent: str | None = None
+    for step in range(6):  # "big" changes every other step, "static" never
+        cp = empty_checkpoint()
+        cp["id"] = f"{step:06d}"
+        cp["channel_values"] = {"big": ["x" * 2000, step // 2], "static": "s"}
+        cp["channel_versions"] = {"big": step // 2 + 1, "static": 1}
+        new: dict[str, Any] = {"big": step // 2 + 1} if step % 2 == 0 else {}
+        if step == 0:
+            new["static"] = 1
+        c = saver.put(cfg("t", parent), cp, {"step": step}, new)
+        parent = c["configurable"]["checkpoint_id"]
+    replies: list[Any] = []
+    run = saver._run
+
+    def recording(plan: Any) -> list[Any]:
+        replies.extend(run(plan))
+        return replies[-1:]
+
+    saver._run = recording  # type: ignore[method-assign]
+    tuples = list(saver.list(cfg("t"), limit=10))
+    saver._run = run  # type: ignore[method-assign]
+    assert len(replies) == 1 and len(tuples) == 6
+    values = [v for _, entry in replies[0][1] for v in entry[3]]
+    assert len(values) == 12  # two refs per checkpoint
+    assert sum(1 for v in values if v) == 4  # big at versions 1, 2, 3, and static once
+    assert [t.checkpoint["channel_values"]["big"][1] for t in tuples] == [2, 2, 1, 1, 0, 0]
+    first, second = (t.checkpoint["channel_values"]["big"] for t in tuples[:2])
+    assert first == second and first is not second
+    saver.close()
+
+
 def command_calls(client: redis.Redis) -> dict[str, int]:
     """Calls per command since the server started (scripts' own commands included)."""
     return {k[len("cmdstat_") :]: int(v["calls"]) for k, v in client.info("commandstats").items()}

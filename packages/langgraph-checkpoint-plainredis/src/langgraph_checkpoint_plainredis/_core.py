@@ -245,8 +245,19 @@ class SaverCore:
         except Exception as exc:  # the serializer raises many types on bad bytes
             raise CorruptDataError(key, f"{type(exc).__name__}: {exc}") from exc
 
-    def _tuple(self, tk: ThreadKeys, ns: str, cid: str, entry: Sequence[Any]) -> CheckpointTuple:
-        """Builds a `CheckpointTuple` from one entry ``[id, payload, writes, blobs]``."""
+    def _tuple(
+        self,
+        tk: ThreadKeys,
+        ns: str,
+        cid: str,
+        entry: Sequence[Any],
+        shared: dict[str, tuple[str, bytes]] | None = None,
+    ) -> CheckpointTuple:
+        """Builds a `CheckpointTuple` from one entry ``[id, payload, writes, blobs]``.
+
+        `shared` holds the blobs decoded from earlier entries of the same list reply, by
+        key: the script sends each blob once per reply, and ``b""`` where it repeats.
+        """
         cp_key = tk.cp(ns, cid)
         stored = decode_checkpoint(_b(entry[1]), cp_key)
         checkpoint = cast(Checkpoint, self._loads(stored.checkpoint, cp_key))
@@ -257,7 +268,12 @@ class SaverCore:
             if raw is None or raw is False:
                 continue
             blob_key = tk.blob_at(ns, suffix)
-            typed = decode_blob(_b(raw), blob_key)
+            if shared is None:
+                typed = decode_blob(_b(raw), blob_key)
+            elif raw == b"" and blob_key in shared:
+                typed = shared[blob_key]  # each tuple still gets objects of its own
+            else:
+                typed = shared[blob_key] = decode_blob(_b(raw), blob_key)
             if typed[0] != "empty":
                 values[blob_channel(suffix)] = self._loads(typed, blob_key)
         wr_key = tk.wr(ns, cid)
@@ -570,9 +586,10 @@ class SaverCore:
             (reply,) = yield [Eval("list", (tk.ns, *self._registry), tuple(args))]
             walked = [_s(n) for n in reply[0]]
             entries = reply[1]
+            shared: dict[str, tuple[str, bytes]] = {}
             for ns_e, entry in entries:
                 ns_name = unescape(_s(ns_e))
-                tup = self._tuple(tk, ns_name, _s(entry[0]), entry)
+                tup = self._tuple(tk, ns_name, _s(entry[0]), entry, shared)
                 if filter and not all(tup.metadata.get(k) == v for k, v in filter.items()):
                     continue
                 yield tup

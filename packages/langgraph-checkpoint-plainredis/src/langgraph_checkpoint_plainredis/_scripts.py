@@ -102,20 +102,35 @@ local function latest(idx, cp_prefix, n)
   end
 end
 
--- Reads one checkpoint: {id, payload, writes, blob values in ref order}.
-local function read_entry(n, cid, payload, wr_prefix, blob_prefix)
+-- Reads one checkpoint: {id, payload, writes, blob values in ref order}. With `sent` (a
+-- table shared by the entries of one reply), a blob an earlier entry of the reply already
+-- carries comes back as '' (never a valid blob value): checkpoints next to each other in a
+-- timeline share most of their blobs.
+local function read_entry(n, cid, payload, wr_prefix, blob_prefix, sent)
   local writes, err = get_hash(wr_prefix .. n .. ':' .. cid)
   if err then return nil, err end
   local _, refs = header(payload)
   local values = {}
   if #refs > 0 then
-    local keys = {}
-    for i, r in ipairs(refs) do keys[i] = blob_prefix .. n .. ':' .. r end
-    values = redis.call('MGET', unpack(keys))
-    for i, v in ipairs(values) do
-      if not v then
-        local t = redis.call('TYPE', keys[i])['ok']
-        if t ~= 'none' then return nil, wrongtype(keys[i], t, 'string') end
+    local keys, wanted = {}, {}
+    for i, r in ipairs(refs) do
+      keys[i] = blob_prefix .. n .. ':' .. r
+      if sent and sent[keys[i]] then values[i] = ''
+      else wanted[#wanted + 1] = i end
+    end
+    if #wanted > 0 then
+      local fetch = {}
+      for j, i in ipairs(wanted) do fetch[j] = keys[i] end
+      local got = redis.call('MGET', unpack(fetch))
+      for j, i in ipairs(wanted) do
+        local v = got[j]
+        values[i] = v
+        if v then
+          if sent then sent[keys[i]] = true end
+        else
+          local t = redis.call('TYPE', keys[i])['ok']
+          if t ~= 'none' then return nil, wrongtype(keys[i], t, 'string') end
+        end
       end
     end
   end
@@ -444,7 +459,7 @@ if #ARGV < 9 then
 else
   for i = 9, #ARGV do nss[#nss + 1] = ARGV[i] end
 end
-local out, count = {}, 0
+local out, count, sent = {}, 0, {}
 for i, n in ipairs(nss) do
   local idx = ARGV[4] .. n
   local err = check(idx, 'zset')
@@ -464,7 +479,7 @@ for i, n in ipairs(nss) do
       if err then return err end
       if payload then
         local entry
-        entry, err = read_entry(n, cid, payload, ARGV[2], ARGV[3])
+        entry, err = read_entry(n, cid, payload, ARGV[2], ARGV[3], sent)
         if err then return err end
         out[#out + 1] = {n, entry}
         count = count + 1
