@@ -196,14 +196,70 @@ def _probe(urls: list[str], prefix: str, thread_id: str, turns: int) -> dict[str
     return {"version": version, "results": results}
 
 
+def _chat_turns(url: str, prefix: str, threads: int, turns: int) -> dict[str, Any]:
+    """Median chat turn of 0.1.0 and of InMemorySaver, timed alternately in this process.
+
+    The same procedure as bench_savers.py's chat section (every saver takes each turn in
+    turn), so the ratio to InMemorySaver compares with the ratios measured there.
+    """
+    import asyncio
+    import statistics
+
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    import langgraph_checkpoint_plainredis as v010
+
+    async def style(asynchronous: bool) -> dict[str, float]:
+        old = v010.AsyncRedisSaver(url=url, prefix=prefix) if asynchronous else None
+        savers = {
+            "memory": InMemorySaver(),
+            "v010": old if old is not None else v010.RedisSaver(url=url, prefix=prefix),
+        }
+        graphs = {
+            name: chat_graph(saver, asynchronous=asynchronous) for name, saver in savers.items()
+        }
+        samples: dict[str, list[int]] = {name: [] for name in graphs}
+        tag = "a" if asynchronous else "s"
+        for turn in range(-2, turns):  # two warm-up turns
+            for i in range(threads):
+                for name, graph in graphs.items():
+                    state = {"messages": [human_message(i, max(turn, 0))]}
+                    config = thread_config(f"chat-{tag}-{name}-{i}-{turn < 0}")
+                    started = time.perf_counter_ns()
+                    if asynchronous:
+                        await graph.ainvoke(state, config)
+                    else:
+                        graph.invoke(state, config)
+                    if turn >= 0:
+                        samples[name].append(time.perf_counter_ns() - started)
+        if old is not None:
+            await old.aclose()
+        memory, ours = (statistics.median(samples[n]) / 1e3 for n in ("memory", "v010"))
+        return {"memory_us": memory, "v010_us": ours, "ratio": ours / memory}
+
+    client = redis.Redis.from_url(url, protocol=2)
+    try:
+        return {"sync": asyncio.run(style(False)), "async": asyncio.run(style(True))}
+    finally:
+        delete_prefix(client, prefix)
+        client.close()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--prefix", required=True)
     parser.add_argument("--thread", required=True)
     parser.add_argument("--turns", type=int, required=True)
+    parser.add_argument("--chat-url", help="also time chat turns against InMemorySaver here")
+    parser.add_argument("--chat-threads", type=int, default=10)
+    parser.add_argument("--chat-turns", type=int, default=10)
     parser.add_argument("urls", nargs="+")
     args = parser.parse_args()
-    json.dump(_probe(args.urls, args.prefix, args.thread, args.turns), sys.stdout)
+    result = _probe(args.urls, args.prefix, args.thread, args.turns)
+    if args.chat_url:
+        prefix = f"{args.prefix}-chat"
+        result["chat"] = _chat_turns(args.chat_url, prefix, args.chat_threads, args.chat_turns)
+    json.dump(result, sys.stdout)
     print()
 
 

@@ -651,6 +651,23 @@ def call_name(style: str) -> str:
     return "invoke" if style == "sync" else "ainvoke"
 
 
+def render_v010_chat(v010: dict[str, Any]) -> str:
+    """0.1.0's chat turn against InMemorySaver, timed in 0.1.0's own venv."""
+    chat = v010.get("chat")
+    if not chat:
+        return ""
+    return (
+        f"plainredis 0.1.0 on {SCALE_KIND}, timed the same way in its own venv against an "
+        "InMemorySaver there: "
+        + "; ".join(
+            f"`{call_name(style)}` {ms(chat[style]['v010_us'])} ms, "
+            f"{ratio(chat[style]['ratio'])} InMemorySaver's {ms(chat[style]['memory_us'])} ms"
+            for style in ("sync", "async")
+        )
+        + "."
+    )
+
+
 def render_chat(rows: list[dict[str, Any]], s: Settings) -> str:
     head = (
         f"## 1. Chat turn\n\n{s.chat_threads} threads × {s.chat_turns} turns per saver, median "
@@ -1064,7 +1081,8 @@ def bench_v010(
     progress(f"0.1.0: {s.bytes_turns}-turn thread on {', '.join(REDIS_KINDS)} (venv {how})")
     kind_urls = [urls[kind] for kind in REDIS_KINDS]
     argv = [str(python), str(PROBE), "--prefix", f"{run}:v010", "--thread", thread_id]
-    argv += ["--turns", str(s.bytes_turns), *kind_urls]
+    argv += ["--turns", str(s.bytes_turns), "--chat-url", urls[SCALE_KIND]]
+    argv += ["--chat-threads", str(s.chat_threads), "--chat-turns", str(s.chat_turns), *kind_urls]
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     done = subprocess.run(argv, capture_output=True, text=True, timeout=600, check=False, env=env)
     if done.returncode != 0:
@@ -1088,7 +1106,12 @@ def bench_v010(
                 "ratio": new["stored_bytes"] / old["memory_usage"],
             }
         )
-    return {"version": probe["version"], "requirements": v010_requirements(), "rows": rows}
+    return {
+        "version": probe["version"],
+        "requirements": v010_requirements(),
+        "rows": rows,
+        "chat": probe.get("chat"),
+    }
 
 
 def render_bytes(rows: list[dict[str, Any]], v010: dict[str, Any], s: Settings) -> str:
@@ -1569,7 +1592,7 @@ def render(results: dict[str, Any], s: Settings) -> str:
     sections = [
         head,
         "## Targets\n\n" + table(["target", "worst ratio", "where", "met"], summary_rows),
-        render_chat(results["chat"], s),
+        render_chat(results["chat"], s) + "\n\n" + render_v010_chat(results["v010"]),
         render_ops(results["ops"], s, results["trace"]),
         render_round_trips(results["round_trips"]),
         render_bytes(results["bytes"], results["v010"], s),

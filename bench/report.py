@@ -69,6 +69,11 @@ def saver_lines(savers: dict[str, Any]) -> list[str]:
             f"ReducingSaver ({span([r['ratio_to_unwrapped'] for r in wrapped])} of the "
             "unwrapped turn)."
         )
+        old = (savers.get("v010") or {}).get("chat") or {}
+        if style in old:
+            lines.append(
+                f"  plainredis 0.1.0 (its own venv, same graph): {old[style]['ratio']:.2f}×."
+            )
         for floor in (r for r in savers["chat"] if r["family"] == "floor" and r["style"] == style):
             lines.append(
                 f"  The round trips alone (InMemorySaver + one redis-py PING per call): "
