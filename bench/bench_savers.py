@@ -924,14 +924,14 @@ def render_round_trips(rows: list[dict[str, Any]]) -> str:
     ]
     named = next(r for r in rows if all(r["ops"][op]["commands"] for op in ops))
     names = "; ".join(f"{op}: {' '.join(named['ops'][op]['command_names'])}" for op in ops)
+    unknown = any(r["ops"][op]["commands"] is None for r in rows for op in ops)
     return (
         "## 3a. Round trips / commands per op (counting client)\n\n"
         "Min–max over the replayed thread (put, put_writes) or 3 calls (reads, chat turn).\n\n"
         + table(["saver", "wrapped in", *ops], body)
-        + f"\n\nCommands sent ({named['saver']}): {names}. `?`: `counting_client` saw fewer "
-        "commands than round trips; it hooks `pack_command`, which redis-py's blocking "
-        "`Connection.send_command` bypasses, so only pipelined commands are counted there. "
-        "A blocking chat turn runs writes on worker threads, so now and then it opens one more "
+        + f"\n\nCommands sent ({named['saver']}): {names}. "
+        + ("`?`: the counting client saw fewer commands than round trips. " if unknown else "")
+        + "A blocking chat turn runs writes on worker threads, so now and then it opens one more "
         "pooled connection, whose handshake adds 2 round trips to that turn's count."
     )
 
