@@ -258,17 +258,23 @@ class DeliveryRunner:
                 batch.id,
             )
 
-    def _deliver_own(self, own: Sequence[_Own], *, defer: bool) -> None:
-        now = _now_ms()
-        outcomes = [
-            self._outcome(o.batch, self.reducer.deliver(o.pruned, o.namespace), now) for o in own
-        ]
+    def _settlements(self, outcomes: Sequence[_Outcome], *, defer: bool) -> list[Settlement]:
+        """Counts `outcomes` and returns what to settle: deferred, or final with the acks
+        waiting to be sent."""
         self._count(outcomes)
         settle: list[Settlement] = []
         for outcome in outcomes:
             settle += self._defer(outcome) if defer else [outcome.settlement]
         if not defer:
             settle = self._take_acks() + settle
+        return settle
+
+    def _deliver_own(self, own: Sequence[_Own], *, defer: bool) -> None:
+        now = _now_ms()
+        outcomes = [
+            self._outcome(o.batch, self.reducer.deliver(o.pruned, o.namespace), now) for o in own
+        ]
+        settle = self._settlements(outcomes, defer=defer)
         if settle:
             self.outbox.settle(settle)
 
@@ -378,12 +384,7 @@ class DeliveryRunner:
             self._outcome(o.batch, await self.reducer.adeliver(o.pruned, o.namespace), now)
             for o in own
         ]
-        self._count(outcomes)
-        settle: list[Settlement] = []
-        for outcome in outcomes:
-            settle += self._defer(outcome) if defer else [outcome.settlement]
-        if not defer:
-            settle = self._take_acks() + settle
+        settle = self._settlements(outcomes, defer=defer)
         if settle:
             await self.outbox.asettle(settle)
 

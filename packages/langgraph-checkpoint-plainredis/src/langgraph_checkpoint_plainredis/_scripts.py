@@ -233,10 +233,11 @@ local function delete_timeline(t, n, p)
         if payload then
           local run = run_of(payload)
           if run ~= '' then
-            local members = by_run[run]
+            local run_key = p.run .. run
+            local members = by_run[run_key]
             if not members then
               members = {}
-              by_run[run] = members
+              by_run[run_key] = members
             end
             members[#members + 1] = t .. ':' .. n .. ':' .. cps[i + j - 1]
           end
@@ -244,9 +245,7 @@ local function delete_timeline(t, n, p)
       end
     end
   end
-  local by_key = {}
-  for run, members in pairs(by_run) do by_key[p.run .. run] = members end
-  forget_runs(by_key)
+  forget_runs(by_run)
   doomed[#doomed + 1] = p.idx .. n
   doomed[#doomed + 1] = p.keys .. n
   del_all(doomed)
