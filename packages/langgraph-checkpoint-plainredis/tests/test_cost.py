@@ -174,10 +174,39 @@ async def test_delete_thread_works_in_bulk_on_the_server(
     delta = {k: n - before.get(k, 0) for k, n in after.items() if n != before.get(k, 0)}
     delta.pop("info", None)
     # 300 checkpoints, 300 writes hashes, 300 blobs and 2 timeline keys: 902 keys in 2 DELs,
-    # then the namespace zset; run ids from one MGET per 500 checkpoints; TYPE checks first.
+    # then the namespace zset; run sets from the run markers, so no payload is read (no GET,
+    # no MGET); TYPE checks first.
     assert delta == {
-        "evalsha": 1, "type": 4, "zrange": 4, "mget": 1, "srem": 1, "del": 3, "zrem": 1,
+        "evalsha": 1, "type": 4, "zrange": 4, "srem": 1, "del": 3, "zrem": 1,
     }  # fmt: skip
+    admin.close()
+
+
+async def test_delete_thread_reads_payloads_only_without_run_markers(
+    counted: tuple[Any, RoundTrips], redis_url: str, prefix: str
+) -> None:
+    """A thread stored before run markers existed: one MGET finds its run sets, and
+    deleting it still leaves no run-set member behind."""
+    saver, _ = counted
+    await warm(saver)
+    parent: str | None = None
+    for step in range(3):
+        cp = empty_checkpoint()
+        cp["id"] = f"{step:06d}"
+        c = await saver.aput(cfg("old", parent), cp, {"run_id": f"run-{step % 2}"}, {})
+        parent = c["configurable"]["checkpoint_id"]
+    admin = redis.Redis.from_url(redis_url, protocol=2)
+    (index,) = admin.keys(f"{prefix}:keys:{{old}}:*")
+    markers = [m for m in admin.zrange(index, 0, -1) if m.startswith(b"r")]
+    assert sorted(markers) == [b"rrun-0:000000", b"rrun-0:000002", b"rrun-1:000001"]
+    admin.zrem(index, *markers)
+    before = command_calls(admin)
+    await saver.adelete_thread("old")
+    after = command_calls(admin)
+    delta = {k: n - before.get(k, 0) for k, n in after.items() if n != before.get(k, 0)}
+    assert delta["mget"] == 1 and delta["srem"] == 2
+    assert admin.keys(f"{prefix}:*{{old}}*") == []
+    assert admin.keys(f"{prefix}:run:*") == []
     admin.close()
 
 

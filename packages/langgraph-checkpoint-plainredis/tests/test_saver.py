@@ -21,7 +21,7 @@ from langgraph_checkpoint_plainredis import (
     RedisSaver,
     WrongTypeError,
 )
-from langgraph_checkpoint_plainredis._keys import KeySpace
+from langgraph_checkpoint_plainredis._keys import KeySpace, unescape
 
 
 def cfg(thread: str, ns: str = "", cid: str | None = None) -> dict[str, Any]:
@@ -83,9 +83,10 @@ def reachable_keys(client: Any, prefix: str) -> set[bytes]:
             for key in (tk.idx_prefix + ns_e, tk.keys_prefix + ns_e):
                 found.add(key.encode())
             for member in client.zrange(tk.keys_prefix + ns_e, 0, -1):
-                kind, rest = member[:1], member[1:].decode()
-                base = {b"c": tk.cp_prefix, b"w": tk.wr_prefix, b"b": tk.blob_prefix}[kind]
-                found.add(f"{base}{ns_e}:{rest}".encode())
+                key = tk.indexed_key(unescape(ns_e), member.decode())
+                assert key or member.startswith(b"r"), f"unknown index member {member!r}"
+                if key:
+                    found.add(key.encode())
     return {k for k in found if client.exists(k)}
 
 
@@ -350,7 +351,8 @@ def test_expired_threads_leave_listings_and_indexes(
         if not isinstance(client, RedisCluster):
             assert client.zrange(ks.threads, 0, -1) == [b"new"]
         assert client.zcard(tk.idx("")) == 1
-        assert client.zcard(tk.keys("")) == 2  # the checkpoint and its one blob
+        # the checkpoint, its run marker and its one blob
+        assert client.zcard(tk.keys("")) == 3
         assert orphans(client, prefix) == set()
 
 

@@ -37,7 +37,7 @@ from langgraph.graph.message import add_messages
 
 from langgraph_checkpoint_plainredis import RedisSaver
 from langgraph_checkpoint_plainredis._codec import decode_blob, decode_checkpoint
-from langgraph_checkpoint_plainredis._keys import KeySpace, blob_suffix
+from langgraph_checkpoint_plainredis._keys import KeySpace, blob_suffix, unescape
 
 WORKER = Path(__file__).resolve().parent / "reliability_worker.py"
 """The script the multi-process and SIGKILL tests run (`python WORKER <command> ...`)."""
@@ -119,9 +119,10 @@ def reachable_keys(client: redis.Redis, prefix: str) -> set[bytes]:
     for (tk, ns_e), listed in zip(timelines, members, strict=True):
         found |= {(tk.idx_prefix + ns_e).encode(), (tk.keys_prefix + ns_e).encode()}
         for member in listed:
-            kind, rest = member[:1], member[1:].decode()
-            base = {b"c": tk.cp_prefix, b"w": tk.wr_prefix, b"b": tk.blob_prefix}[kind]
-            found.add(f"{base}{ns_e}:{rest}".encode())
+            key = tk.indexed_key(unescape(ns_e), member.decode())
+            assert key or member.startswith(b"r"), f"unknown index member {member!r}"
+            if key:
+                found.add(key.encode())
     ordered = sorted(found)
     exists = _batched(client, [("EXISTS", k) for k in ordered])
     return {k for k, e in zip(ordered, exists, strict=True) if e} | {ks.threads.encode()}

@@ -334,14 +334,8 @@ class Inspector:
             checkpoints[0] += len(ids)
             keys += [tk.idx(ns), tk.keys(ns), *(tk.cp(ns, _s(c)) for c in ids)]
             for raw in members:
-                member = _s(raw)
-                kind, rest = member[:1], member[1:]
-                if kind == "c":
-                    keys.append(tk.cp(ns, rest))
-                elif kind == "w":
-                    keys.append(tk.wr(ns, rest))
-                elif kind == "b":
-                    keys.append(tk.blob_at(ns, rest))
+                if key := tk.indexed_key(ns, _s(raw)):
+                    keys.append(key)
         return [
             (list(dict.fromkeys(found[tk.component][0])), found[tk.component][1][0])
             for tk in threads

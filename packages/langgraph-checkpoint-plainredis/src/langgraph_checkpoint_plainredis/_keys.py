@@ -7,10 +7,15 @@ checkpoint id, ``CH`` = escaped channel, ``V`` = channel version tag)::
     {prefix}:blob:{T}:N:CH:V   string  one channel value at one version
     {prefix}:wr:{T}:N:C        hash    pending writes of checkpoint C
     {prefix}:idx:{T}:N         zset    timeline: member C, score 0 (lexicographic = id order)
-    {prefix}:keys:{T}:N        zset    every cp/blob of the timeline, score = expires-at ms
+    {prefix}:keys:{T}:N        zset    the timeline's keys, score = expires-at ms (see below)
     {prefix}:ns:{T}            zset    namespaces of the thread, score = expires-at ms
     {prefix}:run:R             set     checkpoints written by run R, as "T:N:C"
     {prefix}:threads           zset    registry of threads, score = expires-at ms
+
+Members of the key index ``keys``: ``cC`` (checkpoint ``C``), ``wC`` (its writes hash),
+``bCH:V`` (a blob) and ``rR:C``, a run marker: checkpoint ``C`` was written by run ``R``
+(escaped; empty for none), so deleting a thread finds its run sets without reading any
+checkpoint. `ThreadKeys.indexed_key` turns a member into its key.
 
 Every key of one thread carries the hash tag ``{T}``, so on a cluster a thread lives in
 one slot. Components that are followed by another component are escaped (see
@@ -154,6 +159,17 @@ class ThreadKeys:
 
     def keys(self, ns: str) -> str:
         return f"{self.keys_prefix}{escape(ns)}"
+
+    def indexed_key(self, ns: str, member: str) -> str | None:
+        """The key a member of ``keys(ns)`` stands for; None for a run marker."""
+        kind, rest = member[:1], member[1:]
+        if kind == "c":
+            return self.cp(ns, rest)
+        if kind == "w":
+            return self.wr(ns, rest)
+        if kind == "b":
+            return self.blob_at(ns, rest)
+        return None
 
     def run_member(self, ns: str, checkpoint_id: str) -> str:
         """The member naming one checkpoint inside a run set."""

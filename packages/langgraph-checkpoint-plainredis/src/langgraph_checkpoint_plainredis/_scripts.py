@@ -48,6 +48,19 @@ local function run_of(payload)
   return (nsread(payload, pos)) or ''
 end
 
+-- The key-index member naming the run that wrote checkpoint `cid` ('' = none), so that
+-- deleting a thread finds every run set without reading a checkpoint payload.
+local function run_marker(run, cid)
+  return 'r' .. run .. ':' .. cid
+end
+
+-- The escaped run and the checkpoint id of a run marker (escaped runs hold no ':').
+local function marker_parts(m)
+  local colon = string.find(m, ':', 2, true)
+  if not colon then return nil, nil end
+  return string.sub(m, 2, colon - 1), string.sub(m, colon + 1)
+end
+
 local function wrongtype(key, found, expected)
   return redis.error_reply('PLAINREDIS_WRONGTYPE ' .. found .. ' ' .. expected .. ' ' .. key)
 end
@@ -177,13 +190,15 @@ end
 local function remove_checkpoint(t, n, cid, p)
   local cpkey = p.cp .. n .. ':' .. cid
   local payload = get_string(cpkey)
+  local members = {'c' .. cid, 'w' .. cid}
   if payload then
     local run = run_of(payload)
     if run ~= '' then forget_run(p.run .. run, t .. ':' .. n .. ':' .. cid) end
+    members[3] = run_marker(run, cid)
   end
   redis.call('DEL', cpkey, p.wr .. n .. ':' .. cid)
   redis.call('ZREM', p.idx .. n, cid)
-  redis.call('ZREM', p.keys .. n, 'c' .. cid, 'w' .. cid)
+  redis.call('ZREM', p.keys .. n, unpack(members))
 end
 
 -- Every timeline of a thread must be what the layout says before a script deletes any.
@@ -201,47 +216,57 @@ local function del_all(keys)
   end
 end
 
--- Deletes every key of one timeline, in bulk: one MGET per 500 checkpoints to find their
--- run sets, one DEL per 500 keys.
+-- Deletes every key of one timeline, in bulk, one DEL per 500 keys. Run markers name the
+-- run sets to leave; only checkpoints without one (stored before markers existed) have
+-- their payloads read, one MGET per 500.
 local function delete_timeline(t, n, p)
-  local doomed, cps, seen, has_writes, by_run = {}, {}, {}, {}, {}
+  local doomed, cps, seen, has_writes, marked, by_run = {}, {}, {}, {}, {}, {}
+  local function owned(run, cid)
+    if run == '' then return end
+    local run_key = p.run .. run
+    local members = by_run[run_key]
+    if not members then
+      members = {}
+      by_run[run_key] = members
+    end
+    members[#members + 1] = t .. ':' .. n .. ':' .. cid
+  end
   for _, m in ipairs(redis.call('ZRANGE', p.keys .. n, 0, -1)) do
-    local kind, rest = string.sub(m, 1, 1), string.sub(m, 2)
-    if kind == 'c' then
-      seen[rest] = true
-      cps[#cps + 1] = rest
-    elseif kind == 'w' then
-      has_writes[rest] = true
-      doomed[#doomed + 1] = p.wr .. n .. ':' .. rest
-    elseif kind == 'b' then
-      doomed[#doomed + 1] = p.blob .. n .. ':' .. rest
+    local kind = string.byte(m, 1)
+    if kind == 99 then  -- 'c'
+      local cid = string.sub(m, 2)
+      seen[cid] = true
+      cps[#cps + 1] = cid
+    elseif kind == 119 then  -- 'w'
+      local cid = string.sub(m, 2)
+      has_writes[cid] = true
+      doomed[#doomed + 1] = p.wr .. n .. ':' .. cid
+    elseif kind == 98 then  -- 'b'
+      doomed[#doomed + 1] = p.blob .. n .. ':' .. string.sub(m, 2)
+    elseif kind == 114 then  -- 'r'
+      local run, cid = marker_parts(m)
+      if cid and not marked[cid] then
+        marked[cid] = true
+        owned(run, cid)
+      end
     end
   end
   for _, cid in ipairs(redis.call('ZRANGE', p.idx .. n, 0, -1)) do
     if not seen[cid] then cps[#cps + 1] = cid end
   end
-  for i = 1, #cps, 500 do
+  local unmarked = {}
+  for _, cid in ipairs(cps) do
+    doomed[#doomed + 1] = p.cp .. n .. ':' .. cid
+    if not has_writes[cid] then doomed[#doomed + 1] = p.wr .. n .. ':' .. cid end
+    if not marked[cid] then unmarked[#unmarked + 1] = cid end
+  end
+  for i = 1, #unmarked, 500 do
     local keys = {}
-    for j = i, math.min(i + 499, #cps) do
-      keys[#keys + 1] = p.cp .. n .. ':' .. cps[j]
-      doomed[#doomed + 1] = keys[#keys]
-      if not has_writes[cps[j]] then doomed[#doomed + 1] = p.wr .. n .. ':' .. cps[j] end
-    end
+    for j = i, math.min(i + 499, #unmarked) do keys[#keys + 1] = p.cp .. n .. ':' .. unmarked[j] end
     local payloads = redis.pcall('MGET', unpack(keys))
     if type(payloads) == 'table' and not payloads.err then
       for j, payload in ipairs(payloads) do
-        if payload then
-          local run = run_of(payload)
-          if run ~= '' then
-            local run_key = p.run .. run
-            local members = by_run[run_key]
-            if not members then
-              members = {}
-              by_run[run_key] = members
-            end
-            members[#members + 1] = t .. ':' .. n .. ':' .. cps[i + j - 1]
-          end
-        end
+        if payload then owned(run_of(payload), unmarked[i + j - 1]) end
       end
     end
   end
@@ -255,8 +280,9 @@ end
 -- Returns true when the timeline is gone.
 local function collect_garbage(t, n, p)
   local ids = redis.call('ZRANGE', p.idx .. n, 0, -1)
-  local live = {}
+  local live, alive = {}, {}
   for _, cid in ipairs(ids) do
+    alive[cid] = true
     local payload = get_string(p.cp .. n .. ':' .. cid)
     if payload then
       local _, refs = header(payload)
@@ -264,9 +290,13 @@ local function collect_garbage(t, n, p)
     end
   end
   for _, m in ipairs(redis.call('ZRANGE', p.keys .. n, 0, -1)) do
-    if string.sub(m, 1, 1) == 'b' and not live[string.sub(m, 2)] then
+    local kind = string.sub(m, 1, 1)
+    if kind == 'b' and not live[string.sub(m, 2)] then
       redis.call('DEL', p.blob .. n .. ':' .. string.sub(m, 2))
       redis.call('ZREM', p.keys .. n, m)
+    elseif kind == 'r' then
+      local _, cid = marker_parts(m)
+      if not (cid and alive[cid]) then redis.call('ZREM', p.keys .. n, m) end
     end
   end
   -- Pending writes of a checkpoint not put yet keep the timeline alive.
@@ -333,12 +363,15 @@ end
 local before = redis.call('GET', KEYS[1])
 if before then
   local old_run = run_of(before)
-  if old_run ~= '' and old_run ~= ARGV[15] then forget_run(ARGV[16] .. old_run, ARGV[8]) end
+  if old_run ~= ARGV[15] then
+    if old_run ~= '' then forget_run(ARGV[16] .. old_run, ARGV[8]) end
+    redis.call('ZREM', KEYS[3], run_marker(old_run, cid))
+  end
 end
 if ttl > 0 then redis.call('SET', KEYS[1], payload, 'PX', ttl)
 else redis.call('SET', KEYS[1], payload) end
 redis.call('ZADD', KEYS[2], 0, cid)
-redis.call('ZADD', KEYS[3], score, 'c' .. cid)
+redis.call('ZADD', KEYS[3], score, 'c' .. cid, score, run_marker(ARGV[15], cid))
 redis.call('ZADD', KEYS[4], score, n)
 if REGISTRY then redis.call('ZADD', REGISTRY, score, t) end
 if run_key then
@@ -358,7 +391,7 @@ if ttl > 0 then
       redis.call('DEL', ARGV[12] .. n .. ':' .. rest)
     elseif kind == 'w' then
       redis.call('DEL', ARGV[11] .. n .. ':' .. rest)
-    else
+    elseif kind == 'b' then
       redis.call('DEL', ARGV[13] .. n .. ':' .. rest)
     end
     redis.call('ZREM', KEYS[3], m)
@@ -423,8 +456,9 @@ if ttl > 0 then
   local score = ARGV[7]
   redis.call('PEXPIRE', ARGV[3] .. n .. ':' .. cid, ttl)
   redis.call('PEXPIRE', ARGV[4] .. n .. ':' .. cid, ttl)
-  redis.call('ZADD', KEYS[2], 'XX', score, 'c' .. cid, score, 'w' .. cid)
-  local _, refs = header(payload)
+  local run, refs = header(payload)
+  redis.call('ZADD', KEYS[2], 'XX', score, 'c' .. cid, score, 'w' .. cid,
+    score, run_marker(run, cid))
   for _, r in ipairs(refs) do
     redis.call('PEXPIRE', ARGV[5] .. n .. ':' .. r, ttl)
     redis.call('ZADD', KEYS[2], 'XX', score, 'b' .. r)
@@ -573,7 +607,7 @@ for _, n in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do
     local value
     if kind == 'c' then value = get_string(ARGV[1] .. n .. ':' .. rest)
     elseif kind == 'w' then value = get_hash(ARGV[2] .. n .. ':' .. rest)
-    else value = get_string(ARGV[3] .. n .. ':' .. rest) end
+    elseif kind == 'b' then value = get_string(ARGV[3] .. n .. ':' .. rest) end
     if value and (kind ~= 'w' or #value > 0) then
       items[#items + 1] = m
       items[#items + 1] = value
@@ -606,16 +640,18 @@ while i <= #ARGV do
     local key
     if kind == 'c' then
       key = p.cp .. n .. ':' .. rest
+      local run = run_of(ARGV[i + 2])
       local before = get_string(key)
       if before then
         local old_run = run_of(before)
-        if old_run ~= '' and old_run ~= run_of(ARGV[i + 2]) then
-          forget_run(p.run .. old_run, t .. ':' .. n .. ':' .. rest)
+        if old_run ~= run then
+          if old_run ~= '' then forget_run(p.run .. old_run, t .. ':' .. n .. ':' .. rest) end
+          redis.call('ZREM', p.keys .. n, run_marker(old_run, rest))
         end
       end
       redis.call('SET', key, ARGV[i + 2])
       redis.call('ZADD', p.idx .. n, 0, rest)
-      local run = run_of(ARGV[i + 2])
+      redis.call('ZADD', p.keys .. n, score, run_marker(run, rest))
       if run ~= '' and REGISTRY then
         redis.call('SADD', p.run .. run, t .. ':' .. n .. ':' .. rest)
       end
