@@ -537,7 +537,9 @@ def server_versions(urls: dict[str, str]) -> dict[str, str]:
     for kind in REDIS_KINDS:
         client = redis.Redis.from_url(urls[kind], protocol=2)
         info = client.info("server")
-        versions[kind] = str(info.get("valkey_version") or info["redis_version"])
+        allocator = str(client.info("memory").get("mem_allocator", "?"))
+        version = str(info.get("valkey_version") or info["redis_version"])
+        versions[kind] = f"{version} ({'libc malloc' if allocator == 'libc' else allocator})"
         client.close()
     with psycopg.connect(urls[POSTGRES_KIND]) as conn:
         row = conn.execute("SHOW server_version").fetchone()
@@ -797,7 +799,29 @@ async def bench_ops(
     return rows
 
 
-def render_ops(rows: list[dict[str, Any]], s: Settings, trace: dict[str, int]) -> str:
+def allocator_note(servers: dict[str, str]) -> str:
+    """Why delete_thread differs between servers: it frees memory, so the allocator counts."""
+    libc = [kind for kind, version in servers.items() if "libc malloc" in version]
+    if not libc:
+        return ""
+    others = [k for k, v in servers.items() if k in REDIS_KINDS and "libc malloc" not in v]
+    return (
+        f" `delete_thread` frees every key of the thread on the server, so its time depends "
+        f"on the server's memory allocator: {spoken(libc)} here "
+        f"{'is a build' if len(libc) == 1 else 'are builds'} with libc malloc (the PyPI "
+        "wheels the test harness provisions), where freeing costs more than under the "
+        "jemalloc of a packaged Redis" + (f" ({spoken(others)} here)." if others else ".")
+    )
+
+
+def spoken(names: Sequence[str]) -> str:
+    """ "a", "a and b", "a, b and c"."""
+    return " and ".join([", ".join(names[:-1]), names[-1]]) if len(names) > 1 else "".join(names)
+
+
+def render_ops(
+    rows: list[dict[str, Any]], s: Settings, trace: dict[str, int], servers: dict[str, str]
+) -> str:
     parts = [
         f"## 2. Per-op latency\n\nMedian µs; in brackets the ratio to unwrapped PostgresSaver "
         f"in the same style (target < {TARGET_OPS:.0f}× for ours unwrapped), then a table of "
@@ -805,7 +829,8 @@ def render_ops(rows: list[dict[str, Any]], s: Settings, trace: dict[str, int]) -
         f"({trace['puts']} checkpoints, {trace['put_writes']} put_writes) is replayed into "
         f"{s.op_threads} threads per saver; reads: {s.op_calls} calls on one of them. A wrapped "
         f"saver stores the thread's messages cut to its window ({WINDOW_MIN}–{WINDOW_MAX}), so "
-        "its puts write and its reads load less than the unwrapped saver's.",
+        "its puts write and its reads load less than the unwrapped saver's."
+        + allocator_note(servers),
         "![per-op latency](ops.png)",
     ]
     for style in ("sync", "async"):
@@ -1593,7 +1618,7 @@ def render(results: dict[str, Any], s: Settings) -> str:
         head,
         "## Targets\n\n" + table(["target", "worst ratio", "where", "met"], summary_rows),
         render_chat(results["chat"], s) + "\n\n" + render_v010_chat(results["v010"]),
-        render_ops(results["ops"], s, results["trace"]),
+        render_ops(results["ops"], s, results["trace"], env["servers"]),
         render_round_trips(results["round_trips"]),
         render_bytes(results["bytes"], results["v010"], s),
         render_v010(results["v010"], results["bytes"], s),
