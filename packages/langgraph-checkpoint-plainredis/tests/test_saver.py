@@ -222,20 +222,6 @@ async def test_channel_in_new_versions_but_not_in_values_reads_back_absent(saver
     assert (await saver.aget_tuple(c2)).checkpoint["channel_values"] == {"x": None}
 
 
-async def test_an_absent_channel_stores_no_blob(saver: Any, client: Any, prefix: str) -> None:
-    """A channel absent at a new version gets no key; putting a version absent again
-    removes a value stored there (as InMemorySaver overwrites it with "empty")."""
-    tk = KeySpace(prefix).thread("absent")
-    c = await put(saver, "absent", {"x": 1}, {"x": "1", "gone": "1"}, cid="000001")
-    assert client.exists(tk.blob("", "x", "1")) == 1
-    assert client.exists(tk.blob("", "gone", "1")) == 0
-    assert b"bgone:1" not in client.zrange(tk.keys(""), 0, -1)
-    await put(saver, "absent", {}, {"x": "1", "gone": "1"}, cid="000001")
-    assert (await saver.aget_tuple(c)).checkpoint["channel_values"] == {}
-    assert client.exists(tk.blob("", "x", "1")) == 0
-    assert [m for m in client.zrange(tk.keys(""), 0, -1) if m.startswith(b"b")] == []
-
-
 # -- keys ------------------------------------------------------------------------------
 
 WEIRD = [
