@@ -147,6 +147,30 @@ def test_a_list_reply_carries_each_blob_once(redis_url: str, prefix: str) -> Non
     saver.close()
 
 
+def test_a_list_reply_looks_for_a_missing_blob_once(redis_url: str, prefix: str) -> None:
+    """Checkpoints sharing a version at which a channel is absent (no key): one list reply
+    checks that key's type once, however many of its checkpoints reference it."""
+    saver = RedisSaver(redis_url, prefix=prefix)
+    admin = redis.Redis.from_url(redis_url, protocol=2)
+    types = []
+    for thread, length in (("short", 2), ("long", 8)):
+        parent: str | None = None
+        for step in range(length):
+            cp = empty_checkpoint()
+            cp["id"] = f"{step:06d}"
+            cp["channel_values"] = {"m": step}
+            cp["channel_versions"] = {"m": step + 1, "gone": 1}
+            new = {"m": step + 1, "gone": 1} if step == 0 else {"m": step + 1}
+            c = saver.put(cfg(thread, parent), cp, {}, new)
+            parent = c["configurable"]["checkpoint_id"]
+        before = command_calls(admin).get("type", 0)
+        assert len(list(saver.list(cfg(thread), limit=10))) == length
+        types.append(command_calls(admin)["type"] - before)
+    assert types[0] == types[1]
+    saver.close()
+    admin.close()
+
+
 def command_calls(client: redis.Redis) -> dict[str, int]:
     """Calls per command since the server started (scripts' own commands included)."""
     return {k[len("cmdstat_") :]: int(v["calls"]) for k, v in client.info("commandstats").items()}

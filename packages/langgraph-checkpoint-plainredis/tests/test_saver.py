@@ -222,6 +222,32 @@ async def test_channel_in_new_versions_but_not_in_values_reads_back_absent(saver
     assert (await saver.aget_tuple(c2)).checkpoint["channel_values"] == {"x": None}
 
 
+async def test_an_absent_channel_stores_no_blob(saver: Any, client: Any, prefix: str) -> None:
+    """A channel absent at a new version gets no key, only its entry in the key index;
+    putting a version absent again removes a value stored there (as InMemorySaver
+    overwrites it with "empty")."""
+    tk = KeySpace(prefix).thread("absent")
+    c = await put(saver, "absent", {"x": 1}, {"x": "1", "gone": "1"}, cid="000001")
+    assert client.exists(tk.blob("", "x", "1")) == 1
+    assert client.exists(tk.blob("", "gone", "1")) == 0
+    await put(saver, "absent", {}, {"x": "1", "gone": "1"}, cid="000001")
+    assert (await saver.aget_tuple(c)).checkpoint["channel_values"] == {}
+    assert client.exists(tk.blob("", "x", "1")) == 0
+    index = client.zrange(tk.keys(""), 0, -1)
+    assert {m for m in index if m.startswith(b"b")} == {b"bx:1", b"bgone:1"}
+
+
+async def test_copy_thread_carries_an_absent_version_over_a_value(saver: Any) -> None:
+    """Copying a thread where a channel is absent at a version onto a thread holding a
+    value at that same version leaves it absent there: the copy of an "empty" blob
+    replaces the value in InMemorySaver's dicts (test_parity's reference copies them)."""
+    await put(saver, "target", {"x": 1}, {"x": "1"}, cid="000001")
+    await put(saver, "source", {}, {"x": "1"}, cid="000001")
+    await saver.acopy_thread("source", "target")
+    got = await saver.aget_tuple(cfg("target", cid="000001"))
+    assert got.checkpoint["channel_values"] == {}
+
+
 # -- keys ------------------------------------------------------------------------------
 
 WEIRD = [

@@ -131,6 +131,12 @@ def translate_error(error: Exception, prefix: str) -> PlainRedisError | None:
     return None
 
 
+# A blob value in a put script call meaning "the channel is absent at this version": the
+# script deletes any value stored there and writes no key. (A value of b"" means "only
+# refresh its TTL"; an encoded blob is never empty and never starts with a NUL byte.)
+ABSENT = b"\x00"
+
+
 def _configurable(config: RunnableConfig | None, what: str) -> Mapping[str, Any]:
     if not isinstance(config, Mapping):
         raise TypeError(
@@ -349,8 +355,11 @@ class SaverCore:
 
         written: dict[str, bytes] = {}
         for channel, version in new_versions.items():
-            typed = self.serde.dumps_typed(values[channel]) if channel in values else ("empty", b"")
-            written[blob_suffix(channel, version)] = encode_blob(typed, self.compress)
+            if channel in values:
+                typed = self.serde.dumps_typed(values[channel])
+                written[blob_suffix(channel, version)] = encode_blob(typed, self.compress)
+            else:  # absent at this version: no key, which reads back as absent
+                written[blob_suffix(channel, version)] = ABSENT
         refs = [blob_suffix(ch, v) for ch, v in checkpoint["channel_versions"].items()]
         payload = encode_checkpoint(
             parent_id,

@@ -13,7 +13,8 @@ checkpoint id, ``CH`` = escaped channel, ``V`` = channel version tag)::
     {prefix}:threads           zset    registry of threads, score = expires-at ms
 
 Members of the key index ``keys``: ``cC`` (checkpoint ``C``), ``wC`` (its writes hash),
-``bCH:V`` (a blob) and ``rR:C``, a run marker: checkpoint ``C`` was written by run ``R``
+``bCH:V`` (a blob; when no such key exists, the channel is absent at that version) and
+``rR:C``, a run marker: checkpoint ``C`` was written by run ``R``
 (escaped; empty for none), so deleting a thread finds its run sets without reading any
 checkpoint. `ThreadKeys.indexed_key` turns a member into its key.
 

@@ -24,7 +24,7 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from ._codec import encode_blob, encode_checkpoint
-from ._core import VERSION_DIGITS, _b, _now_ms, _s
+from ._core import ABSENT, VERSION_DIGITS, _b, _now_ms, _s
 from ._errors import CorruptDataError
 from ._keys import LegacyKeys, blob_suffix, escape
 from ._sync import RedisSaver
@@ -150,7 +150,10 @@ def _migrate_timeline(
             blob = _unwrap(client.get(blob_key), blob_key)
             old_keys.append(blob_key)
             if blob is not None:
-                written[blob_suffix(channel, _version(version))] = encode_blob(blob)
+                absent = blob[0] == "empty"  # stored as no key, as the savers do
+                written[blob_suffix(channel, _version(version))] = (
+                    ABSENT if absent else encode_blob(blob)
+                )
         refs = [blob_suffix(ch, v) for ch, v in checkpoint["channel_versions"].items()]
         run_id = metadata.get("run_id")
         payload = encode_checkpoint(

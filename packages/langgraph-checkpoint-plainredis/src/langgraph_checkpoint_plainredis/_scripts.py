@@ -117,8 +117,9 @@ end
 
 -- Reads one checkpoint: {id, payload, writes, blob values in ref order}. With `sent` (a
 -- table shared by the entries of one reply), a blob an earlier entry of the reply already
--- carries comes back as '' (never a valid blob value): checkpoints next to each other in a
--- timeline share most of their blobs.
+-- carries comes back as '' (never a valid blob value), one it found missing as nil again
+-- without another look: checkpoints next to each other in a timeline share most of their
+-- blobs. A missing blob is an absent channel.
 local function read_entry(n, cid, payload, wr_prefix, blob_prefix, sent)
   local writes, err = get_hash(wr_prefix .. n .. ':' .. cid)
   if err then return nil, err end
@@ -128,7 +129,9 @@ local function read_entry(n, cid, payload, wr_prefix, blob_prefix, sent)
     local keys, wanted = {}, {}
     for i, r in ipairs(refs) do
       keys[i] = blob_prefix .. n .. ':' .. r
-      if sent and sent[keys[i]] then values[i] = ''
+      local known = sent and sent[keys[i]]
+      if known == 'absent' then values[i] = false
+      elseif known then values[i] = ''
       else wanted[#wanted + 1] = i end
     end
     if #wanted > 0 then
@@ -143,6 +146,7 @@ local function read_entry(n, cid, payload, wr_prefix, blob_prefix, sent)
         else
           local t = redis.call('TYPE', keys[i])['ok']
           if t ~= 'none' then return nil, wrongtype(keys[i], t, 'string') end
+          if sent then sent[keys[i]] = 'absent' end
         end
       end
     end
@@ -326,8 +330,8 @@ PUT = r"""
 -- KEYS: cp, idx, keys, ns, blob keys..., [run], [registry]
 -- ARGV: cid, payload, ttl_ms, score, now_ms, N, T, run member, has_run, n_blobs,
 --       wr_prefix, cp_prefix, blob_prefix, has_registry, escaped run, run prefix, then per
---       blob: suffix, value ('' = refresh only). A cluster client passes neither run nor
---       registry, and gets back the run-set removal it must make.
+--       blob: suffix, value ('' = refresh only, NUL = absent: no key). A cluster client
+--       passes neither run nor registry, and gets back the run-set removal it must make.
 local cid, payload, ttl, score, now = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4], ARGV[5]
 local n, t, has_run, nb = ARGV[6], ARGV[7], ARGV[9] == '1', tonumber(ARGV[10])
 local run_key = nil
@@ -350,13 +354,18 @@ if run_key then
 end
 for i = 1, nb do
   local key, suffix, value = KEYS[4 + i], ARGV[15 + 2 * i], ARGV[16 + 2 * i]
-  if value ~= '' then
+  if value == '' then
+    if ttl > 0 then redis.call('PEXPIRE', key, ttl) end
+    redis.call('ZADD', KEYS[3], 'XX', score, 'b' .. suffix)
+  elseif value == '\0' then
+    -- Absent at this version: an index member without a key (a missing blob reads back
+    -- as absent), which copy_thread carries over as "absent here".
+    redis.call('DEL', key)
+    redis.call('ZADD', KEYS[3], score, 'b' .. suffix)
+  else
     if ttl > 0 then redis.call('SET', key, value, 'PX', ttl)
     else redis.call('SET', key, value) end
     redis.call('ZADD', KEYS[3], score, 'b' .. suffix)
-  else
-    if ttl > 0 then redis.call('PEXPIRE', key, ttl) end
-    redis.call('ZADD', KEYS[3], 'XX', score, 'b' .. suffix)
   end
 end
 -- Overwriting a checkpoint another run wrote: that run no longer owns it.
@@ -596,7 +605,8 @@ return outcome()
 
 EXPORT_THREAD = r"""
 -- KEYS: ns; ARGV: cp_prefix, wr_prefix, blob_prefix, keys_prefix
--- Returns per namespace {N, {member, value}...}; a writes value is the flat HGETALL.
+-- Returns per namespace {N, {member, value}...}; a writes value is the flat HGETALL, a
+-- blob value '' means the channel is absent at that version (no key).
 local err = check(KEYS[1], 'zset')
 if err then return err end
 local out = {}
@@ -607,7 +617,9 @@ for _, n in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do
     local value
     if kind == 'c' then value = get_string(ARGV[1] .. n .. ':' .. rest)
     elseif kind == 'w' then value = get_hash(ARGV[2] .. n .. ':' .. rest)
-    elseif kind == 'b' then value = get_string(ARGV[3] .. n .. ':' .. rest) end
+    elseif kind == 'b' then
+      value = get_string(ARGV[3] .. n .. ':' .. rest) or ''  -- '': absent at this version
+    end
     if value and (kind ~= 'w' or #value > 0) then
       items[#items + 1] = m
       items[#items + 1] = value
@@ -660,7 +672,8 @@ while i <= #ARGV do
       for j = i + 2, i + 1 + nvals, 2 do redis.call('HSET', key, ARGV[j], ARGV[j + 1]) end
     else
       key = p.blob .. n .. ':' .. rest
-      redis.call('SET', key, ARGV[i + 2])
+      if ARGV[i + 2] == '' then redis.call('DEL', key)  -- absent at this version
+      else redis.call('SET', key, ARGV[i + 2]) end
     end
     if ttl > 0 then redis.call('PEXPIRE', key, ttl) end
     redis.call('ZADD', p.keys .. n, score, m)
