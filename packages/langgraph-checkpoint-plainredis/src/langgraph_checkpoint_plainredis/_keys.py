@@ -30,6 +30,7 @@ knows the separator, and it follows the layout above.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 __all__ = [
@@ -50,7 +51,8 @@ SEP = ":"
 # Characters that would make a key ambiguous (":"), move the cluster hash tag
 # ("{", "}"), act as glob metacharacters in SCAN MATCH ("*?[]\\"), or start an
 # escape ("%"). Control characters and space are escaped to keep keys printable.
-_SPECIAL = frozenset("%:{}*?[]\\") | frozenset(chr(i) for i in range(0x21)) | {"\x7f"}
+_SPECIAL = re.compile(r"[%:{}*?\[\]\\\x00-\x20\x7f]")
+_ESCAPES = {i: f"%{i:02X}" for i in range(0x80) if _SPECIAL.match(chr(i))}
 # An escaped string never holds a lone "%", so it can stand for the empty thread id
 # inside the hash tag, where "{}" would make Redis hash the whole key instead.
 EMPTY_THREAD_TAG = "%"
@@ -61,9 +63,9 @@ def escape(value: str) -> str:
 
     Non-ASCII text is kept as is; the result is reversible with `unescape`.
     """
-    if not any(ch in _SPECIAL for ch in value):
+    if _SPECIAL.search(value) is None:  # the common case: ids and names as they are
         return value
-    return "".join(f"%{ord(ch):02X}" if ch in _SPECIAL else ch for ch in value)
+    return value.translate(_ESCAPES)
 
 
 def unescape(value: str) -> str:
