@@ -27,6 +27,21 @@ def test_escape_round_trips_and_hides_separators(value: str) -> None:
     assert not set(escaped) & set(":{}*?[]\\ \n\t")
 
 
+# Stored keys depend on exactly which characters are escaped: this set is part of the layout.
+LAYOUT_ESCAPED = set("%:{}*?[]\\") | {chr(i) for i in range(0x21)} | {"\x7f"}
+
+
+def test_escape_rewrites_exactly_the_layout_characters() -> None:
+    for code in range(0x3_0000):
+        if 0xD800 <= code <= 0xDFFF:  # lone surrogates are not text
+            continue
+        ch = chr(code)
+        value = f"a{ch}b"
+        expected = f"a%{code:02X}b" if ch in LAYOUT_ESCAPED else value
+        assert escape(value) == expected, hex(code)
+        assert unescape(expected) == value
+
+
 @given(text, text, text, text)
 def test_different_thread_and_namespace_never_share_a_key(
     t1: str, n1: str, t2: str, n2: str
