@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import copy
 import gc
 import json
@@ -592,6 +593,44 @@ def loopback_round_trips(urls: dict[str, str]) -> dict[str, dict[str, float]]:
         select = _median_us(lambda: conn.execute("SELECT 1"), PINGS)
         rtts[POSTGRES_KIND] = {"psycopg SELECT 1": select}
     return rtts
+
+
+def pinned_round_trips(url: str) -> dict[str, float]:
+    """Raw `PING` µs with this process and the server pinned to the same CPU, then to two.
+
+    The scheduler decides where a server runs, and moves it, which is why the round trips
+    above differ between kinds and runs. Empty on one CPU, without CPU pinning, or when
+    the server is not a local process this user may pin.
+    """
+    allowed = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else set()
+    if len(allowed) < 2 or urlsplit(url).hostname not in ("127.0.0.1", "localhost"):
+        return {}
+    client = redis.Redis.from_url(url, protocol=2)
+    try:
+        pid = int(client.info("server")["process_id"])
+    finally:
+        client.close()
+    try:
+        server_cpus = os.sched_getaffinity(pid)
+    except OSError:
+        return {}
+    first, second = sorted(allowed)[:2]
+    out: dict[str, float] = {}
+    try:
+        for label, server_cpu in (("same CPU", first), ("two CPUs", second)):
+            os.sched_setaffinity(pid, {server_cpu})
+            os.sched_setaffinity(0, {first})
+            rtt = socket_ping_us(url)
+            if rtt is None:
+                return {}
+            out[label] = rtt
+    except OSError:
+        return {}
+    finally:
+        os.sched_setaffinity(0, allowed)
+        with contextlib.suppress(OSError):
+            os.sched_setaffinity(pid, server_cpus)
+    return out
 
 
 def baseline(subjects: list[Subject], family: str, style: str) -> Subject:
@@ -1590,6 +1629,19 @@ def met(value: bool | None) -> str:
     return "no target" if value is None else "yes" if value else "**no**"
 
 
+def render_pinned(env: dict[str, Any]) -> str:
+    pinned = env.get("pinned_us") or {}
+    if len(pinned) < 2:
+        return ""
+    return (
+        f"\n\nThe same raw `PING` to {SCALE_KIND}, with this process and the server pinned: "
+        f"{us(pinned['same CPU'])} µs when both run on one CPU, {us(pinned['two CPUs'])} µs "
+        "when the server has to be woken on another. The scheduler places and moves the "
+        "servers, so the round trips above vary between kinds and between runs, and with "
+        "them every latency that includes one."
+    )
+
+
 def render(results: dict[str, Any], s: Settings) -> str:
     env = results["environment"]
     versions = ", ".join(f"{k} {v}" for k, v in env["servers"].items())
@@ -1609,7 +1661,7 @@ def render(results: dict[str, Any], s: Settings) -> str:
         f"after); {results['seconds']:.0f}s. Other processes share the machine: savers are "
         "timed alternately, call by call, so that load hits them alike.\n\n"
         f"Loopback round trip to each server, median of {PINGS} (an op of ours is one round "
-        "trip, section 3a, so the ratios below move with it):\n\n" + rtts
+        "trip, section 3a, so the ratios below move with it):\n\n" + rtts + render_pinned(env)
     )
     summary_rows = [
         [t["target"], ratio(t["worst"]), t["where"], met(t["met"])] for t in results["targets"]
@@ -1631,6 +1683,7 @@ async def bench(urls: dict[str, str], s: Settings, run: str, tmp: Path) -> dict[
     results: dict[str, Any] = {}
     progress(f"loopback round trips: {PINGS} of each")
     results["loopback_us"] = loopback_round_trips(urls)
+    results["pinned_us"] = pinned_round_trips(urls[SCALE_KIND])
     progress(f"recording a {s.op_turns}-turn chat thread")
     trace = record_trace(s.op_turns)
     async with AsyncExitStack() as stack:
@@ -1693,6 +1746,7 @@ def main() -> None:
                 "load_after": os.getloadavg(),
                 "servers": server_versions(urls),
                 "loopback_us": results.pop("loopback_us"),
+                "pinned_us": results.pop("pinned_us"),
             },
         )
         results["targets"] = targets(results)
