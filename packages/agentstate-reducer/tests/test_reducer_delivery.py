@@ -13,6 +13,8 @@ import pytest
 from reducer_helpers import Recorder, conversation, eventually
 
 from agentstate_reducer import (
+    AsyncBackground,
+    AsyncDeliveryLedger,
     DeliveryLedger,
     InMemoryLedger,
     MessageReducer,
@@ -276,6 +278,97 @@ async def test_sync_reduce_inside_a_loop_schedules_a_coroutine_hook() -> None:
     await eventually(lambda: "mark" in ledger.calls)
     assert seen == [3] and ledger.calls[-1] == "mark"
     assert reducer.deliver(conversation(1, calls=0), None).hooks[0].skipped
+
+
+class LoopLedger(DictLedger):
+    """A ledger with an event-loop side: under `adeliver` its blocking pair must stay idle."""
+
+    loop_calls: list[str]
+
+    def __init__(self, *, broken: bool = False) -> None:
+        super().__init__()
+        self.loop_calls = []
+        self.broken = broken
+
+    def seen(self, hook_key: str, namespace: Any, message_ids: Sequence[str]) -> set[str]:
+        if asyncio_loop_running():
+            raise AssertionError("seen() ran on the event loop")
+        return super().seen(hook_key, namespace, message_ids)
+
+    def mark(self, hook_key: str, namespace: Any, message_ids: Sequence[str]) -> None:
+        if asyncio_loop_running():
+            raise AssertionError("mark() ran on the event loop")
+        super().mark(hook_key, namespace, message_ids)
+
+    async def aseen(self, hook_key: str, namespace: Any, message_ids: Sequence[str]) -> set[str]:
+        await asyncio.sleep(0)
+        self.loop_calls.append("aseen")
+        if self.broken:
+            raise ConnectionError("ledger down")
+        return {i for i in message_ids if (hook_key, namespace, i) in self.rows}
+
+    async def amark(self, hook_key: str, namespace: Any, message_ids: Sequence[str]) -> None:
+        await asyncio.sleep(0)
+        self.loop_calls.append("amark")
+        self.rows.update((hook_key, namespace, i) for i in message_ids)
+
+
+def asyncio_loop_running() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
+
+
+async def test_adeliver_awaits_an_async_ledger_and_never_calls_its_blocking_side() -> None:
+    ledger = LoopLedger()
+    assert isinstance(ledger, AsyncDeliveryLedger) and isinstance(ledger, DeliveryLedger)
+    plain, got = Recorder(), []
+
+    async def coroutine_hook(pruned: list[Any], namespace: Any) -> None:
+        got.extend(message_identity(m) for m in pruned)
+
+    async with AsyncBackground(Recorder(), name="bg") as background:
+        reducer = reducer_with(plain, coroutine_hook, background, ledger=ledger)
+        report = await reducer.adeliver(conversation(1, calls=0), "ns")
+        await background.aflush()
+    assert [h.delivered for h in report.hooks[:2]] == [("sys", "h0", "b0")] * 2
+    assert report.hooks[2].queued == ("sys", "h0", "b0")
+    assert ledger.calls == [] and ledger.loop_calls.count("aseen") == 3
+    assert ledger.loop_calls.count("amark") == 3 and len(ledger.rows) == 9
+    again = await reducer.adeliver(conversation(1, calls=0), "ns")
+    assert all(h.skipped == ("sys", "h0", "b0") for h in again.hooks)
+    # The blocking side still serves `deliver`, off the loop.
+    blocking = await asyncio.to_thread(reducer.deliver, conversation(1, calls=0), "ns")
+    assert all(h.skipped == ("sys", "h0", "b0") for h in blocking.hooks)
+    assert ledger.calls == ["seen", "seen", "seen"]
+
+
+async def test_sync_deliver_on_the_loop_runs_as_a_task_with_an_async_ledger() -> None:
+    ledger, seen = LoopLedger(), []
+
+    async def remember(pruned: list[Any], namespace: Any) -> None:
+        seen.append(len(pruned))
+
+    # LangGraph calls channel reducers synchronously, also on the event loop's thread:
+    # with a ledger that can be awaited, the delivery becomes a task there.
+    reducer = reducer_with(remember, ledger=ledger)
+    report = reducer.deliver(conversation(1, calls=0), None)
+    assert report.hooks[0].queued == ("sys", "h0", "b0") and ledger.loop_calls == []
+    await eventually(lambda: "amark" in ledger.loop_calls)
+    assert seen == [3] and ledger.loop_calls == ["aseen", "amark"] and ledger.calls == []
+    assert (await reducer.adeliver(conversation(1, calls=0), None)).hooks[0].skipped
+
+
+async def test_an_async_ledger_that_cannot_answer_counts_as_a_failure_and_is_retried() -> None:
+    ledger, hook = LoopLedger(broken=True), Recorder()
+    reducer = reducer_with(hook, ledger=ledger)
+    report = await reducer.adeliver(conversation(1, calls=0), "ns")
+    assert report.hooks[0].failed == ("sys", "h0", "b0") and hook.calls == []
+    ledger.broken = False
+    assert (await reducer.adeliver([], "ns")).hooks[0].delivered == ("sys", "h0", "b0")
+    assert ledger.calls == [] and ledger.loop_calls == ["aseen", "aseen", "amark"]
 
 
 def test_message_identity_is_the_id_or_a_process_stable_hash() -> None:

@@ -13,7 +13,7 @@ from ._config import (
     SummaryMessageFactory,
     TokenCounter,
 )
-from ._ledger import DeliveryLedger, InMemoryLedger
+from ._ledger import AsyncDeliveryLedger, DeliveryLedger, InMemoryLedger
 from ._messages import message_identity
 from ._reducer import MessageReducer
 from ._report import DeliveryReport, HookReport
@@ -23,6 +23,7 @@ from ._tokens import resolve_token_counter
 __all__ = [
     "DEFAULT_NAMESPACE_KEY",
     "AsyncBackground",
+    "AsyncDeliveryLedger",
     "Background",
     "DeliveryLedger",
     "DeliveryReport",

@@ -17,8 +17,10 @@ from ._delivery import hook_key
 
 logger = logging.getLogger("agentstate_reducer")
 
-Done = Callable[[BaseException | None], None]
-"""Called once a batch settles: with None after the hook returned, else with the error."""
+Done = Callable[[BaseException | None], object]
+"""Called once a batch settles: with None after the hook returned, else with the error.
+
+What it returns is ignored, except that `AsyncBackground` awaits an awaitable."""
 
 
 class BatchDropped(RuntimeError):
@@ -31,13 +33,15 @@ def _check_sizes(owner: str, workers: object, max_pending: object) -> None:
             raise ValueError(f"{owner}({label}={value!r}) must be an int >= 1")
 
 
-def _settle(done: Done | None, error: BaseException | None) -> None:
+def _settle(done: Done | None, error: BaseException | None) -> Any:
+    """Calls `done`; returns what it returned (an awaitable from an async `done`)."""
     if done is None:
-        return
+        return None
     try:
-        done(error)
+        return done(error)
     except Exception:
         logger.exception("delivery bookkeeping failed after a background hook")
+        return None
 
 
 _live: weakref.WeakSet[Background] = weakref.WeakSet()
@@ -355,4 +359,9 @@ class AsyncBackground:
         finally:
             with self._lock:
                 self._unsettled -= 1
-            _settle(done, error)
+            pending = _settle(done, error)
+            if inspect.isawaitable(pending):
+                try:
+                    await pending
+                except Exception:
+                    logger.exception("delivery bookkeeping failed after a background hook")

@@ -10,7 +10,7 @@ import functools
 import logging
 import threading
 from collections import OrderedDict
-from collections.abc import Hashable, Sequence
+from collections.abc import Generator, Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -48,6 +48,24 @@ def hook_keys(hooks: Sequence[object]) -> list[str]:
         counts[key] = counts.get(key, 0) + 1
         keys.append(key if counts[key] == 1 else f"{key}#{counts[key]}")
     return keys
+
+
+@dataclass(frozen=True)
+class Lookup:
+    """A question for the ledger: which of `ids` has hook `key` had in `namespace`?"""
+
+    key: str
+    namespace: Any
+    ids: list[str]
+
+
+def _unrecorded(job: Job, error: Exception) -> None:
+    logger.error(
+        "delivery ledger could not record %d messages for hook %s; they may be delivered again",
+        len(job.ids),
+        job.key,
+        exc_info=error,
+    )
 
 
 @dataclass
@@ -120,6 +138,42 @@ class Dispatcher:
         self, hooks: Sequence[RememberFn], pruned: Sequence[Any], namespace: Any, dedupe: bool
     ) -> tuple[list[Job], ReportBuilder]:
         """Claim what each hook still needs, retries first; return the jobs to run."""
+        steps = self._prepare(hooks, pruned, namespace, dedupe)
+        answer: set[str] | Exception | None = None
+        while True:
+            try:
+                lookup = steps.send(answer)
+            except StopIteration as stop:
+                return stop.value  # type: ignore[no-any-return]
+            try:
+                answer = self.ledger.seen(lookup.key, lookup.namespace, lookup.ids)
+            except Exception as exc:  # the ledger is the user's: any failure is a miss
+                answer = exc
+
+    async def aprepare(
+        self, hooks: Sequence[RememberFn], pruned: Sequence[Any], namespace: Any, dedupe: bool
+    ) -> tuple[list[Job], ReportBuilder]:
+        """`prepare` on an event loop: awaits the ledger's `aseen` when it has one."""
+        aseen = getattr(self.ledger, "aseen", None)
+        steps = self._prepare(hooks, pruned, namespace, dedupe)
+        answer: set[str] | Exception | None = None
+        while True:
+            try:
+                lookup = steps.send(answer)
+            except StopIteration as stop:
+                return stop.value  # type: ignore[no-any-return]
+            try:
+                if aseen is not None:
+                    answer = await aseen(lookup.key, lookup.namespace, lookup.ids)
+                else:
+                    answer = self.ledger.seen(lookup.key, lookup.namespace, lookup.ids)
+            except Exception as exc:
+                answer = exc
+
+    def _prepare(
+        self, hooks: Sequence[RememberFn], pruned: Sequence[Any], namespace: Any, dedupe: bool
+    ) -> Generator[Lookup, set[str] | Exception | None, tuple[list[Job], ReportBuilder]]:
+        """The I/O-free part of `prepare`: yields each ledger lookup, gets its answer back."""
         keys = hook_keys(hooks)
         report = ReportBuilder(keys)
         fresh: OrderedDict[str, Any] = OrderedDict()
@@ -141,7 +195,7 @@ class Dispatcher:
             for batch_ns, (batch_namespace, messages) in batches.items():
                 ids = list(messages)
                 if ids and dedupe:
-                    ids = self._claim(key, batch_ns, batch_namespace, messages, report)
+                    ids = yield from self._claim(key, batch_ns, batch_namespace, messages, report)
                 if ids:
                     batch = [messages[i] for i in ids]
                     jobs.append(Job(hook, key, batch_namespace, batch, ids, dedupe))
@@ -152,13 +206,24 @@ class Dispatcher:
         if error is None and job.dedupe:
             try:
                 self.ledger.mark(job.key, job.namespace, job.ids)
-            except Exception:
-                logger.exception(
-                    "delivery ledger could not record %d messages for hook %s; they may be "
-                    "delivered again",
-                    len(job.ids),
-                    job.key,
-                )
+            except Exception as exc:
+                _unrecorded(job, exc)
+        self._settle(job, error)
+
+    async def afinish(self, job: Job, error: BaseException | None) -> None:
+        """`finish` on an event loop: awaits the ledger's `amark` when it has one."""
+        if error is None and job.dedupe:
+            amark = getattr(self.ledger, "amark", None)
+            try:
+                if amark is not None:
+                    await amark(job.key, job.namespace, job.ids)
+                else:
+                    self.ledger.mark(job.key, job.namespace, job.ids)
+            except Exception as exc:
+                _unrecorded(job, exc)
+        self._settle(job, error)
+
+    def _settle(self, job: Job, error: BaseException | None) -> None:
         ns = namespace_key(job.namespace)
         with self._lock:
             if job.dedupe:
@@ -173,7 +238,7 @@ class Dispatcher:
         namespace: Any,
         messages: OrderedDict[str, Any],
         report: ReportBuilder,
-    ) -> list[str]:
+    ) -> Generator[Lookup, set[str] | Exception | None, list[str]]:
         # Claim before asking the ledger: a concurrent delivery of the same messages then
         # either sees the claim or, once released, sees the ledger entry.
         with self._lock:
@@ -183,20 +248,22 @@ class Dispatcher:
         report.add(key, "skipped", [i for i in messages if i not in taken])
         if not claimed:
             return []
-        try:
-            seen = self.ledger.seen(key, namespace, claimed)
-        except Exception:
-            logger.exception("delivery ledger lookup failed for hook %s; will retry", key)
+        seen = yield Lookup(key, namespace, claimed)
+        if isinstance(seen, Exception):
+            logger.error(
+                "delivery ledger lookup failed for hook %s; will retry", key, exc_info=seen
+            )
             report.add(key, "failed", claimed)
             with self._lock:
                 self._in_flight.difference_update((key, ns, i) for i in claimed)
                 self._keep(key, ns, namespace, claimed, [messages[i] for i in claimed])
             return []
-        if seen:
+        found = seen or set()
+        if found:
             with self._lock:
-                self._in_flight.difference_update((key, ns, i) for i in seen)
-            report.add(key, "skipped", [i for i in claimed if i in seen])
-        return [i for i in claimed if i not in seen]
+                self._in_flight.difference_update((key, ns, i) for i in found)
+            report.add(key, "skipped", [i for i in claimed if i in found])
+        return [i for i in claimed if i not in found]
 
     def _take_retries(self, key: str) -> OrderedDict[Hashable, _Batch]:
         with self._lock:

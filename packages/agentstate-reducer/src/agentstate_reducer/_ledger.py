@@ -27,6 +27,24 @@ class DeliveryLedger(Protocol):
         ...
 
 
+@runtime_checkable
+class AsyncDeliveryLedger(Protocol):
+    """A ledger's event-loop side: `adeliver` awaits these instead of blocking the loop.
+
+    A `DeliveryLedger` that keeps its records over the network (a database, Redis) should
+    also have them; without them `adeliver` calls `seen` and `mark` inline. Worker threads
+    (`Background` hooks) keep calling the blocking pair.
+    """
+
+    async def aseen(self, hook_key: str, namespace: Any, message_ids: Sequence[str]) -> set[str]:
+        """Return the subset of `message_ids` already delivered to `hook_key` in `namespace`."""
+        ...
+
+    async def amark(self, hook_key: str, namespace: Any, message_ids: Sequence[str]) -> None:
+        """Record `message_ids` as delivered to `hook_key` in `namespace`."""
+        ...
+
+
 def namespace_key(namespace: Any) -> Hashable:
     """Return a hashable stand-in for `namespace` (lists and dicts are not hashable)."""
     try:

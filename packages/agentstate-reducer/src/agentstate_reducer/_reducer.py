@@ -13,10 +13,10 @@ from typing import Any
 from ._background import AsyncBackground, Background, BatchDropped
 from ._config import ReducerConfig, ReducerResult
 from ._cut import Cut, plan_cut
-from ._delivery import Dispatcher, Job, ReportBuilder
-from ._ledger import DeliveryLedger, InMemoryLedger
+from ._delivery import Dispatcher, Job, ReportBuilder, hook_keys
+from ._ledger import AsyncDeliveryLedger, DeliveryLedger, InMemoryLedger
 from ._merge import merge_messages
-from ._messages import is_langchain_message
+from ._messages import is_langchain_message, message_identity
 from ._report import DeliveryReport
 from ._summary import summary_block
 from ._tokens import resolve_token_counter
@@ -140,7 +140,9 @@ class MessageReducer:
         logged and its messages wait for the next delivery. A coroutine hook is awaited
         with `asyncio.run`, or, when an event loop runs in this thread, scheduled on it and
         marked when it finishes. `Background` and `AsyncBackground` hooks mark when their
-        worker finishes.
+        worker finishes. Called on an event loop's thread with a ledger that has an async
+        side (`AsyncDeliveryLedger`), the whole delivery runs as a task on that loop, so
+        the ledger is never asked while the loop waits; every hook then reports `queued`.
 
         Args:
             pruned: Messages that left the window; `[]` only retries.
@@ -149,6 +151,9 @@ class MessageReducer:
         Returns:
             Per hook: delivered, queued, failed and skipped message identities.
         """
+        loop = self._loop_for_ledger()
+        if loop is not None:
+            return self._deliver_on(loop, list(pruned), namespace)
         jobs, report = self._dispatcher.prepare(
             list(self.config.on_prune), list(pruned), namespace, self.config.dedupe_on_prune
         )
@@ -171,8 +176,12 @@ class MessageReducer:
         return report.build()
 
     async def adeliver(self, pruned: Iterable[Any], namespace: Any = None) -> DeliveryReport:
-        """Like `deliver`, awaiting coroutine hooks in turn; plain hooks run inline."""
-        jobs, report = self._dispatcher.prepare(
+        """Like `deliver`, awaiting coroutine hooks in turn; plain hooks run inline.
+
+        A ledger with `aseen` and `amark` (`AsyncDeliveryLedger`) is awaited, so its I/O
+        never blocks the event loop.
+        """
+        jobs, report = await self._dispatcher.aprepare(
             list(self.config.on_prune), list(pruned), namespace, self.config.dedupe_on_prune
         )
         for job in jobs:
@@ -184,9 +193,11 @@ class MessageReducer:
                 if inspect.isawaitable(result):
                     await result
             except Exception as exc:
-                self._failed(job, exc, report)
+                self._log_failure(job, exc)
+                await self._dispatcher.afinish(job, exc)
+                report.add(job.key, "failed", job.ids)
                 continue
-            self._dispatcher.finish(job, None)
+            await self._dispatcher.afinish(job, None)
             report.add(job.key, "delivered", job.ids)
         return report.build()
 
@@ -278,12 +289,44 @@ class MessageReducer:
     def _hand_off(
         self, job: Job, hook: Background | AsyncBackground, report: ReportBuilder
     ) -> None:
-        done = functools.partial(self._dispatcher.finish, job)
+        # Background hooks settle on a worker thread, AsyncBackground ones on their loop.
+        done: Callable[[BaseException | None], Any] = functools.partial(
+            self._dispatcher.afinish
+            if isinstance(hook, AsyncBackground)
+            else self._dispatcher.finish,
+            job,
+        )
         if hook.submit(job.messages, job.namespace, done):
             report.add(job.key, "queued", job.ids)
         else:
             self._dispatcher.finish(job, BatchDropped(f"{hook.name} dropped the batch"))
             report.add(job.key, "failed", job.ids)
+
+    def _loop_for_ledger(self) -> asyncio.AbstractEventLoop | None:
+        """The loop running in this thread, when the ledger has an async side to await."""
+        if not isinstance(self.ledger, AsyncDeliveryLedger):
+            return None
+        try:
+            return asyncio.get_running_loop()
+        except RuntimeError:
+            return None
+
+    def _deliver_on(
+        self, loop: asyncio.AbstractEventLoop, pruned: list[Any], namespace: Any
+    ) -> DeliveryReport:
+        task = loop.create_task(self.adeliver(pruned, namespace))
+        self._tasks.add(task)
+        task.add_done_callback(self._delivered_later)
+        ids = list(dict.fromkeys(message_identity(m) for m in pruned))
+        report = ReportBuilder(hook_keys(self.config.on_prune))
+        for key in report.keys:
+            report.add(key, "queued", ids)
+        return report.build()
+
+    def _delivered_later(self, task: asyncio.Task[Any]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and (error := task.exception()) is not None:
+            logger.error("delivery on the event loop failed", exc_info=error)
 
     def _schedule(self, job: Job, awaitable: Any) -> bool:
         try:
@@ -299,23 +342,25 @@ class MessageReducer:
         self._tasks.discard(task)
         error = asyncio.CancelledError() if task.cancelled() else task.exception()
         if error is not None:
-            logger.warning(
-                "on_prune hook %s failed on %d messages; they wait for the next delivery",
-                job.key,
-                len(job.ids),
-                exc_info=error,
-            )
-        self._dispatcher.finish(job, error)
+            self._log_failure(job, error)
+        # On the loop: record the outcome in a task of its own, never blocking the loop.
+        settle = task.get_loop().create_task(self._dispatcher.afinish(job, error))
+        self._tasks.add(settle)
+        settle.add_done_callback(self._tasks.discard)
 
     def _failed(self, job: Job, error: Exception, report: ReportBuilder) -> None:
+        self._log_failure(job, error)
+        self._dispatcher.finish(job, error)
+        report.add(job.key, "failed", job.ids)
+
+    @staticmethod
+    def _log_failure(job: Job, error: BaseException) -> None:
         logger.warning(
             "on_prune hook %s failed on %d messages; they wait for the next delivery",
             job.key,
             len(job.ids),
             exc_info=error,
         )
-        self._dispatcher.finish(job, error)
-        report.add(job.key, "failed", job.ids)
 
 
 def _listify(value: Any) -> list[Any]:
