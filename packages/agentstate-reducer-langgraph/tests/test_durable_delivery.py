@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import socket
+import threading
 import time
 import uuid
 from collections.abc import Sequence
@@ -421,6 +423,74 @@ async def test_asyncio_inline_and_background(server_url: str, prefix: str) -> No
     assert seen and len(seen) == len(set(seen))
     await async_client.aclose()
     sync_client.close()
+
+
+def unreachable_client() -> redis.Redis:
+    """A blocking client whose server does not exist: any command through it fails."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    return redis.Redis(port=port, protocol=2, socket_connect_timeout=0.2, retry=None)
+
+
+async def test_under_asyncio_the_ledger_and_sinks_never_use_the_blocking_client(
+    server_url: str, client: redis.Redis, prefix: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """With `aclient`, `ainvoke` delivers exactly once without a single blocking command:
+    the ledger's blocking client points at a port where nothing listens."""
+    async_client = aioredis.Redis.from_url(server_url, protocol=2)
+    ledger = RedisDeliveryLedger(unreachable_client(), aclient=async_client, prefix=prefix)
+    sink, writer = Counter(ledger, name="count"), RedisMemoryWriter(ledger)
+    caplog.set_level("WARNING")
+    for mode in ("inline", "background"):
+        saver = ReducingSaver(
+            InMemorySaver(),
+            reducer(ledger, sink, writer),
+            outbox=RedisOutbox(async_client, prefix=prefix),
+            delivery=Delivery(mode, poll_interval=0.05),  # type: ignore[arg-type]
+        )
+        graph = chat_graph(saver)
+        config = {"configurable": {"thread_id": mode}}
+        for i in range(7):
+            await graph.ainvoke({"messages": [HumanMessage(f"q{i}", id=f"{mode}{i}")]}, config)
+        assert saver.delivery is not None
+        await saver.delivery.aclose()
+        assert (await saver.adelivery_stats()).backlog == 0
+        raw = client.hgetall(sink.key("count", ("memories", mode)))
+        assert raw and {int(v) for v in raw.values()} == {1}
+        stored = await writer.aread(("memories", mode))
+        assert set(stored) == {k.decode() for k in raw}
+    assert [r.getMessage() for r in caplog.records] == []
+    with pytest.raises(redis.ConnectionError):
+        ledger.seen("count", ("memories", "inline"), ["inline0"])  # the blocking side is dead
+    await async_client.aclose()
+
+
+async def test_without_aclient_the_ledger_leaves_the_loop_for_its_blocking_calls(
+    client: redis.Redis, prefix: str
+) -> None:
+    ledger = RedisDeliveryLedger(client, prefix=prefix)
+    threads: list[str] = []
+    seen, mark = ledger.seen, ledger.mark
+
+    def spy(call: Any) -> Any:
+        def wrapped(*args: Any) -> Any:
+            threads.append(threading.current_thread().name)
+            return call(*args)
+
+        return wrapped
+
+    ledger.seen, ledger.mark = spy(seen), spy(mark)  # type: ignore[method-assign]
+    await ledger.amark("hook", "ns", ["a", "b"])
+    assert await ledger.aseen("hook", "ns", ["a", "c"]) == {"a"}
+    assert len(threads) == 2 and threading.current_thread().name not in threads
+
+
+def test_an_aclient_must_be_an_asyncio_client(client: redis.Redis) -> None:
+    with pytest.raises(TypeError, match=r"redis\.asyncio"):
+        RedisDeliveryLedger(client, aclient=client)
+    with pytest.raises(TypeError, match="aclient"):
+        RedisMemoryWriter(RedisDeliveryLedger(client)).aread("ns").send(None)
 
 
 def test_langchain_messages_round_trip_through_the_outbox(client: redis.Redis, prefix: str) -> None:

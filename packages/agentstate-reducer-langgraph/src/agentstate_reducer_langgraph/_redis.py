@@ -7,6 +7,7 @@ Thin shells over the plans of `_redis_core`: the blocking methods run each plan 
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import time
 from collections.abc import Callable, Sequence
@@ -26,6 +27,14 @@ CheckpointKey = Callable[[str, str, str], str]
 
 def _now_ms() -> int:
     return int(time.time() * 1000)
+
+
+def _loop_running() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
 
 
 def _is_async(client: Any) -> bool:
@@ -52,7 +61,12 @@ def _check_client(client: Any, owner: str, want_async: bool | None) -> None:
         raise TypeError(
             f"{owner} needs a blocking redis client (the DeliveryLedger protocol is "
             f"synchronous), got {type(client).__module__}.{type(client).__name__}: pass "
-            "redis.Redis.from_url(url)"
+            "redis.Redis.from_url(url), and the asyncio client as aclient="
+        )
+    if want_async is True and not _is_async(client):
+        raise TypeError(
+            f"{owner} needs a redis.asyncio client, got {type(client).__module__}."
+            f"{type(client).__name__}: pass redis.asyncio.Redis.from_url(url)"
         )
 
 
@@ -310,29 +324,47 @@ class RedisDeliveryLedger:
 
     Field ``<hook>:<message id>`` of ``<prefix>:ledger:{<namespace>}`` records a delivery,
     so `seen` is one HMGET and `mark` one HSET. One namespace lives in one cluster slot.
+    `aseen` and `amark` (the `AsyncDeliveryLedger` side, awaited by `adeliver`) use
+    `aclient`; without one they run the blocking calls in a worker thread, so the event
+    loop never waits on Redis either way.
 
     Args:
-        client: A blocking `redis.Redis` or `RedisCluster` (the ledger protocol is
-            synchronous, also under `adeliver`).
+        client: A blocking `redis.Redis` or `RedisCluster`, for `put`, `invoke` and
+            `Background` hooks.
+        aclient: The `redis.asyncio` twin of `client` (same server and database), for
+            `aput` and `ainvoke`.
         prefix: The first component of every key.
         ttl: Seconds a namespace's entries live after its last delivery; None keeps them
             forever. A message re-pruned after they expired is delivered again.
     """
 
     def __init__(
-        self, client: Any, *, prefix: str = DEFAULT_PREFIX, ttl: float | None = None
+        self,
+        client: Any,
+        *,
+        aclient: Any = None,
+        prefix: str = DEFAULT_PREFIX,
+        ttl: float | None = None,
     ) -> None:
         _check_client(client, "RedisDeliveryLedger", False)
+        if aclient is not None:
+            _check_client(aclient, "RedisDeliveryLedger(aclient=...)", True)
         if ttl is not None and (isinstance(ttl, bool) or not ttl > 0):
             raise ValueError(f"ttl={ttl!r} must be a number of seconds above 0, or None")
         self.client = client
+        self.aclient = aclient
         self.keys = DeliveryKeys(prefix)
         self.ttl = ttl
         self._core = LedgerCore(self.keys, int(ttl * 1000) if ttl else 0)
 
     @classmethod
     def for_saver(
-        cls, saver: Any, *, prefix: str | None = None, ttl: float | None = None
+        cls,
+        saver: Any,
+        *,
+        aclient: Any = None,
+        prefix: str | None = None,
+        ttl: float | None = None,
     ) -> RedisDeliveryLedger:
         """A ledger on the server of a blocking plainredis `RedisSaver`, beside its keys."""
         if not hasattr(saver, "client") or not hasattr(saver, "prefix"):
@@ -344,6 +376,7 @@ class RedisDeliveryLedger:
         _learn_topology(saver)
         return cls(
             saver.client,
+            aclient=aclient,
             prefix=prefix if prefix is not None else f"{saver.prefix}-reducer",
             ttl=ttl,
         )
@@ -356,6 +389,21 @@ class RedisDeliveryLedger:
     def mark(self, hook_key: str, namespace: Any, message_ids: Sequence[str]) -> None:
         """Record `message_ids` as delivered to `hook_key` in `namespace`."""
         _drive(self.client, self._core.mark(hook_key, namespace, message_ids, _now_ms()))
+
+    async def aseen(self, hook_key: str, namespace: Any, message_ids: Sequence[str]) -> set[str]:
+        """`seen` for the event loop: through `aclient`, else in a worker thread."""
+        if self.aclient is None:
+            return await asyncio.to_thread(self.seen, hook_key, namespace, message_ids)
+        steps = self._core.seen(hook_key, namespace, message_ids)
+        result: set[str] = await _adrive(self.aclient, steps)
+        return result
+
+    async def amark(self, hook_key: str, namespace: Any, message_ids: Sequence[str]) -> None:
+        """`mark` for the event loop: through `aclient`, else in a worker thread."""
+        if self.aclient is None:
+            await asyncio.to_thread(self.mark, hook_key, namespace, message_ids)
+            return
+        await _adrive(self.aclient, self._core.mark(hook_key, namespace, message_ids, _now_ms()))
 
     def key(self, kind: str, namespace: Any) -> str:
         """A key of `kind` in the cluster slot of `namespace`'s ledger."""
@@ -406,14 +454,20 @@ class RedisSink:
         """
         raise NotImplementedError(f"{type(self).__name__} must implement commands()")
 
-    def __call__(self, pruned: list[Any], namespace: Any) -> list[str]:
-        """Stores the messages whose ledger entries are absent; returns their ids."""
+    def __call__(self, pruned: list[Any], namespace: Any) -> Any:
+        """Stores the messages whose ledger entries are absent; returns their ids.
+
+        On an event loop's thread, with a ledger that has an `aclient`, it returns a
+        coroutine instead (the reducer awaits it), so the loop never waits on Redis.
+        """
         per_message: dict[str, Sequence[tuple[Any, ...]]] = {}
         for message in pruned:
             identity = message_identity(message)
             if identity not in per_message:
                 per_message[identity] = list(self.commands(message, identity, namespace))
         steps = self._core.apply(self.name, namespace, list(per_message.items()), _now_ms())
+        if self.ledger.aclient is not None and _loop_running():
+            return _adrive(self.ledger.aclient, steps)
         applied: list[str] = _drive(self.ledger.client, steps)
         return applied
 
@@ -453,7 +507,18 @@ class RedisMemoryWriter(RedisSink):
 
     def read(self, namespace: Any) -> dict[str, Any]:
         """Every message stored for `namespace`, by message identity."""
-        raw = self.ledger.client.hgetall(self.key(self.KIND, namespace))
+        return self._decode(self.ledger.client.hgetall(self.key(self.KIND, namespace)))
+
+    async def aread(self, namespace: Any) -> dict[str, Any]:
+        """`read` through the ledger's `aclient`."""
+        if self.ledger.aclient is None:
+            raise TypeError(
+                "RedisMemoryWriter.aread needs a ledger with an asyncio client: "
+                "RedisDeliveryLedger(client, aclient=redis.asyncio.Redis.from_url(url))"
+            )
+        return self._decode(await self.ledger.aclient.hgetall(self.key(self.KIND, namespace)))
+
+    def _decode(self, raw: dict[Any, Any]) -> dict[str, Any]:
         out: dict[str, Any] = {}
         for field, value in raw.items():
             type_name, _, data = bytes(value).partition(b"\x00")
