@@ -392,6 +392,17 @@ def test_background_mode_delivers_off_the_put_and_close_flushes(
     assert saver.delivery_stats().backlog == 0
 
 
+async def seven_async_turns(saver: ReducingSaver, thread: str) -> None:
+    """Seven `ainvoke` turns on `thread`, then the delivery closed with nothing left."""
+    graph = chat_graph(saver)
+    config = {"configurable": {"thread_id": thread}}
+    for i in range(7):
+        await graph.ainvoke({"messages": [HumanMessage(f"q{i}", id=f"{thread}{i}")]}, config)
+    assert saver.delivery is not None
+    await saver.delivery.aclose()
+    assert (await saver.adelivery_stats()).backlog == 0
+
+
 async def test_asyncio_inline_and_background(server_url: str, prefix: str) -> None:
     sync_client = redis.Redis.from_url(server_url, protocol=2)
     async_client = aioredis.Redis.from_url(server_url, protocol=2)
@@ -410,13 +421,7 @@ async def test_asyncio_inline_and_background(server_url: str, prefix: str) -> No
             outbox=RedisOutbox(async_client, prefix=prefix),
             delivery=Delivery(mode, poll_interval=0.05),  # type: ignore[arg-type]
         )
-        graph = chat_graph(saver)
-        config = {"configurable": {"thread_id": mode}}
-        for i in range(7):
-            await graph.ainvoke({"messages": [HumanMessage(f"q{i}", id=f"{mode}{i}")]}, config)
-        assert saver.delivery is not None
-        await saver.delivery.aclose()
-        assert (await saver.adelivery_stats()).backlog == 0
+        await seven_async_turns(saver, mode)
         assert (await saver.adrain()).claimed == 0
         counts = sink.counts(("memories", mode))
         assert counts and set(counts.values()) == {1}
@@ -449,13 +454,7 @@ async def test_under_asyncio_the_ledger_and_sinks_never_use_the_blocking_client(
             outbox=RedisOutbox(async_client, prefix=prefix),
             delivery=Delivery(mode, poll_interval=0.05),  # type: ignore[arg-type]
         )
-        graph = chat_graph(saver)
-        config = {"configurable": {"thread_id": mode}}
-        for i in range(7):
-            await graph.ainvoke({"messages": [HumanMessage(f"q{i}", id=f"{mode}{i}")]}, config)
-        assert saver.delivery is not None
-        await saver.delivery.aclose()
-        assert (await saver.adelivery_stats()).backlog == 0
+        await seven_async_turns(saver, mode)
         raw = client.hgetall(sink.key("count", ("memories", mode)))
         assert raw and {int(v) for v in raw.values()} == {1}
         stored = await writer.aread(("memories", mode))
