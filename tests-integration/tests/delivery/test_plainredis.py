@@ -72,11 +72,19 @@ def test_the_commit_check_is_the_checkpoint_key_on_every_kind(
         )
 
 
-async def test_async_plainredis_inline_and_background(redis_url: str, prefix: str) -> None:
+@pytest.mark.parametrize("aclient", [False, True], ids=["worker-thread", "aclient"])
+async def test_async_plainredis_inline_and_background(
+    redis_url: str, prefix: str, aclient: bool
+) -> None:
+    """Without `aclient` the ledger's blocking calls run in worker threads; with the async
+    saver's client as `aclient` (cluster kinds too) they are awaited on the loop."""
     sync_inner = RedisSaver(redis_url, prefix=prefix)
-    ledger = RedisDeliveryLedger.for_saver(sync_inner)  # the ledger protocol is sync
-    sink = CountingSink(ledger, name="count")
     async with AsyncRedisSaver(redis_url, prefix=prefix) as inner:
+        await inner.asetup()  # a cluster URL swaps in the cluster client here
+        ledger = RedisDeliveryLedger.for_saver(
+            sync_inner, aclient=inner.client if aclient else None
+        )
+        sink = CountingSink(ledger, name="count")
         for mode in ("inline", "background"):
             saver = ReducingSaver(
                 inner,
