@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ._config import RememberFn
-from ._ledger import DeliveryLedger, namespace_key
+from ._ledger import AsyncDeliveryLedger, DeliveryLedger, namespace_key
 from ._messages import message_identity
 from ._report import DeliveryReport, HookReport
 
@@ -154,7 +154,8 @@ class Dispatcher:
         self, hooks: Sequence[RememberFn], pruned: Sequence[Any], namespace: Any, dedupe: bool
     ) -> tuple[list[Job], ReportBuilder]:
         """`prepare` on an event loop: awaits the ledger's `aseen` when it has one."""
-        aseen = getattr(self.ledger, "aseen", None)
+        if not isinstance(self.ledger, AsyncDeliveryLedger):
+            return self.prepare(hooks, pruned, namespace, dedupe)
         steps = self._prepare(hooks, pruned, namespace, dedupe)
         answer: set[str] | Exception | None = None
         while True:
@@ -163,10 +164,7 @@ class Dispatcher:
             except StopIteration as stop:
                 return stop.value  # type: ignore[no-any-return]
             try:
-                if aseen is not None:
-                    answer = await aseen(lookup.key, lookup.namespace, lookup.ids)
-                else:
-                    answer = self.ledger.seen(lookup.key, lookup.namespace, lookup.ids)
+                answer = await self.ledger.aseen(lookup.key, lookup.namespace, lookup.ids)
             except Exception as exc:
                 answer = exc
 
@@ -212,15 +210,13 @@ class Dispatcher:
 
     async def afinish(self, job: Job, error: BaseException | None) -> None:
         """`finish` on an event loop: awaits the ledger's `amark` when it has one."""
-        if error is None and job.dedupe:
-            amark = getattr(self.ledger, "amark", None)
-            try:
-                if amark is not None:
-                    await amark(job.key, job.namespace, job.ids)
-                else:
-                    self.ledger.mark(job.key, job.namespace, job.ids)
-            except Exception as exc:
-                _unrecorded(job, exc)
+        if error is not None or not job.dedupe or not isinstance(self.ledger, AsyncDeliveryLedger):
+            self.finish(job, error)  # nothing to await
+            return
+        try:
+            await self.ledger.amark(job.key, job.namespace, job.ids)
+        except Exception as exc:
+            _unrecorded(job, exc)
         self._settle(job, error)
 
     def _settle(self, job: Job, error: BaseException | None) -> None:

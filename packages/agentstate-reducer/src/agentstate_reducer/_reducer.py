@@ -193,9 +193,7 @@ class MessageReducer:
                 if inspect.isawaitable(result):
                     await result
             except Exception as exc:
-                self._log_failure(job, exc)
-                await self._dispatcher.afinish(job, exc)
-                report.add(job.key, "failed", job.ids)
+                self._failed(job, exc, report)  # marks nothing: no ledger call to await
                 continue
             await self._dispatcher.afinish(job, None)
             report.add(job.key, "delivered", job.ids)
@@ -311,42 +309,42 @@ class MessageReducer:
         except RuntimeError:
             return None
 
+    def _spawn(self, loop: asyncio.AbstractEventLoop, coroutine: Any) -> asyncio.Task[Any]:
+        """A task kept referenced in `_tasks` until it is done."""
+        task = loop.create_task(coroutine)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
     def _deliver_on(
         self, loop: asyncio.AbstractEventLoop, pruned: list[Any], namespace: Any
     ) -> DeliveryReport:
-        task = loop.create_task(self.adeliver(pruned, namespace))
-        self._tasks.add(task)
-        task.add_done_callback(self._delivered_later)
+        self._spawn(loop, self.adeliver(pruned, namespace)).add_done_callback(_log_task_error)
         ids = list(dict.fromkeys(message_identity(m) for m in pruned))
         report = ReportBuilder(hook_keys(self.config.on_prune))
         for key in report.keys:
             report.add(key, "queued", ids)
         return report.build()
 
-    def _delivered_later(self, task: asyncio.Task[Any]) -> None:
-        self._tasks.discard(task)
-        if not task.cancelled() and (error := task.exception()) is not None:
-            logger.error("delivery on the event loop failed", exc_info=error)
-
     def _schedule(self, job: Job, awaitable: Any) -> bool:
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:
             return False
-        task = loop.create_task(_await(awaitable))
-        self._tasks.add(task)
-        task.add_done_callback(functools.partial(self._task_done, job))
+        self._spawn(loop, _await(awaitable)).add_done_callback(
+            functools.partial(self._task_done, job)
+        )
         return True
 
     def _task_done(self, job: Job, task: asyncio.Task[Any]) -> None:
-        self._tasks.discard(task)
         error = asyncio.CancelledError() if task.cancelled() else task.exception()
         if error is not None:
             self._log_failure(job, error)
-        # On the loop: record the outcome in a task of its own, never blocking the loop.
-        settle = task.get_loop().create_task(self._dispatcher.afinish(job, error))
-        self._tasks.add(settle)
-        settle.add_done_callback(self._tasks.discard)
+        loop = self._loop_for_ledger()
+        if loop is None:
+            self._dispatcher.finish(job, error)
+        else:  # a ledger to await: record the outcome in a task, never blocking the loop
+            self._spawn(loop, self._dispatcher.afinish(job, error))
 
     def _failed(self, job: Job, error: Exception, report: ReportBuilder) -> None:
         self._log_failure(job, error)
@@ -361,6 +359,11 @@ class MessageReducer:
             len(job.ids),
             exc_info=error,
         )
+
+
+def _log_task_error(task: asyncio.Task[Any]) -> None:
+    if not task.cancelled() and (error := task.exception()) is not None:
+        logger.error("delivery on the event loop failed", exc_info=error)
 
 
 def _listify(value: Any) -> list[Any]:
