@@ -201,8 +201,8 @@ def assert_sound(
     blob_keys = sorted(set(blob_of.values()))
     absent: dict[str, bool] = {}
     for key, blob in zip(blob_keys, _batched(client, [("GET", k) for k in blob_keys]), strict=True):
-        # No key is an absent channel (what the savers store for one); an "empty" blob is
-        # how data written before 0.2.0 final (and migrated 0.1.0 data) spells it.
+        # No key is an absent channel (what the savers and `migrate` store for one); an
+        # "empty" blob is how data written by earlier 0.2.0 development builds spells it.
         absent[key] = blob is None or decode_blob(blob, key)[0] == "empty"
     for (thread, ns, cid), tup in items:
         for channel, version in tup.checkpoint["channel_versions"].items():
