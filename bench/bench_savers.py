@@ -533,13 +533,23 @@ async def open_subjects(
     return with_wrapped(subjects) + floors
 
 
-def server_versions(urls: dict[str, str]) -> dict[str, str]:
+def redis_allocators(urls: dict[str, str]) -> dict[str, str]:
+    """Each Redis kind's `mem_allocator` (``libc``, ``jemalloc-5.3.0``, ...)."""
+    allocators = {}
+    for kind in REDIS_KINDS:
+        client = redis.Redis.from_url(urls[kind], protocol=2)
+        allocators[kind] = str(client.info("memory").get("mem_allocator", "?"))
+        client.close()
+    return allocators
+
+
+def server_versions(urls: dict[str, str], allocators: dict[str, str]) -> dict[str, str]:
     versions = {}
     for kind in REDIS_KINDS:
         client = redis.Redis.from_url(urls[kind], protocol=2)
         info = client.info("server")
-        allocator = str(client.info("memory").get("mem_allocator", "?"))
         version = str(info.get("valkey_version") or info["redis_version"])
+        allocator = allocators[kind]
         versions[kind] = f"{version} ({'libc malloc' if allocator == 'libc' else allocator})"
         client.close()
     with psycopg.connect(urls[POSTGRES_KIND]) as conn:
@@ -838,12 +848,12 @@ async def bench_ops(
     return rows
 
 
-def allocator_note(servers: dict[str, str]) -> str:
+def allocator_note(allocators: dict[str, str]) -> str:
     """Why delete_thread differs between servers: it frees memory, so the allocator counts."""
-    libc = [kind for kind, version in servers.items() if "libc malloc" in version]
+    libc = [kind for kind, allocator in allocators.items() if allocator == "libc"]
     if not libc:
         return ""
-    others = [k for k, v in servers.items() if k in REDIS_KINDS and "libc malloc" not in v]
+    others = [kind for kind, allocator in allocators.items() if allocator != "libc"]
     return (
         f" `delete_thread` frees every key of the thread on the server, so its time depends "
         f"on the server's memory allocator: {spoken(libc)} here "
@@ -859,7 +869,7 @@ def spoken(names: Sequence[str]) -> str:
 
 
 def render_ops(
-    rows: list[dict[str, Any]], s: Settings, trace: dict[str, int], servers: dict[str, str]
+    rows: list[dict[str, Any]], s: Settings, trace: dict[str, int], allocators: dict[str, str]
 ) -> str:
     parts = [
         f"## 2. Per-op latency\n\nMedian µs; in brackets the ratio to unwrapped PostgresSaver "
@@ -869,7 +879,7 @@ def render_ops(
         f"{s.op_threads} threads per saver; reads: {s.op_calls} calls on one of them. A wrapped "
         f"saver stores the thread's messages cut to its window ({WINDOW_MIN}–{WINDOW_MAX}), so "
         "its puts write and its reads load less than the unwrapped saver's."
-        + allocator_note(servers),
+        + allocator_note(allocators),
         "![per-op latency](ops.png)",
     ]
     for style in ("sync", "async"):
@@ -1670,7 +1680,7 @@ def render(results: dict[str, Any], s: Settings) -> str:
         head,
         "## Targets\n\n" + table(["target", "worst ratio", "where", "met"], summary_rows),
         render_chat(results["chat"], s) + "\n\n" + render_v010_chat(results["v010"]),
-        render_ops(results["ops"], s, results["trace"], env["servers"]),
+        render_ops(results["ops"], s, results["trace"], env["allocators"]),
         render_round_trips(results["round_trips"]),
         render_bytes(results["bytes"], results["v010"], s),
         render_v010(results["v010"], results["bytes"], s),
@@ -1733,6 +1743,7 @@ def main() -> None:
         pg_schema(urls[POSTGRES_KIND], run)
         with tempfile.TemporaryDirectory(prefix="bench-savers-") as tmp:
             results = asyncio.run(bench(urls, s, run, Path(tmp)))
+        allocators = redis_allocators(urls)
         results.update(
             mode="quick" if args.quick else "full",
             settings=asdict(s),
@@ -1744,7 +1755,8 @@ def main() -> None:
                 "cpus": os.cpu_count(),
                 "load_before": load_before,
                 "load_after": os.getloadavg(),
-                "servers": server_versions(urls),
+                "servers": server_versions(urls, allocators),
+                "allocators": allocators,
                 "loopback_us": results.pop("loopback_us"),
                 "pinned_us": results.pop("pinned_us"),
             },
