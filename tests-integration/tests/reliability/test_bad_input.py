@@ -325,6 +325,23 @@ def test_a_client_of_the_other_side_names_the_class_to_use() -> None:
         AsyncRedisSaver(client=redis.Redis())
 
 
+class MyAsyncRedis(aioredis.Redis):
+    pass
+
+
+class MyRedis(redis.Redis):
+    pass
+
+
+def test_a_subclass_of_a_client_is_a_client_of_its_side() -> None:
+    AsyncRedisSaver(client=MyAsyncRedis())
+    RedisSaver(client=MyRedis())
+    with pytest.raises(TypeError, match="use RedisSaver"):
+        AsyncRedisSaver(client=MyRedis())
+    with pytest.raises(TypeError, match="AsyncRedisSaver"):
+        RedisSaver(client=MyAsyncRedis())
+
+
 CONFIG_CASES = [
     ("get_tuple", (None,), {}, TypeError, "configurable"),
     ("get_tuple", ({"configurable": {"thread_id": 1.5}},), {}, TypeError, "str()"),

@@ -160,8 +160,8 @@ def validate_client(client: Any, cls: str, expected: str) -> None:
             f"{cls} stores raw bytes and needs a client with decode_responses=False; "
             "create a separate client for the saver (the connection pool can be shared)"
         )
-    module = type(client).__module__
-    is_async = module.startswith("redis.asyncio")
+    # A subclass of a redis-py client (a user's, or instrumentation's) counts as its base.
+    is_async = any(cls.__module__.startswith("redis.asyncio") for cls in type(client).__mro__)
     if expected == "async" and not is_async and hasattr(client, "execute_command"):
         raise TypeError(
             f"{cls} needs a redis.asyncio client, got {type(client).__module__}."
