@@ -25,6 +25,7 @@ __all__ = [
     "counting_async_client",
     "counting_client",
     "scan_keys",
+    "wire_commands",
 ]
 
 
@@ -122,7 +123,7 @@ class SyncAsAsync(BaseCheckpointSaver[Any]):
 
 
 class RoundTrips:
-    """Counts round trips (packed sends) and commands made through a client."""
+    """Counts round trips (packed sends) and the commands they carry, read off the wire."""
 
     def __init__(self) -> None:
         self.round_trips = 0
@@ -138,18 +139,36 @@ class RoundTrips:
         yield self
 
 
+def wire_commands(packed: Any) -> list[tuple[Any, ...]]:
+    """The commands in what a connection sends: RESP arrays of bulk strings, as bytes
+    except each command's name (a str)."""
+    chunks = [packed] if isinstance(packed, (str, bytes, bytearray, memoryview)) else packed
+    data = b"".join(c.encode() if isinstance(c, str) else bytes(c) for c in chunks)
+    commands: list[tuple[Any, ...]] = []
+    pos = 0
+
+    def header(kind: bytes) -> int:
+        nonlocal pos
+        end = data.index(b"\r\n", pos)
+        assert data[pos : pos + 1] == kind, f"not RESP at {pos}: {data[pos : pos + 20]!r}"
+        number, pos = int(data[pos + 1 : end]), end + 2
+        return number
+
+    while pos < len(data):
+        args: list[Any] = []
+        for _ in range(header(b"*")):
+            size = header(b"$")
+            args.append(data[pos : pos + size])
+            pos += size + 2
+        commands.append((args[0].decode(), *args[1:]))
+    return commands
+
+
 def _counting_connection(base: type, counter: RoundTrips) -> type:
     class Counting(base):  # type: ignore[misc]
-        def pack_commands(self, commands: Any) -> Any:
-            counter.commands.extend(tuple(c) for c in commands)
-            return super().pack_commands(commands)
-
-        def send_command(self, *args: Any, **kwargs: Any) -> Any:
-            counter.commands.append(args)
-            return super().send_command(*args, **kwargs)
-
         def send_packed_command(self, command: Any, check_health: bool = True) -> Any:
             counter.round_trips += 1
+            counter.commands.extend(wire_commands(command))
             return super().send_packed_command(command, check_health)
 
     return Counting
@@ -157,16 +176,9 @@ def _counting_connection(base: type, counter: RoundTrips) -> type:
 
 def _counting_async_connection(base: type, counter: RoundTrips) -> type:
     class Counting(base):  # type: ignore[misc]
-        def pack_commands(self, commands: Any) -> Any:
-            counter.commands.extend(tuple(c) for c in commands)
-            return super().pack_commands(commands)
-
-        async def send_command(self, *args: Any, **kwargs: Any) -> Any:
-            counter.commands.append(args)
-            return await super().send_command(*args, **kwargs)
-
         async def send_packed_command(self, command: Any, check_health: bool = True) -> Any:
             counter.round_trips += 1
+            counter.commands.extend(wire_commands(command))
             return await super().send_packed_command(command, check_health)
 
     return Counting

@@ -29,6 +29,7 @@ from redis.exceptions import (
 
 from ._core import (
     CLUSTER_RETRY_DELAYS,
+    Eval,
     Plan,
     SaverCore,
     Scan,
@@ -37,6 +38,7 @@ from ._core import (
     translate_error,
 )
 from ._shell import check_serde, connect_options, validate_client, wire_args, wrong_side
+from ._wire import POOL_ARGS, direct_pool, pack
 
 __all__ = ["AsyncRedisSaver"]
 
@@ -171,11 +173,32 @@ class AsyncRedisSaver(SaverCore, BaseCheckpointSaver[str]):
                 [key async for key in self._client.scan_iter(match=plan[0].pattern, count=1000)]
             ]
         if len(plan) == 1:
-            return [await self._client.execute_command(*wire_args(plan[0], fallback))]
+            args = wire_args(plan[0], fallback)
+            pool = direct_pool(self._client, aioredis.Redis) if isinstance(plan[0], Eval) else None
+            if pool is not None:
+                return [await self._call_script(pool, args)]
+            return [await self._client.execute_command(*args)]
         pipe = self._client.pipeline(transaction=False)
         for cmd in plan:
             pipe.execute_command(*wire_args(cmd, fallback))
         return await pipe.execute()
+
+    async def _call_script(self, pool: Any, args: tuple[Any, ...]) -> Any:
+        """`execute_command` for a script call, on a connection of `pool` (see `_wire`)."""
+        packed = [pack(args, pool.connection_kwargs.get("encoding_errors", "strict"))]
+        conn = await pool.get_connection(*POOL_ARGS)
+
+        async def attempt() -> Any:
+            await conn.send_packed_command(packed)
+            return await conn.read_response()
+
+        async def fail(error: BaseException, *count: int) -> None:
+            await conn.disconnect()  # the retry reconnects; an error it gives up on propagates
+
+        try:
+            return await conn.retry.call_with_retry(attempt, fail)
+        finally:
+            await pool.release(conn)
 
     async def _run(self, plan: Plan) -> list[Any]:
         if not self._cluster:

@@ -30,6 +30,7 @@ from redis.exceptions import (
 
 from ._core import (
     CLUSTER_RETRY_DELAYS,
+    Eval,
     Plan,
     SaverCore,
     Scan,
@@ -38,6 +39,7 @@ from ._core import (
     translate_error,
 )
 from ._shell import check_serde, connect_options, validate_client, wire_args, wrong_side
+from ._wire import POOL_ARGS, direct_pool, pack
 
 __all__ = ["RedisSaver"]
 
@@ -164,11 +166,34 @@ class RedisSaver(SaverCore, BaseCheckpointSaver[str]):
         if len(plan) == 1 and isinstance(plan[0], Scan):
             return [list(self._client.scan_iter(match=plan[0].pattern, count=1000))]
         if len(plan) == 1:
-            return [self._client.execute_command(*wire_args(plan[0], fallback))]  # type: ignore[no-untyped-call]
+            args = wire_args(plan[0], fallback)
+            pool = direct_pool(self._client, redis.Redis) if isinstance(plan[0], Eval) else None
+            if pool is not None:
+                return [self._call_script(pool, args)]
+            return [self._client.execute_command(*args)]  # type: ignore[no-untyped-call]
         pipe = self._client.pipeline(transaction=False)
         for cmd in plan:
             pipe.execute_command(*wire_args(cmd, fallback))
         return pipe.execute()
+
+    def _call_script(self, pool: Any, args: tuple[Any, ...]) -> Any:
+        """`execute_command` for a script call, on a connection of `pool` (see `_wire`)."""
+        packed = [pack(args, pool.connection_kwargs.get("encoding_errors", "strict"))]
+        conn = pool.get_connection(*POOL_ARGS)
+
+        def attempt() -> Any:
+            conn.send_packed_command(packed)
+            return conn.read_response()
+
+        def fail(error: BaseException, *count: int) -> None:
+            conn.disconnect()  # the retry reconnects; an error it gives up on propagates
+
+        try:
+            return conn.retry.call_with_retry(attempt, fail)
+        finally:
+            if getattr(conn, "should_reconnect", bool)():  # redis-py 7+: a server moving
+                conn.disconnect()
+            pool.release(conn)
 
     def _run(self, plan: Plan) -> list[Any]:
         if not self._cluster:

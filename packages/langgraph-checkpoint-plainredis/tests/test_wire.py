@@ -1,0 +1,172 @@
+"""Script calls packed by the saver itself: the same bytes as redis-py's, only for plain
+clients, and every other client still sees each call through `execute_command`."""
+
+from __future__ import annotations
+
+import functools
+import re
+from typing import Any
+
+import pytest
+import redis
+import redis.asyncio as aioredis
+from hypothesis import given
+from hypothesis import strategies as st
+from langgraph.checkpoint.base import empty_checkpoint
+from redis.connection import Connection
+
+from agentstate_testkit.savers import counting_client, wire_commands
+from langgraph_checkpoint_plainredis import AsyncRedisSaver, RedisSaver, _wire
+from langgraph_checkpoint_plainredis._wire import direct_pool, pack
+
+
+def cfg(thread: str) -> Any:
+    return {"configurable": {"thread_id": thread, "checkpoint_ns": ""}}
+
+
+def checkpoint(text: str) -> Any:
+    cp = empty_checkpoint()
+    cp["channel_values"] = {"m": text}
+    cp["channel_versions"] = {"m": 1}
+    return cp
+
+
+ARGS = st.lists(
+    st.one_of(st.text(), st.binary(), st.integers(min_value=-(2**63), max_value=2**63 - 1)),
+    min_size=1,
+    max_size=12,
+)
+
+
+@given(ARGS)
+def test_pack_sends_the_bytes_redis_py_would(args: list[Any]) -> None:
+    assert pack(["EVALSHA", *args]) == b"".join(Connection().pack_command("EVALSHA", *args))
+
+
+@given(ARGS)
+def test_packed_commands_read_back_from_the_wire(args: list[Any]) -> None:
+    name = "EVALSHA"
+    expected = [(name, *(a if isinstance(a, bytes) else str(a).encode() for a in args))]
+    assert wire_commands(pack([name, *args])) == expected
+    assert wire_commands([pack([name, *args]), pack([name, *args])]) == expected * 2
+
+
+def test_pack_uses_the_clients_encoding_errors() -> None:
+    with pytest.raises(UnicodeEncodeError):
+        pack(["\udc80"])
+    assert pack(["\udc80"], "surrogateescape") == b"*1\r\n$1\r\n\x80\r\n"
+
+
+@pytest.mark.parametrize("arg", [1.5, None, True, ["a"]])
+def test_pack_names_an_argument_it_cannot_send(arg: Any) -> None:
+    with pytest.raises(TypeError, match=re.escape(f"str, bytes or int, got {arg!r}")):
+        pack(["EVALSHA", arg])
+
+
+# -- which clients the saver packs for -----------------------------------------------------
+
+URL = "redis://127.0.0.1:1/0"  # never connected to: eligibility reads only the client
+
+
+class Subclass(redis.Redis):
+    pass
+
+
+def test_a_plain_client_is_served_on_its_own_pool() -> None:
+    sync, asynchronous = redis.Redis.from_url(URL), aioredis.Redis.from_url(URL)
+    assert direct_pool(sync, redis.Redis) is sync.connection_pool
+    assert direct_pool(asynchronous, aioredis.Redis) is asynchronous.connection_pool
+
+
+@pytest.mark.parametrize(
+    "client",
+    [
+        pytest.param(lambda: Subclass.from_url(URL), id="subclass"),
+        pytest.param(lambda: redis.Redis.from_url(URL, encoding="latin-1"), id="latin-1"),
+    ],
+)
+def test_other_clients_go_through_execute_command(client: Any) -> None:
+    assert direct_pool(client(), redis.Redis) is None
+
+
+def test_with_redis_py_metrics_on_every_call_goes_through_execute_command(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(_wire, "_metrics_enabled", lambda: True)
+    assert direct_pool(redis.Redis.from_url(URL), redis.Redis) is None
+
+
+@pytest.mark.standalone
+def test_a_single_connection_client_goes_through_execute_command(redis_url: str) -> None:
+    with redis.Redis.from_url(redis_url, protocol=2, single_connection_client=True) as made:
+        assert direct_pool(made, redis.Redis) is None
+    asynchronous = aioredis.Redis.from_url(URL, single_connection_client=True)
+    assert direct_pool(asynchronous, aioredis.Redis) is None
+
+
+def _recording(calls: list[str], original: Any, *, wraps: bool) -> Any:
+    """A stand-in for instrumentation: functools.wraps (OpenTelemetry's wrapt keeps
+    `__wrapped__` too) or a bare replacement function (Sentry's style)."""
+
+    def execute_command(self: Any, *args: Any, **options: Any) -> Any:
+        calls.append(args[0])
+        return original(self, *args, **options)
+
+    return functools.wraps(original)(execute_command) if wraps else execute_command
+
+
+@pytest.mark.standalone  # a cluster client always goes through execute_command
+@pytest.mark.parametrize("wraps", [True, False], ids=["wrapt-style", "replaced"])
+def test_instrumentation_sees_every_script_call(
+    monkeypatch: pytest.MonkeyPatch, redis_url: str, prefix: str, wraps: bool
+) -> None:
+    calls: list[str] = []
+    patched = _recording(calls, redis.Redis.execute_command, wraps=wraps)
+    monkeypatch.setattr(redis.Redis, "execute_command", patched)
+    with RedisSaver(redis_url, prefix=prefix, cluster=False) as saver:
+        for _ in range(2):  # the first time, the server may not know the scripts yet
+            calls.clear()
+            saver.put(cfg("seen"), checkpoint("x"), {}, {"m": 1})
+            assert saver.get_tuple(cfg("seen")) is not None
+    assert calls == ["EVALSHA", "EVALSHA"]
+
+
+@pytest.mark.standalone  # a cluster client always goes through execute_command
+async def test_async_instrumentation_sees_every_script_call(
+    monkeypatch: pytest.MonkeyPatch, redis_url: str, prefix: str
+) -> None:
+    calls: list[str] = []
+    original = aioredis.Redis.execute_command
+
+    @functools.wraps(original)
+    async def execute_command(self: Any, *args: Any, **options: Any) -> Any:
+        calls.append(args[0])
+        return await original(self, *args, **options)
+
+    monkeypatch.setattr(aioredis.Redis, "execute_command", execute_command)
+    async with AsyncRedisSaver(redis_url, prefix=prefix, cluster=False) as saver:
+        for _ in range(2):  # the first time, the server may not know the scripts yet
+            calls.clear()
+            await saver.aput(cfg("seen"), checkpoint("x"), {}, {"m": 1})
+            assert await saver.aget_tuple(cfg("seen")) is not None
+    assert calls == ["EVALSHA", "EVALSHA"]
+
+
+@pytest.mark.standalone  # a cluster client always goes through execute_command
+def test_both_paths_store_and_read_the_same(redis_url: str, prefix: str) -> None:
+    direct, counter = counting_client(redis_url)
+    routed = redis.Redis.from_url(redis_url, protocol=2, single_connection_client=True)
+    assert direct_pool(direct, redis.Redis) is not None and direct_pool(routed, redis.Redis) is None
+    by_direct = RedisSaver(client=direct, prefix=prefix)
+    by_routed = RedisSaver(client=routed, prefix=prefix)
+    by_direct.put(cfg("warm"), checkpoint("x"), {}, {"m": 1})  # connects, loads the script
+    with counter.measure():
+        by_direct.put(cfg("a"), checkpoint("é" * 600), {}, {"m": 1})
+    assert counter.round_trips == 1 and [c[0] for c in counter.commands] == ["EVALSHA"]
+    by_routed.put(cfg("b"), checkpoint("é" * 600), {}, {"m": 1})
+    for reader in (by_direct, by_routed):
+        a, b = reader.get_tuple(cfg("a")), reader.get_tuple(cfg("b"))
+        assert a is not None and b is not None
+        assert a.checkpoint["channel_values"] == b.checkpoint["channel_values"]
+    direct.close()
+    routed.close()
