@@ -161,7 +161,7 @@ def validate_client(client: Any, cls: str, expected: str) -> None:
             "create a separate client for the saver (the connection pool can be shared)"
         )
     # A subclass of a redis-py client (a user's, or instrumentation's) counts as its base.
-    is_async = any(cls.__module__.startswith("redis.asyncio") for cls in type(client).__mro__)
+    is_async = any(k.__module__.startswith("redis.asyncio") for k in type(client).__mro__)
     if expected == "async" and not is_async and hasattr(client, "execute_command"):
         raise TypeError(
             f"{cls} needs a redis.asyncio client, got {type(client).__module__}."
