@@ -355,9 +355,12 @@ class AsyncCalls:
         await self.graph.ainvoke({"messages": [message]}, config)
 
 
-async def timed(call: Awaitable[Any]) -> int:
-    started = time.perf_counter_ns()
+async def timed(call: Awaitable[Any], cpu: list[int] | None = None) -> int:
+    """Wall ns of `call`; with `cpu`, also appends the CPU ns this thread spent in it."""
+    started, used = time.perf_counter_ns(), time.thread_time_ns()
     await call
+    if cpu is not None:
+        cpu.append(time.thread_time_ns() - used)
     return time.perf_counter_ns() - started
 
 
@@ -771,9 +774,14 @@ async def readers(calls: Calls, thread_id: str) -> dict[str, Reader]:
 
 
 async def interleaved(
-    sides: list[dict[str, Reader]], ops: Sequence[str], calls: int, label: str
+    sides: list[dict[str, Reader]],
+    ops: Sequence[str],
+    calls: int,
+    label: str,
+    cpu: list[dict[str, list[int]]] | None = None,
 ) -> list[dict[str, list[int]]]:
-    """Times `calls` calls of each op on every side, alternating sides call by call."""
+    """Times `calls` calls of each op on every side, alternating sides call by call (with
+    `cpu`, one dict per side, also the thread CPU of each call)."""
     samples: list[dict[str, list[int]]] = [{op: [] for op in ops} for _ in sides]
     with Bar(label, len(ops) * calls * len(sides)) as bar:
         for op in ops:
@@ -783,7 +791,8 @@ async def interleaved(
             gc.collect()
             for i in range(calls):
                 for k in rotated(len(sides), i):
-                    samples[k][op].append(await timed(sides[k][op](i)))
+                    used = cpu[k].setdefault(op, []) if cpu is not None else None
+                    samples[k][op].append(await timed(sides[k][op](i), used))
                 bar.advance(len(sides))
     return samples
 
@@ -798,9 +807,11 @@ async def bench_ops(
 ) -> list[dict[str, Any]]:
     """Replays the trace into fresh threads (put, put_writes), reads one, deletes them all.
 
-    Each call goes to every saver before the next, as in `bench_chat`.
+    Each call goes to every saver before the next, as in `bench_chat`. Also records each
+    call's CPU time in this thread: for a sync saver, all the client does for the call.
     """
     samples: list[dict[str, list[int]]] = [{op: [] for op in OPS} for _ in subjects]
+    cpu: list[dict[str, list[int]]] = [{op: [] for op in OPS} for _ in subjects]
 
     def thread(n: int, i: int) -> str:
         return f"{run}-ops-{n}-{i}"
@@ -812,18 +823,21 @@ async def bench_ops(
                 op = "put" if isinstance(event, Put) else "put_writes"
                 for n in rotated(len(subjects), e):
                     call = send(subjects[n].calls, event, thread(n, i))
-                    samples[n][op].append(await timed(call))
+                    samples[n][op].append(await timed(call, cpu[n][op]))
                 bar.advance(len(subjects))
     sides = [await readers(subject.calls, thread(n, 0)) for n, subject in enumerate(subjects)]
     reads = [op for op in OPS if op in sides[0]]
     label = f"per-op: {s.op_calls} calls of each read"
-    for n, got in enumerate(await interleaved(sides, reads, s.op_calls, label)):
+    for n, got in enumerate(await interleaved(sides, reads, s.op_calls, label, cpu)):
         samples[n].update(got)
     for i in range(s.op_threads):
         for n in rotated(len(subjects), i):
             call = subjects[n].calls.delete_thread(thread(n, i))
-            samples[n]["delete_thread"].append(await timed(call))
-    measured = [{op: summary(got[op]) for op in OPS} for got in samples]
+            samples[n]["delete_thread"].append(await timed(call, cpu[n]["delete_thread"]))
+    measured = [
+        {op: {**summary(got[op]), "cpu_us": statistics.median(used[op]) / 1e3} for op in OPS}
+        for got, used in zip(samples, cpu, strict=True)
+    ]
     rows = []
     for n, subject in enumerate(subjects):
         postgres = measured[subjects.index(baseline(subjects, "postgres", subject.style))]
@@ -901,7 +915,30 @@ def render_ops(
         headers = ["saver", "wrapped in", *OPS]
         parts.append(f"### {style}: µs (× PostgresSaver)\n\n" + table(headers, body))
         parts.append(f"### {style}: × InMemorySaver\n\n" + table(headers, memory))
+    parts.append(render_cpu(rows))
     return "\n\n".join(parts)
+
+
+def render_cpu(rows: list[dict[str, Any]]) -> str:
+    """The client's share of each sync call: CPU time of the calling thread."""
+
+    def cell(stats: dict[str, float]) -> str:
+        return f"{us(stats['cpu_us'])} ({stats['cpu_us'] / stats['median_us']:.0%})"
+
+    body = [
+        [r["saver"], wrapping(r), *(cell(r["ops"][op]) for op in OPS)]
+        for r in rows
+        if r["style"] == "sync"
+    ]
+    return (
+        "### sync: client CPU µs per call (share of the median latency)\n\n"
+        "CPU time of the calling thread during each call of the runs above, median; kernel "
+        "time of its syscalls included. A sync saver does all its client work in that "
+        "thread, so the rest of its latency is waiting: for the server, the network and "
+        "the wake-ups on either side. (Async savers are left out: their work is spread over "
+        "the event loop, and aiosqlite's over a worker thread.)\n\n"
+        + table(["saver", "wrapped in", *OPS], body)
+    )
 
 
 # -- 3. round trips and stored bytes ---------------------------------------------------------
