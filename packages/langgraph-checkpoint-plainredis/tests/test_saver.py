@@ -401,9 +401,8 @@ def test_a_put_cut_off_mid_send_writes_nothing(
     saver = RedisSaver(redis_url, prefix=prefix)
     plan = next(saver._put_steps(cfg("cut"), checkpoint({"m": [1] * 1000}, {"m": 1}), {}, {"m": 1}))
     from langgraph_checkpoint_plainredis._shell import wire_args
-    from langgraph_checkpoint_plainredis._wire import pack
 
-    packed = pack(wire_args(plan[0], True))
+    packed = b"".join(redis.connection.Connection().pack_command(*wire_args(plan[0], True)))
     host, port = (
         client.connection_pool.connection_kwargs["host"],
         client.connection_pool.connection_kwargs["port"],

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import re
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -17,7 +18,7 @@ from redis.connection import Connection
 
 from agentstate_testkit.savers import counting_client, wire_commands
 from langgraph_checkpoint_plainredis import AsyncRedisSaver, RedisSaver, _wire
-from langgraph_checkpoint_plainredis._wire import direct_pool, pack
+from langgraph_checkpoint_plainredis._wire import direct_pool, gives_up, pack
 
 
 def cfg(thread: str) -> Any:
@@ -72,6 +73,10 @@ class Subclass(redis.Redis):
     pass
 
 
+class AsyncSubclass(aioredis.Redis):
+    pass
+
+
 def test_a_plain_client_is_served_on_its_own_pool() -> None:
     sync, asynchronous = redis.Redis.from_url(URL), aioredis.Redis.from_url(URL)
     assert direct_pool(sync, redis.Redis) is sync.connection_pool
@@ -87,6 +92,88 @@ def test_a_plain_client_is_served_on_its_own_pool() -> None:
 )
 def test_other_clients_go_through_execute_command(client: Any) -> None:
     assert direct_pool(client(), redis.Redis) is None
+
+
+class TracedConnection(redis.Connection):
+    def send_command(self, *args: Any, **kwargs: Any) -> None:
+        super().send_command(*args, **kwargs)
+
+
+def test_instance_overrides_and_script_callbacks_go_through_execute_command() -> None:
+    mocked = redis.Redis.from_url(URL)
+    mocked.execute_command = lambda *args, **options: None  # type: ignore[method-assign]
+    traced = redis.Redis.from_url(URL, connection_class=TracedConnection)
+    reshaped = redis.Redis.from_url(URL)
+    reshaped.set_response_callback("EVALSHA", lambda reply, **options: reply)
+    for client in (mocked, traced, reshaped):
+        assert direct_pool(client, redis.Redis) is None
+    asynchronous = aioredis.Redis.from_url(URL)
+    asynchronous.set_response_callback("evalsha", lambda reply, **options: reply)
+    assert direct_pool(asynchronous, aioredis.Redis) is None
+    assert direct_pool(AsyncSubclass.from_url(URL), aioredis.Redis) is None
+
+
+def test_the_failure_callback_gives_up_where_execute_command_would() -> None:
+    """redis-py before 6 re-raises an error its connection does not list in
+    `retry_on_error`; later ones leave the decision to the Retry."""
+    legacy = hasattr(redis.Redis, "_disconnect_raise")
+    unlisted, listed = (
+        SimpleNamespace(retry_on_error=[]),
+        SimpleNamespace(retry_on_error=[redis.ConnectionError]),
+    )
+    assert gives_up(unlisted, redis.ConnectionError("x")) is legacy
+    assert gives_up(listed, redis.ConnectionError("x")) is False
+    assert gives_up(listed, redis.ResponseError("x")) is legacy
+
+
+class Flaky(redis.Connection):
+    """Drops the connection instead of sending, `drops` times: a network failure."""
+
+    drops = 0
+
+    def send_packed_command(self, command: Any, check_health: bool = True) -> None:
+        if Flaky.drops:
+            Flaky.drops -= 1
+            self.disconnect()
+            raise redis.ConnectionError("dropped by the test")
+        super().send_packed_command(command, check_health)
+
+
+class AsyncFlaky(aioredis.Connection):
+    drops = 0
+
+    async def send_packed_command(self, command: Any, check_health: bool = True) -> None:
+        if AsyncFlaky.drops:
+            AsyncFlaky.drops -= 1
+            await self.disconnect()
+            raise redis.ConnectionError("dropped by the test")
+        await super().send_packed_command(command, check_health)
+
+
+@pytest.mark.standalone
+@pytest.mark.parametrize("path", ["direct", "execute_command"])
+async def test_a_saver_from_a_url_retries_a_dropped_call_on_either_path(
+    redis_url: str, prefix: str, path: str
+) -> None:
+    """The default retry holds on every redis-py the package allows (5.0.1 included)."""
+    with RedisSaver(redis_url, prefix=prefix, connection_class=Flaky) as saver:
+        if path == "execute_command":
+            saver.client.set_response_callback("EVALSHA", lambda reply, **options: reply)
+        assert (direct_pool(saver.client, redis.Redis) is None) is (path == "execute_command")
+        saver.put(cfg("retried"), checkpoint("x"), {}, {"m": 1})
+        Flaky.drops = 1
+        assert saver.get_tuple(cfg("retried")) is not None
+        assert Flaky.drops == 0
+    async with AsyncRedisSaver(redis_url, prefix=prefix, connection_class=AsyncFlaky) as asaver:
+        if path == "execute_command":
+            asaver.client.set_response_callback("EVALSHA", lambda reply, **options: reply)
+        assert (direct_pool(asaver.client, aioredis.Redis) is None) is (path == "execute_command")
+        # Connected first: a drop inside a BlockingConnectionPool's connect deadlocks
+        # redis-py 5.0.1's pool itself (it releases under the lock it holds).
+        assert await asaver.aget_tuple(cfg("retried")) is not None
+        AsyncFlaky.drops = 1
+        assert await asaver.aget_tuple(cfg("retried")) is not None
+        assert AsyncFlaky.drops == 0
 
 
 def test_with_redis_py_metrics_on_every_call_goes_through_execute_command(

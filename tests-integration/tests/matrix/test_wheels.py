@@ -271,12 +271,10 @@ PLAINREDIS_SMOKE = (
     "test_storage.py",
     "test_codec.py",
     "test_migrate.py",
+    "test_wire.py",
 )
 # Tests that cannot run on the lowest versions for a reason of their own, not the package's.
-PLAINREDIS_DESELECT = {
-    # Calls `ConnectionPool.get_connection()` without the command name redis-py 5.0.1 needs.
-    "test_saver.py::test_a_put_cut_off_mid_send_writes_nothing",
-}
+PLAINREDIS_DESELECT: set[str] = set()
 if sys.version_info < (3, 11):
     # Uses `interrupt()` in an async graph, which LangGraph supports from Python 3.11 on; it
     # fails on 3.10 whatever the versions (the packages' own CI jobs show it).

@@ -38,7 +38,7 @@ from ._core import (
     translate_error,
 )
 from ._shell import check_serde, connect_options, validate_client, wire_args, wrong_side
-from ._wire import POOL_ARGS, direct_pool, pack
+from ._wire import POOL_ARGS, direct_pool, gives_up, pack
 
 __all__ = ["AsyncRedisSaver"]
 
@@ -194,6 +194,8 @@ class AsyncRedisSaver(SaverCore, BaseCheckpointSaver[str]):
 
         async def fail(error: BaseException, *count: int) -> None:
             await conn.disconnect()  # the retry reconnects; an error it gives up on propagates
+            if gives_up(conn, error):
+                raise error
 
         try:
             return await conn.retry.call_with_retry(attempt, fail)

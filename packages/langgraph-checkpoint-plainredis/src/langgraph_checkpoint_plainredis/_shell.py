@@ -9,6 +9,8 @@ from typing import Any, NoReturn, TypeVar
 from redis.asyncio.retry import Retry as AsyncRetry
 from redis.backoff import EqualJitterBackoff
 from redis.exceptions import AuthenticationError, AuthorizationError
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.retry import Retry
 
 from ._core import Eval, Scan
@@ -134,7 +136,9 @@ def connect_options(url: Any, protocol: Any, options: dict[str, Any], cls: str) 
     if protocol not in (2, 3):
         raise ValueError(f"protocol={protocol!r}: use 2 (RESP2, any Redis 5+) or 3 (Redis 6+)")
     retry = default_retry(asynchronous=cls.startswith("Async"))
-    return {"protocol": protocol, "retry": retry, **options}
+    # redis-py before 6 retries only the errors a connection lists here, whatever `retry`.
+    listed = [RedisConnectionError, RedisTimeoutError]
+    return {"protocol": protocol, "retry": retry, "retry_on_error": listed, **options}
 
 
 def check_serde(serde: Any) -> None:

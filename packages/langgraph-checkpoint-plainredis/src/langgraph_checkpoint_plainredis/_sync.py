@@ -39,7 +39,7 @@ from ._core import (
     translate_error,
 )
 from ._shell import check_serde, connect_options, validate_client, wire_args, wrong_side
-from ._wire import POOL_ARGS, direct_pool, pack
+from ._wire import POOL_ARGS, direct_pool, gives_up, pack
 
 __all__ = ["RedisSaver"]
 
@@ -187,13 +187,17 @@ class RedisSaver(SaverCore, BaseCheckpointSaver[str]):
 
         def fail(error: BaseException, *count: int) -> None:
             conn.disconnect()  # the retry reconnects; an error it gives up on propagates
+            if gives_up(conn, error):
+                raise error
 
         try:
             return conn.retry.call_with_retry(attempt, fail)
         finally:
-            if getattr(conn, "should_reconnect", bool)():  # redis-py 7+: a server moving
-                conn.disconnect()
-            pool.release(conn)
+            try:
+                if getattr(conn, "should_reconnect", bool)():  # redis-py 7+: a server moving
+                    conn.disconnect()
+            finally:
+                pool.release(conn)
 
     def _run(self, plan: Plan) -> list[Any]:
         if not self._cluster:
