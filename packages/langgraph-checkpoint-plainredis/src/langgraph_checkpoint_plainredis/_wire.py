@@ -89,8 +89,8 @@ def direct_pool(client: Any, plain: type) -> Any | None:
         return None
     connection = getattr(pool, "connection_class", None)
     for method in ("send_command", "pack_command"):  # overridden: it watches commands
-        module = getattr(getattr(connection, method, None), "__module__", None) or "redis"
-        if not module.startswith("redis."):
+        module = getattr(getattr(connection, method, None), "__module__", None) or ""
+        if not module.startswith("redis."):  # unknown counts as overridden
             return None
     options = getattr(pool, "connection_kwargs", {})
     if codecs.lookup(options.get("encoding", "utf-8")).name != "utf-8":
