@@ -351,6 +351,36 @@ def test_ttl_refreshes_every_blob_the_newest_checkpoint_reads(redis_url: str, pr
         assert saver.get_tuple(cfg("ttl")).checkpoint["channel_values"] == {"stable": "s", "m": 4}
 
 
+def test_ttl_put_writes_keeps_the_thread_alive_as_a_put_does(
+    redis_url: str, prefix: str, client: redis.Redis
+) -> None:
+    # The human-in-the-loop pattern: a checkpoint, then its writes (a resume) much later.
+    with RedisSaver(redis_url, prefix=prefix, ttl=1.2) as saver:
+        first = saver.put(
+            cfg("h"), checkpoint({"m": "hi", "k": 1}, {"m": 1, "k": 1}), {}, {"m": 1, "k": 1}
+        )
+        newest = saver.put(first, checkpoint({"m": "hi!", "k": 1}, {"m": 2, "k": 1}), {}, {"m": 2})
+        time.sleep(0.7)
+        saver.put_writes(newest, [("__resume__", "yes")], "task")
+        saver.put_writes(first, [("m", "late")], "old-task")  # an older one keeps the newest
+        time.sleep(0.7)
+        # 1.4 s after the puts, 0.7 s after the writes: everything either checkpoint reads
+        got = saver.get_tuple(cfg("h"))
+        assert got is not None
+        assert got.checkpoint["channel_values"] == {"m": "hi!", "k": 1}
+        assert got.pending_writes == [("task", "__resume__", "yes")]
+        old = saver.get_tuple(first)
+        assert old is not None and old.checkpoint["channel_values"] == {"m": "hi", "k": 1}
+        assert [t.config["configurable"]["thread_id"] for t in saver.list(None)] == ["h", "h"]
+        # a put now sweeps nothing the writes refreshed
+        saver.put(newest, checkpoint({"m": "bye", "k": 1}, {"m": 3, "k": 1}), {}, {"m": 3})
+        assert len(list(saver.list(cfg("h")))) == 3
+        time.sleep(1.3)
+        assert saver.get_tuple(cfg("h")) is None
+        assert list(saver.list(None)) == []
+    assert orphans(client, prefix) == set()
+
+
 def test_expired_threads_leave_listings_and_indexes(
     redis_url: str, prefix: str, client: redis.Redis
 ) -> None:

@@ -458,6 +458,9 @@ class SaverCore:
             tk.component,
             self._ttl_ms,
             self._score(now),
+            tk.cp_prefix,
+            tk.wr_prefix,
+            tk.blob_prefix,
         ]
         for i, (channel, value) in enumerate(writes):
             idx = WRITES_IDX_MAP.get(channel, i)
@@ -466,7 +469,7 @@ class SaverCore:
                 encode_write(task_id, idx, task_path, channel, self.serde.dumps_typed(value)),
                 1 if idx < 0 else 0,
             ]
-        keys = (tk.wr(ns, cid), tk.keys(ns), tk.ns, tk.cp(ns, cid), *self._registry)
+        keys = (tk.wr(ns, cid), tk.keys(ns), tk.ns, tk.cp(ns, cid), tk.idx(ns), *self._registry)
         yield [Eval("put_writes", keys, tuple(args))]
 
     # -- get -----------------------------------------------------------------------------

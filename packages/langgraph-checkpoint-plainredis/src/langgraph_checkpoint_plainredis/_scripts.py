@@ -115,6 +115,21 @@ local function latest(idx, cp_prefix, n)
   end
 end
 
+-- Refreshes the TTL of one checkpoint and of all it reads (payload, writes, blobs), and
+-- their entries in the key index, whose scores are expiry times.
+local function refresh_checkpoint(n, cid, payload, cp_prefix, wr_prefix, blob_prefix, keys,
+                                  ttl, score)
+  redis.call('PEXPIRE', cp_prefix .. n .. ':' .. cid, ttl)
+  redis.call('PEXPIRE', wr_prefix .. n .. ':' .. cid, ttl)
+  local run, refs = header(payload)
+  redis.call('ZADD', keys, 'XX', score, 'c' .. cid, score, 'w' .. cid,
+    score, run_marker(run, cid))
+  for _, r in ipairs(refs) do
+    redis.call('PEXPIRE', blob_prefix .. n .. ':' .. r, ttl)
+    redis.call('ZADD', keys, 'XX', score, 'b' .. r)
+  end
+end
+
 -- Reads one checkpoint: {id, payload, writes, blob values in ref order}. With `sent` (a
 -- table shared by the entries of one reply), a blob an earlier entry of the reply already
 -- carries comes back as '' (never a valid blob value), one it found missing as nil again
@@ -412,17 +427,31 @@ return outcome()
 """
 
 PUT_WRITES = r"""
--- KEYS: wr, keys, ns, cp, [registry]
--- ARGV: cid, N, T, ttl_ms, score, then per write: field, value, overwrite flag
+-- KEYS: wr, keys, ns, cp, idx, [registry]
+-- ARGV: cid, N, T, ttl_ms, score, cp_prefix, wr_prefix, blob_prefix, then per write:
+--       field, value, overwrite flag
 local cid, n, t, ttl, score = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4]), ARGV[5]
-REGISTRY = KEYS[5]
+REGISTRY = KEYS[6]
 local err = check(KEYS[1], 'hash') or check(KEYS[2], 'zset') or check(KEYS[3], 'zset')
+  or check(KEYS[5], 'zset')
 if err then return err end
 if REGISTRY then
   err = check_registry(REGISTRY)
   if err then return err end
 end
-for i = 6, #ARGV, 3 do
+-- With a TTL, a write keeps the thread alive as a put does: the checkpoint written to and
+-- the newest of its timeline keep everything they read. Both are read before any write.
+local alive = {}
+if ttl > 0 then
+  local payload, newest, newest_payload
+  payload, err = get_string(KEYS[4])
+  if err then return err end
+  if payload then alive[1] = {cid, payload} end
+  newest, newest_payload, err = latest(KEYS[5], ARGV[6], n)
+  if err then return err end
+  if newest and newest ~= cid then alive[#alive + 1] = {newest, newest_payload} end
+end
+for i = 9, #ARGV, 3 do
   if ARGV[i + 2] == '1' then redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1])
   else redis.call('HSETNX', KEYS[1], ARGV[i], ARGV[i + 1]) end
 end
@@ -433,7 +462,10 @@ if ttl > 0 then
   redis.call('PEXPIRE', KEYS[1], ttl)
   redis.call('PEXPIRE', KEYS[2], ttl)
   redis.call('PEXPIRE', KEYS[3], ttl)
-  redis.call('PEXPIRE', KEYS[4], ttl)
+  redis.call('PEXPIRE', KEYS[5], ttl)
+  for _, c in ipairs(alive) do
+    refresh_checkpoint(n, c[1], c[2], ARGV[6], ARGV[7], ARGV[8], KEYS[2], ttl, score)
+  end
 end
 return 1
 """
@@ -463,15 +495,7 @@ if err then return err end
 local ttl = tonumber(ARGV[6])
 if ttl > 0 then
   local score = ARGV[7]
-  redis.call('PEXPIRE', ARGV[3] .. n .. ':' .. cid, ttl)
-  redis.call('PEXPIRE', ARGV[4] .. n .. ':' .. cid, ttl)
-  local run, refs = header(payload)
-  redis.call('ZADD', KEYS[2], 'XX', score, 'c' .. cid, score, 'w' .. cid,
-    score, run_marker(run, cid))
-  for _, r in ipairs(refs) do
-    redis.call('PEXPIRE', ARGV[5] .. n .. ':' .. r, ttl)
-    redis.call('ZADD', KEYS[2], 'XX', score, 'b' .. r)
-  end
+  refresh_checkpoint(n, cid, payload, ARGV[3], ARGV[4], ARGV[5], KEYS[2], ttl, score)
   redis.call('PEXPIRE', KEYS[1], ttl)
   redis.call('PEXPIRE', KEYS[2], ttl)
   redis.call('PEXPIRE', KEYS[3], ttl)
