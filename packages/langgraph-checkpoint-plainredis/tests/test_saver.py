@@ -516,6 +516,43 @@ async def test_corrupted_payload_names_the_key_and_spares_the_rest(
         await saver.aget_tuple(a)
 
 
+def test_a_damaged_payload_keeps_its_blobs_through_prune_and_delete_for_runs(
+    redis_url: str, client: redis.Redis, prefix: str
+) -> None:
+    tk = KeySpace(prefix).thread("d")
+    with RedisSaver(redis_url, prefix=prefix) as saver:
+        first = saver.put(
+            cfg("d"),
+            checkpoint({"m": "first", "s": "shared"}, {"m": "1", "s": "1"}),
+            {},
+            {"m": "1", "s": "1"},
+        )
+        second = saver.put(
+            first,
+            checkpoint({"m": "second", "s": "shared"}, {"m": "2", "s": "1"}),
+            {"run_id": "drop"},
+            {"m": "2"},
+        )
+        third = saver.put(
+            second, checkpoint({"m": "third", "s": "shared"}, {"m": "3", "s": "1"}), {}, {"m": "3"}
+        )
+        blobs = sorted(client.scan_iter(f"{prefix}:blob:*"))
+        # An unreadable payload hides what it references: no blob may go while it is there.
+        for damaged, cleanup in ((first, lambda: saver.delete_for_runs(["drop"])),
+                                 (third, lambda: saver.prune(["d"]))):  # fmt: skip
+            key = tk.cp("", damaged["configurable"]["checkpoint_id"])
+            good = client.get(key)
+            client.set(key, good[:9] + b"\xff" * 5)
+            cleanup()
+            client.set(key, good)
+            assert sorted(client.scan_iter(f"{prefix}:blob:*")) == blobs
+        assert saver.get_tuple(third).checkpoint["channel_values"] == {"m": "third", "s": "shared"}
+        assert saver.get_tuple(second) is None and saver.get_tuple(first) is None
+        # intact again: the next collection frees what nothing reads
+        saver.prune(["d"])
+        assert len(list(client.scan_iter(f"{prefix}:blob:*"))) == 2
+
+
 async def test_foreign_value_under_the_prefix_is_a_clear_error(
     saver: Any, client: redis.Redis, prefix: str
 ) -> None:

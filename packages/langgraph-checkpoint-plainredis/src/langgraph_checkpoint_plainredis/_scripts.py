@@ -22,23 +22,24 @@ local function nsread(s, pos)
   return string.sub(s, colon + 1, colon + n), colon + n + 2
 end
 
--- The escaped run id and the blob suffixes a checkpoint payload references.
+-- The escaped run id and the blob suffixes a checkpoint payload references, and whether
+-- the payload read as one (a damaged one yields what could be read, and false).
 local function header(payload)
-  if string.byte(payload, 1) ~= 1 then return '', {} end
-  local _, pos = nsread(payload, 2)
+  if string.byte(payload, 1) ~= 1 then return '', {}, false end
+  local parent, pos = nsread(payload, 2)
   local run, refsblob
   run, pos = nsread(payload, pos)
   refsblob, pos = nsread(payload, pos)
-  local refs = {}
+  local refs, intact = {}, parent ~= nil and run ~= nil and refsblob ~= nil
   if refsblob then
     local p = 1
     while p <= #refsblob do
       local r
       r, p = nsread(refsblob, p)
-      if r then refs[#refs + 1] = r end
+      if r then refs[#refs + 1] = r else intact = false end
     end
   end
-  return run or '', refs
+  return run or '', refs, intact
 end
 
 -- The escaped run id alone: the payload's second field, without reading the refs.
@@ -296,21 +297,24 @@ local function delete_timeline(t, n, p)
 end
 
 -- Deletes blobs no remaining checkpoint references; drops an emptied timeline.
--- Returns true when the timeline is gone.
+-- Returns true when the timeline is gone. While a remaining payload is damaged (or not a
+-- string), what it references is unknown, so every blob stays.
 local function collect_garbage(t, n, p)
   local ids = redis.call('ZRANGE', p.idx .. n, 0, -1)
-  local live, alive = {}, {}
+  local live, alive, unknown = {}, {}, false
   for _, cid in ipairs(ids) do
     alive[cid] = true
-    local payload = get_string(p.cp .. n .. ':' .. cid)
-    if payload then
-      local _, refs = header(payload)
+    local payload, err = get_string(p.cp .. n .. ':' .. cid)
+    if err then unknown = true
+    elseif payload then
+      local _, refs, intact = header(payload)
+      if not intact then unknown = true end
       for _, r in ipairs(refs) do live[r] = true end
     end
   end
   for _, m in ipairs(redis.call('ZRANGE', p.keys .. n, 0, -1)) do
     local kind = string.sub(m, 1, 1)
-    if kind == 'b' and not live[string.sub(m, 2)] then
+    if kind == 'b' and not unknown and not live[string.sub(m, 2)] then
       redis.call('DEL', p.blob .. n .. ':' .. string.sub(m, 2))
       redis.call('ZREM', p.keys .. n, m)
     elseif kind == 'r' then
