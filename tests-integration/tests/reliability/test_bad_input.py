@@ -222,6 +222,62 @@ def test_an_index_key_of_another_type_is_a_clear_error(
     client.delete(key)
 
 
+def snapshot(client: redis.Redis, prefix: str) -> dict[bytes, Any]:
+    return {k: client.dump(k) for k in client.scan_iter(f"{prefix}:*")}
+
+
+def test_a_run_set_of_another_type_is_a_clear_error_that_changes_nothing(
+    saver: RedisSaver, client: redis.Redis, prefix: str
+) -> None:
+    saver_change(
+        "a foreign run set gave a raw WRONGTYPE, and a put over another run's checkpoint "
+        "wrote its blobs first"
+    )
+    ks = KeySpace(prefix)
+    c = saver.put(cfg("t"), checkpoint({"m": 1}, {"m": "1"}), {"run_id": "r1"}, {"m": "1"})
+    saver.put(cfg("t", "sub"), checkpoint({"m": 1}, {"m": "1"}), {"run_id": "r1"}, {"m": "1"})
+    saver.put(c, checkpoint({"m": 2}, {"m": "2"}), {"run_id": "r2"}, {"m": "2"})
+    run = ks.run("r1")
+    damage(client, run, "wrong type")
+    before = snapshot(client, prefix)
+    same_id = checkpoint({"m": 3, "x": 5}, {"m": "1", "x": "9"})
+    same_id["id"] = c["configurable"]["checkpoint_id"]
+    operations = {
+        "delete_for_runs": lambda: saver.delete_for_runs(["r2", "r1"]),
+        "delete_thread": lambda: saver.delete_thread("t"),
+        "prune keep_latest": lambda: saver.prune(["t"]),
+        "copy_thread": lambda: saver.copy_thread("t", "u"),
+        "put over r1's checkpoint": lambda: saver.put(
+            cfg("t"), same_id, {"run_id": "r3"}, {"m": "1", "x": "9"}
+        ),
+        "put in r1": lambda: saver.put(cfg("v"), checkpoint({}, {}), {"run_id": "r1"}, {}),
+    }
+    for name, operation in operations.items():
+        with pytest.raises(WrongTypeError) as info:
+            operation()
+        assert info.value.key == run and run in str(info.value), name
+        assert snapshot(client, prefix) == before, f"{name} changed the keyspace"
+
+
+def test_refresh_on_read_names_an_index_key_of_another_type(
+    redis_url: str, client: redis.Redis, prefix: str
+) -> None:
+    saver_change("get_tuple refreshing with a foreign key index gave a raw WRONGTYPE")
+    with RedisSaver(redis_url, prefix=prefix, ttl=100, refresh_on_read=True) as saver:
+        saver.put(cfg("t"), checkpoint({"m": 1}, {"m": "1"}), {}, {"m": "1"})
+        tk = KeySpace(prefix).thread("t")
+        for key in (tk.keys(""), tk.ns):
+            good = client.dump(key)
+            damage(client, key, "wrong type")
+            before = snapshot(client, prefix)
+            with pytest.raises(WrongTypeError) as info:
+                saver.get_tuple(cfg("t"))
+            assert info.value.key == key
+            assert snapshot(client, prefix) == before
+            client.delete(key)
+            client.restore(key, 0, good)
+
+
 def test_listing_every_thread_of_a_010_keyspace_asks_for_the_migration(
     saver: RedisSaver, client: redis.Redis, prefix: str
 ) -> None:

@@ -665,7 +665,8 @@ class SaverCore:
         run_keys = [self.keyspace.run(_thread_arg(r, "delete_for_runs")) for r in run_ids]
         if not run_keys:
             return
-        members = yield [("SMEMBERS", k) for k in run_keys]
+        # A script per run set (each may be in its own cluster slot), to name a foreign value.
+        members = yield [Eval("run_members", (k,), ()) for k in run_keys]
         by_thread: dict[str, list[str]] = {}
         for reply in members:
             for member in reply or ():

@@ -230,17 +230,43 @@ local function check_timelines(nskey, p)
   return nil
 end
 
+-- The run sets a script may leave (the keys of `by_run`, or the run sets the run markers
+-- of every timeline name) must be sets: checked before the script changes anything. On a
+-- cluster the client changes them, not the script.
+local function check_run_sets(by_run)
+  if not REGISTRY then return nil end
+  for run_key in pairs(by_run) do
+    local err = check(run_key, 'set')
+    if err then return err end
+  end
+  return nil
+end
+
+local function check_marked_runs(nskey, p)
+  if not REGISTRY then return nil end
+  local runs = {}
+  for _, n in ipairs(redis.call('ZRANGE', nskey, 0, -1)) do
+    for _, m in ipairs(redis.call('ZRANGE', p.keys .. n, 0, -1)) do
+      if string.byte(m, 1) == 114 then  -- 'r'
+        local run = marker_parts(m)
+        if run and run ~= '' then runs[p.run .. run] = true end
+      end
+    end
+  end
+  return check_run_sets(runs)
+end
+
 local function del_all(keys)
   for i = 1, #keys, 500 do
     redis.call('DEL', unpack(keys, i, math.min(i + 499, #keys)))
   end
 end
 
--- Deletes every key of one timeline, in bulk, one DEL per 500 keys. Run markers name the
--- run sets to leave; only checkpoints without one (stored before markers existed) have
--- their payloads read, one MGET per 500.
-local function delete_timeline(t, n, p)
-  local doomed, cps, seen, has_writes, marked, by_run = {}, {}, {}, {}, {}, {}
+-- Every key of one timeline; adds the run sets to leave (run key -> members) to `by_run`.
+-- Run markers name the run sets; only checkpoints without one (stored before markers
+-- existed) have their payloads read, one MGET per 500.
+local function doomed_keys(t, n, p, by_run)
+  local doomed, cps, seen, has_writes, marked = {}, {}, {}, {}, {}
   local function owned(run, cid)
     if run == '' then return end
     local run_key = p.run .. run
@@ -290,10 +316,9 @@ local function delete_timeline(t, n, p)
       end
     end
   end
-  forget_runs(by_run)
   doomed[#doomed + 1] = p.idx .. n
   doomed[#doomed + 1] = p.keys .. n
-  del_all(doomed)
+  return doomed
 end
 
 -- Deletes blobs no remaining checkpoint references; drops an emptied timeline.
@@ -371,6 +396,14 @@ if run_key then
   err = check(run_key, 'set')
   if err then return err end
 end
+-- Overwriting a checkpoint another run wrote: that run no longer owns it.
+local before = redis.call('GET', KEYS[1])
+local old_run = before and run_of(before)
+local leaves = before and old_run ~= ARGV[15]
+if leaves and old_run ~= '' and REGISTRY then
+  err = check(ARGV[16] .. old_run, 'set')
+  if err then return err end
+end
 for i = 1, nb do
   local key, suffix, value = KEYS[4 + i], ARGV[15 + 2 * i], ARGV[16 + 2 * i]
   if value == '' then
@@ -387,14 +420,9 @@ for i = 1, nb do
     redis.call('ZADD', KEYS[3], score, 'b' .. suffix)
   end
 end
--- Overwriting a checkpoint another run wrote: that run no longer owns it.
-local before = redis.call('GET', KEYS[1])
-if before then
-  local old_run = run_of(before)
-  if old_run ~= ARGV[15] then
-    if old_run ~= '' then forget_run(ARGV[16] .. old_run, ARGV[8]) end
-    redis.call('ZREM', KEYS[3], run_marker(old_run, cid))
-  end
+if leaves then
+  if old_run ~= '' then forget_run(ARGV[16] .. old_run, ARGV[8]) end
+  redis.call('ZREM', KEYS[3], run_marker(old_run, cid))
 end
 if ttl > 0 then redis.call('SET', KEYS[1], payload, 'PX', ttl)
 else redis.call('SET', KEYS[1], payload) end
@@ -479,7 +507,9 @@ GET = r"""
 -- ARGV: cid ('' = newest), N, cp_prefix, wr_prefix, blob_prefix, refresh ttl_ms, score, T
 local cid, n = ARGV[1], ARGV[2]
 REGISTRY = KEYS[4]
+local ttl = tonumber(ARGV[6])
 local err = check(KEYS[1], 'zset')
+if ttl > 0 then err = err or check(KEYS[2], 'zset') or check(KEYS[3], 'zset') end
 if err then return err end
 if REGISTRY then
   err = check_registry(REGISTRY)
@@ -496,7 +526,6 @@ if not payload then return false end
 local entry
 entry, err = read_entry(n, cid, payload, ARGV[4], ARGV[5])
 if err then return err end
-local ttl = tonumber(ARGV[6])
 if ttl > 0 then
   local score = ARGV[7]
   refresh_checkpoint(n, cid, payload, ARGV[3], ARGV[4], ARGV[5], KEYS[2], ttl, score)
@@ -573,7 +602,16 @@ REGISTRY = KEYS[2]
 local err = check(KEYS[1], 'zset') or (REGISTRY and check_registry(REGISTRY))
   or check_timelines(KEYS[1], p)
 if err then return err end
-for _, n in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do delete_timeline(t, n, p) end
+-- Every timeline is walked before anything is deleted, so a run set of the wrong type
+-- stops the script while the thread is whole.
+local doomed, by_run = {}, {}
+for _, n in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do
+  doomed[#doomed + 1] = doomed_keys(t, n, p, by_run)
+end
+err = check_run_sets(by_run)
+if err then return err end
+forget_runs(by_run)
+for _, keys in ipairs(doomed) do del_all(keys) end
 redis.call('DEL', KEYS[1])
 EMPTIED = 1
 if REGISTRY then redis.call('ZREM', REGISTRY, t) end
@@ -588,7 +626,7 @@ PRUNE_KEEP_LATEST = (
 local t = ARGV[1]
 REGISTRY = KEYS[2]
 local err = check(KEYS[1], 'zset') or (REGISTRY and check_registry(REGISTRY))
-  or check_timelines(KEYS[1], p)
+  or check_timelines(KEYS[1], p) or check_marked_runs(KEYS[1], p)
 if err then return err end
 for _, n in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do
   local keep = latest(p.idx .. n, p.cp, n)
@@ -615,7 +653,7 @@ REMOVE_CHECKPOINTS = (
 local t = ARGV[1]
 REGISTRY = KEYS[2]
 local err = check(KEYS[1], 'zset') or (REGISTRY and check_registry(REGISTRY))
-  or check_timelines(KEYS[1], p)
+  or check_timelines(KEYS[1], p) or check_marked_runs(KEYS[1], p)
 if err then return err end
 local touched = {}
 for i = 8, #ARGV, 2 do
@@ -668,9 +706,25 @@ IMPORT_THREAD = (
 local t, ttl, score = ARGV[1], tonumber(ARGV[8]), ARGV[9]
 REGISTRY = KEYS[2]
 local err = check(KEYS[1], 'zset') or (REGISTRY and check_registry(REGISTRY))
-  or check_timelines(KEYS[1], p)
+  or check_timelines(KEYS[1], p) or check_marked_runs(KEYS[1], p)
 if err then return err end
-local i = 10
+-- The run sets the copied checkpoints join, checked before the first write.
+local joined, i = {}, 10
+while i <= #ARGV do
+  local count = tonumber(ARGV[i + 1])
+  i = i + 2
+  for _ = 1, count do
+    local m, nvals = ARGV[i], tonumber(ARGV[i + 1])
+    if string.sub(m, 1, 1) == 'c' then
+      local run = run_of(ARGV[i + 2])
+      if run ~= '' then joined[p.run .. run] = true end
+    end
+    i = i + 2 + nvals
+  end
+end
+err = check_run_sets(joined)
+if err then return err end
+i = 10
 while i <= #ARGV do
   local n, count = ARGV[i], tonumber(ARGV[i + 1])
   i = i + 2
@@ -722,6 +776,14 @@ return outcome()
 )
 
 
+RUN_MEMBERS = r"""
+-- KEYS: one run set; returns its members
+local err = check(KEYS[1], 'set')
+if err then return err end
+return redis.call('SMEMBERS', KEYS[1])
+"""
+
+
 REGISTRY_PAGE = r"""
 -- KEYS: registry; ARGV: start, stop
 local err = check_registry(KEYS[1])
@@ -758,6 +820,7 @@ SCRIPTS = {
         _script("remove_checkpoints", REMOVE_CHECKPOINTS),
         _script("export_thread", EXPORT_THREAD),
         _script("import_thread", IMPORT_THREAD),
+        _script("run_members", RUN_MEMBERS),
         _script("registry_page", REGISTRY_PAGE),
     )
 }
