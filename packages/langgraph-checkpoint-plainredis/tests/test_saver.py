@@ -583,6 +583,7 @@ def test_keyspace_of_010_asks_for_the_migration(
         ({"ttl": 0}, ValueError, "ttl=0"),
         ({"ttl": -5}, ValueError, "ttl"),
         ({"ttl": "1h"}, TypeError, "ttl"),
+        ({"ttl": 1e16}, ValueError, "ttl=1e[+]16 is more than 1,000,000,000 seconds"),
         ({"prefix": "a{b}"}, ValueError, "prefix"),
         ({"prefix": ""}, ValueError, "prefix"),
         ({"refresh_on_read": "yes"}, TypeError, "refresh_on_read"),
@@ -595,6 +596,28 @@ def test_invalid_arguments_say_what_to_pass(
         RedisSaver(redis_url, **kwargs)
     with pytest.raises(error, match=match):
         AsyncRedisSaver(redis_url, **kwargs)
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [{"ttl": t} for t in (0, -5, "1h", True, 1e16, 1e300, float("nan"))]
+    + [{"prefix": p} for p in ("", "a*", "lg:", 5, None, b"lg")],
+)
+def test_every_invalid_ttl_or_prefix_is_a_value_error(
+    redis_url: str, kwargs: dict[str, Any]
+) -> None:
+    for cls in (RedisSaver, AsyncRedisSaver):
+        with pytest.raises(ValueError, match="ttl" if "ttl" in kwargs else "prefix"):
+            cls(redis_url, **kwargs)
+
+
+def test_the_longest_ttl_works(redis_url: str, prefix: str, client: redis.Redis) -> None:
+    with RedisSaver(redis_url, prefix=prefix, ttl=10**9) as saver:
+        c = saver.put(cfg("long"), checkpoint({"m": 1}, {"m": 1}), {}, {"m": 1})
+        saver.put_writes(c, [("m", 2)], "task")
+        assert saver.get_tuple(cfg("long")).pending_writes == [("task", "m", 2)]
+    ttls = [client.pttl(k) for k in client.scan_iter(f"{prefix}:*")]
+    assert ttls and all(t > (10**9 - 60) * 1000 for t in ttls if t != -1)
 
 
 def test_a_saver_needs_a_url_or_client() -> None:

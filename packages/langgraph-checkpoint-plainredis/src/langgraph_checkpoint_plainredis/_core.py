@@ -37,7 +37,13 @@ from ._codec import (
     encode_checkpoint,
     encode_write,
 )
-from ._errors import CorruptDataError, LegacyKeyspaceError, PlainRedisError, WrongTypeError
+from ._errors import (
+    ArgumentTypeError,
+    CorruptDataError,
+    LegacyKeyspaceError,
+    PlainRedisError,
+    WrongTypeError,
+)
 from ._keys import (
     KeySpace,
     ThreadKeys,
@@ -167,15 +173,28 @@ def _str_field(conf: Mapping[str, Any], name: str, default: str | None = None) -
     )
 
 
+# The longest ttl, in seconds. Scripts pass the ttl in ms to PEXPIRE, and Lua spells a
+# number of 1e14 or more with an exponent, which Redis refuses as an integer.
+MAX_TTL = 10**9
+
+
 def _ttl_ms(ttl: float | None) -> int:
     if ttl is None:
         return 0
     if isinstance(ttl, bool) or not isinstance(ttl, (int, float)):
-        raise TypeError(f"ttl must be seconds as int or float, or None; got {ttl!r}")
+        raise ArgumentTypeError(
+            f"ttl must be seconds as int or float, or None; got {type(ttl).__name__} {ttl!r}: "
+            "pass e.g. ttl=7 * 24 * 3600"
+        )
     if not math.isfinite(ttl) or ttl <= 0:
         raise ValueError(
             f"ttl={ttl!r} is not a positive number of seconds: pass e.g. ttl=7 * 24 * 3600, "
             "or ttl=None to keep threads forever"
+        )
+    if ttl > MAX_TTL:
+        raise ValueError(
+            f"ttl={ttl!r} is more than {MAX_TTL:,} seconds (about 31 years), more than a "
+            "Redis expiry can say: pass ttl=None to keep threads forever"
         )
     return max(1, int(ttl * 1000))
 

@@ -49,3 +49,8 @@ class LegacyKeyspaceError(PlainRedisError):
             f"`langgraph_checkpoint_plainredis.migrate_v010(client, prefix={prefix!r})`. "
             "Nothing was written."
         )
+
+
+class ArgumentTypeError(TypeError, ValueError):
+    """A `ttl` or `prefix` of the wrong type. Both a `TypeError` (its kind) and a
+    `ValueError` (every invalid `ttl` or `prefix` is one), so either ``except`` catches it."""

@@ -33,6 +33,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from ._errors import ArgumentTypeError
+
 __all__ = [
     "EMPTY_THREAD_TAG",
     "KeySpace",
@@ -189,7 +191,10 @@ class KeySpace:
 
     def __init__(self, prefix: str) -> None:
         if not isinstance(prefix, str):
-            raise TypeError(f"prefix must be a str, got {type(prefix).__name__} {prefix!r}")
+            raise ArgumentTypeError(
+                f"prefix must be a str, got {type(prefix).__name__} {prefix!r}: pass e.g. "
+                "prefix='lg'"
+            )
         if not prefix:
             raise ValueError("prefix must not be empty; pass e.g. prefix='lg'")
         bad = sorted({ch for ch in prefix if ch in "{}*?[]\\" or ord(ch) <= 0x20})
