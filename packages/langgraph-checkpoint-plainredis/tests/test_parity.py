@@ -582,10 +582,18 @@ class ParityMachine(RuleBasedStateMachine):
         config = cfg(thread, None if omit_ns and ns == "" else ns)
         assert view(self.ours.get_tuple(config)) == view(self.ref.get_tuple(config))
 
-    @rule(thread=threads, ns=namespaces, cid=st.one_of(checkpoint_ids, st.just("c0")))
-    def get_by_id(self, thread: str, ns: str, cid: str) -> None:
-        # A full config: InMemorySaver echoes the config it was given for a lookup by id.
-        config = cfg(thread, ns, cid)
+    @rule(
+        thread=threads,
+        ns=namespaces,
+        cid=st.one_of(checkpoint_ids, st.just("c0")),
+        omit_ns=st.booleans(),
+        extra=st.booleans(),
+    )
+    def get_by_id(self, thread: str, ns: str, cid: str, omit_ns: bool, extra: bool) -> None:
+        # InMemorySaver echoes the config it was given for a lookup by id, whatever it holds.
+        config = cfg(thread, None if omit_ns and ns == "" else ns, cid)
+        if extra:
+            config["configurable"]["user_id"] = "u-1"
         assert view(self.ours.get_tuple(config)) == view(self.ref.get_tuple(config))
 
     @rule(

@@ -277,11 +277,14 @@ class SaverCore:
         cid: str,
         entry: Sequence[Any],
         shared: dict[str, tuple[str, bytes]] | None = None,
+        asked: RunnableConfig | None = None,
     ) -> CheckpointTuple:
         """Builds a `CheckpointTuple` from one entry ``[id, payload, writes, blobs]``.
 
         `shared` holds the blobs decoded from earlier entries of the same list reply, by
         key: the script sends each blob once per reply, and ``b""`` where it repeats.
+        `asked` is the config of a read by id, which comes back as given (as from
+        `InMemorySaver`).
         """
         cp_key = tk.cp(ns, cid)
         stored = decode_checkpoint(_b(entry[1]), cp_key)
@@ -311,7 +314,8 @@ class SaverCore:
         ]
         thread_id = tk.thread_id
         return CheckpointTuple(
-            config={
+            config=asked
+            or {
                 "configurable": {
                     "thread_id": thread_id,
                     "checkpoint_ns": ns,
@@ -516,7 +520,7 @@ class SaverCore:
         (entry,) = yield [Eval("get", keys, args)]
         if not entry:
             return None
-        return self._tuple(tk, ns, _s(entry[0]), entry)
+        return self._tuple(tk, ns, _s(entry[0]), entry, asked=config if cid else None)
 
     # -- list ----------------------------------------------------------------------------
 
