@@ -161,6 +161,29 @@ async def test_list_none_walks_every_thread_and_namespace(saver: Any) -> None:
     } == {"", "sub:1"}
 
 
+@pytest.mark.parametrize("ttl", [None, 3600])
+def test_list_none_lists_each_thread_once_while_others_write(
+    redis_url: str, prefix: str, ttl: int | None
+) -> None:
+    # Past one page of the registry; a put moves its thread there (its score is its expiry),
+    # a delete shifts the threads after it.
+    names = [f"t{i:04}" for i in range(1200)]
+    with RedisSaver(redis_url, prefix=prefix, ttl=ttl) as saver:
+        first = {t: saver.put(cfg(t), checkpoint({}, {}), {}, {}) for t in names}
+        listing = saver.list(None)
+        seen = [next(listing)]
+        done = seen[0].config["configurable"]["thread_id"]
+        for t in names[::7]:
+            saver.put(first[t], checkpoint({}, {}), {}, {})
+        saver.delete_thread(done)
+        seen += list(listing)
+    ids = [(t.config["configurable"]["thread_id"], t.checkpoint["id"]) for t in seen]
+    assert len(ids) == len(set(ids)), "a checkpoint was listed twice"
+    assert {thread for thread, _ in ids} == set(names)
+    runs = [thread for i, (thread, _) in enumerate(ids) if i == 0 or ids[i - 1][0] != thread]
+    assert len(runs) == len(set(runs)), "a thread was listed in two places"
+
+
 # -- writes ----------------------------------------------------------------------------
 
 

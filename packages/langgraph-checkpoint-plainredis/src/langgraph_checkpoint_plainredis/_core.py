@@ -96,6 +96,7 @@ VERSION_DIGITS = 10
 # "TTL exhausted" once redis-py gives up redirecting) until the slot has moved. Every
 # script is idempotent, so the shells retry a refused plan after these pauses (seconds).
 CLUSTER_RETRY_DELAYS = (0.05, 0.1, 0.2, 0.4, 0.8, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
+_REGISTRY_PAGE = 500  # threads per ZSCAN call of list(None)
 _LIST_PAGE = 128
 _BATCH_THREADS = 64
 
@@ -552,7 +553,7 @@ class SaverCore:
         before_id = get_checkpoint_id(before) if before else None
         if config is None and self._cluster:
             (found,) = yield [Scan(self.keyspace.ns_pattern)]
-            for key in sorted(_s(k) for k in found):
+            for key in sorted({_s(k) for k in found}):  # SCAN may return a key twice
                 tk = self.keyspace.thread_from_ns_key(key)
                 remaining = yield from self._list_thread(
                     tk, None, None, before_id, filter, remaining
@@ -561,22 +562,29 @@ class SaverCore:
                     return
             return
         if config is None:
-            threads: Iterable[ThreadKeys] = []
-            cursor = 0
+            # ZSCAN returns every thread registered for the whole walk, however the registry
+            # changes meanwhile (a put moves its thread), some of them twice: hence `seen`.
+            seen: set[str] = set()
+            cursor = "0"
             while True:
-                (page,) = yield [
-                    Eval("registry_page", (self.keyspace.threads,), (cursor, cursor + 499))
+                (reply,) = yield [
+                    Eval("registry_page", (self.keyspace.threads,), (cursor, _REGISTRY_PAGE))
                 ]
-                if not page:
-                    return
-                cursor += len(page)
-                threads = [self.keyspace.thread_from_component(_s(m)) for m in page]
-                for tk in threads:
+                cursor, flat = _s(reply[0]), reply[1]
+                now = _now_ms()
+                for i in range(0, len(flat), 2):
+                    component = _s(flat[i])
+                    if component in seen or float(flat[i + 1]) < now:  # listed, or expired
+                        continue
+                    seen.add(component)
+                    tk = self.keyspace.thread_from_component(component)
                     remaining = yield from self._list_thread(
                         tk, None, None, before_id, filter, remaining
                     )
                     if remaining == 0:
                         return
+                if cursor == "0":
+                    return
         conf = _configurable(config, "list")
         thread_id = _str_field(conf, "thread_id")
         ns = conf.get("checkpoint_ns")

@@ -238,22 +238,28 @@ class Inspector:
         """How many threads there are, and the threads in pages of `_PAGE`."""
         self._check_registry()
         if self.cluster:
-            found = [
-                self.keyspace.thread_from_ns_key(_s(key))
-                for key in self.client.scan_iter(match=self.keyspace.ns_pattern, count=1000)
+            keys = self.client.scan_iter(match=self.keyspace.ns_pattern, count=1000)
+            found = [  # SCAN may return a key twice
+                self.keyspace.thread_from_ns_key(key) for key in sorted({_s(k) for k in keys})
             ]
             pages = (found[i : i + _PAGE] for i in range(0, len(found), _PAGE))
             return len(found), pages
         return int(self.client.zcard(self.keyspace.threads)), self._registry_pages()
 
     def _registry_pages(self) -> Iterator[list[ThreadKeys]]:
-        start = 0
-        while True:
-            page = self.client.zrange(self.keyspace.threads, start, start + _PAGE - 1)
-            if not page:
-                return
-            start += len(page)
-            yield [self.keyspace.thread_from_component(_s(m)) for m in page]
+        # ZSCAN keeps its place while threads move (a put) or come and go; it may repeat one.
+        seen: set[str] = set()
+        page: list[ThreadKeys] = []
+        for member, _ in self.client.zscan_iter(self.keyspace.threads, count=_PAGE):
+            component = _s(member)
+            if component not in seen:
+                seen.add(component)
+                page.append(self.keyspace.thread_from_component(component))
+            if len(page) == _PAGE:
+                yield page
+                page = []
+        if page:
+            yield page
 
     def _namespaces(self, threads: Sequence[ThreadKeys]) -> list[list[tuple[str, float]]]:
         """Each thread's (unescaped) namespaces with their expiry scores; one round trip."""

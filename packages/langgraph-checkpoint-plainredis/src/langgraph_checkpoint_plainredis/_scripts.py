@@ -785,10 +785,12 @@ return redis.call('SMEMBERS', KEYS[1])
 
 
 REGISTRY_PAGE = r"""
--- KEYS: registry; ARGV: start, stop
+-- KEYS: registry; ARGV: ZSCAN cursor, count
+-- Returns ZSCAN's {next cursor, {thread, expiry score, ...}}: unlike ranks, the cursor holds
+-- when puts move threads or threads come and go during the walk.
 local err = check_registry(KEYS[1])
 if err then return err end
-return redis.call('ZRANGE', KEYS[1], ARGV[1], ARGV[2])
+return redis.call('ZSCAN', KEYS[1], ARGV[1], 'COUNT', ARGV[2])
 """
 
 
