@@ -108,6 +108,29 @@ def test_migration_reads_back_what_010_read(
         assert sorted(client.scan_iter(match=f"{new}:*")) == keys
 
 
+def test_a_migration_that_does_not_read_back_deletes_nothing(
+    client: redis.Redis, redis_url: str, restored: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from langgraph_checkpoint_plainredis import PlainRedisError, _migrate
+
+    new = next(iter(restored.values()))
+    before = {k for k in client.scan_iter(match=f"{new}:*") if b":{" not in k}
+    real = _migrate.encode_blob
+    # A writer that stores something else: the read-back must catch it before deleting.
+    monkeypatch.setattr(_migrate, "encode_blob", lambda typed: real(("json", b'"tampered"')))
+    with pytest.raises(PlainRedisError, match="does not read back .* channel values differ"):
+        migrate_v010(client, new)
+    left = {k for k in client.scan_iter(match=f"{new}:*") if b":{" not in k}
+    assert before - left <= {f"{new}:threads".encode()}  # parked, not deleted
+    monkeypatch.undo()
+    assert migrate_v010(client, new).skipped == []
+    old = next(iter(restored))
+    with RedisSaver(redis_url, prefix=new) as saver:
+        for expected in DUMP["expected"]["threads"]:
+            if expected["prefix"] == old:
+                check_against_010_reading(saver, expected)
+
+
 class State(TypedDict):
     messages: Annotated[list[Any], add_messages]
 

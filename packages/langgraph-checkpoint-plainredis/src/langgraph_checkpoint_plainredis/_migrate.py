@@ -25,7 +25,7 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from ._codec import encode_blob, encode_checkpoint
 from ._core import ABSENT, VERSION_DIGITS, _b, _now_ms, _s
-from ._errors import CorruptDataError
+from ._errors import CorruptDataError, PlainRedisError
 from ._keys import LegacyKeys, blob_suffix, escape
 from ._sync import RedisSaver
 
@@ -129,6 +129,7 @@ def _migrate_timeline(
     serde = saver.serde
     tk = saver.keyspace.thread(thread_id)
     old_keys: list[bytes | str] = [idx_key]
+    expected: dict[str, tuple[dict[str, Any], dict[str, Any], list[tuple[str, str, Any]]]] = {}
     for raw_id in client.zrange(idx_key, 0, -1):
         cid = _s(raw_id)
         cp_key = legacy.cp(thread_id, ns, cid)
@@ -145,6 +146,7 @@ def _migrate_timeline(
         }
         checkpoint.pop("channel_values", None)
         written: dict[str, bytes] = {}
+        values: dict[str, Any] = {}
         for channel, version in old_versions.items():
             blob_key = legacy.blob(thread_id, ns, channel, version)
             blob = _unwrap(client.get(blob_key), blob_key)
@@ -154,6 +156,8 @@ def _migrate_timeline(
                 written[blob_suffix(channel, _version(version))] = (
                     ABSENT if absent else encode_blob(blob)
                 )
+                if not absent:
+                    values[channel] = serde.loads_typed(blob)
         refs = [blob_suffix(ch, v) for ch, v in checkpoint["channel_versions"].items()]
         run_id = metadata.get("run_id")
         payload = encode_checkpoint(
@@ -181,8 +185,41 @@ def _migrate_timeline(
         config: RunnableConfig = {
             "configurable": {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": cid}
         }
+        pending: list[tuple[str, str, Any]] = []
         for task_id, writes in by_task.items():
             writes.sort(key=lambda w: (w[0] < 0, w[0]))
             saver.put_writes(config, [(ch, v) for _, ch, v in writes], task_id)
             report.writes += len(writes)
+            pending += [(task_id, ch, v) for _, ch, v in writes]
+        expected[cid] = (values, metadata, pending)
+    _read_back(saver, thread_id, ns, expected)
     return old_keys
+
+
+def _read_back(
+    saver: RedisSaver,
+    thread_id: str,
+    ns: str,
+    expected: dict[str, tuple[dict[str, Any], dict[str, Any], list[tuple[str, str, Any]]]],
+) -> None:
+    """Reads every migrated checkpoint back through the saver before any old key goes."""
+    for cid, (values, metadata, pending) in expected.items():
+        config: RunnableConfig = {
+            "configurable": {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": cid}
+        }
+        got = saver.get_tuple(config)
+        if got is None:
+            wrong = "it is missing"
+        elif got.checkpoint["channel_values"] != values:
+            wrong = "its channel values differ"
+        elif got.metadata != metadata:
+            wrong = "its metadata differs"
+        elif sorted(map(repr, got.pending_writes or ())) != sorted(map(repr, pending)):
+            wrong = "its pending writes differ"
+        else:
+            continue
+        raise PlainRedisError(
+            f"migrating thread {thread_id!r} namespace {ns!r}: checkpoint {cid!r} does not read "
+            f"back as 0.1.0 stored it ({wrong}). Its 0.1.0 keys are kept and the run stops here; "
+            "it can be repeated. Is another program writing under this prefix?"
+        )
