@@ -1,13 +1,15 @@
 """Cost, counted exactly: round trips and commands per operation, for both classes.
 
-Standalone servers: on a cluster a write also updates the registry in its own slot.
+Standalone servers. On a cluster a run set is in its own hash slot, so a put with a run id
+first adds the checkpoint to it, and a delete then removes its members: one more round trip
+each (the cluster keeps no registry).
 """
 
 from __future__ import annotations
 
 import re
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from typing import Any
 
 import pytest
@@ -205,6 +207,44 @@ async def test_delete_thread_works_in_bulk_on_the_server(
         "evalsha": 1, "type": 5, "zrange": 4, "srem": 1, "del": 3, "zrem": 1,
     }  # fmt: skip
     admin.close()
+
+
+async def server_work(redis_url: str, call: Awaitable[Any]) -> dict[str, int]:
+    """The commands the server ran while `call` was awaited, by name."""
+    admin = redis.Redis.from_url(redis_url, protocol=2)
+    before = command_calls(admin)
+    await call
+    after = command_calls(admin)
+    admin.close()
+    delta = {k: n - before.get(k, 0) for k, n in after.items() if n != before.get(k, 0)}
+    delta.pop("info", None)
+    return delta
+
+
+async def test_reads_run_the_same_commands_on_a_long_timeline(
+    counted: tuple[Any, RoundTrips], redis_url: str
+) -> None:
+    """list(limit=k) and get_tuple are O(log n + k) on the server: the same commands for a
+    timeline of 20 checkpoints as for one of 2,000, one sorted-set range read among them."""
+    saver, _ = counted
+    await warm(saver)
+    work: dict[int, list[dict[str, int]]] = {}
+    for n in (20, 2000):
+        configs = await grow(saver, f"t{n}", n)
+        middle = cfg(f"t{n}", configs[n // 2]["configurable"]["checkpoint_id"])
+        work[n] = [
+            await server_work(redis_url, _alist(saver, cfg(f"t{n}"), limit=3)),
+            await server_work(redis_url, _alist(saver, cfg(f"t{n}"), before=middle, limit=3)),
+            await server_work(redis_url, saver.aget_tuple(cfg(f"t{n}"))),
+            await server_work(redis_url, saver.aget_tuple(middle)),
+        ]
+    assert work[20] == work[2000]
+    for listing in work[2000][:2]:
+        assert listing["zrevrangebylex"] == 1 and listing["get"] == 3 and "zrange" not in listing
+
+
+async def _alist(saver: Any, config: Any, **kwargs: Any) -> list[Any]:
+    return [t async for t in saver.alist(config, **kwargs)]
 
 
 async def test_delete_thread_reads_payloads_only_without_run_markers(

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 import redis
+import redis.asyncio as aioredis
 from langgraph.checkpoint.base import empty_checkpoint
 from redis.cluster import RedisCluster
 
@@ -706,14 +707,47 @@ async def test_one_thread_written_by_one_class_is_read_by_the_other(
 
 
 def test_a_passed_client_is_reused_and_left_open(client: redis.Redis, prefix: str) -> None:
-    saver = RedisSaver(client=client, prefix=prefix)
+    # Connection arguments beside a client are ignored: RESP3 would fail on Redis 5, and a
+    # 1 µs timeout anywhere.
+    saver = RedisSaver(client=client, prefix=prefix, protocol=3, socket_timeout=1e-6)
+    assert saver.client is client
     saver.put(cfg("p"), checkpoint({}, {}), {}, {})
     saver.close()
     assert client.ping()
 
 
+async def test_a_passed_async_client_is_reused_and_left_open(
+    redis_url: str, redis_kind: str, prefix: str
+) -> None:
+    cluster = redis_kind.endswith("-cluster")
+    factory = aioredis.RedisCluster if cluster else aioredis.Redis
+    aclient = factory.from_url(redis_url, protocol=2)
+    saver = AsyncRedisSaver(client=aclient, prefix=prefix, protocol=3, socket_timeout=1e-6)
+    assert saver.client is aclient
+    c = await saver.aput(cfg("p"), checkpoint({"m": 1}, {"m": 1}), {}, {"m": 1})
+    assert (await saver.aget_tuple(c)).checkpoint["channel_values"] == {"m": 1}
+    await saver.aclose()
+    assert await aclient.ping()
+    await aclient.aclose()
+
+
+async def test_async_resp3_on_request(server_pool: Any, prefix: str) -> None:
+    async with AsyncRedisSaver(server_pool.get("redis-7"), prefix=prefix, protocol=3) as saver:
+        assert saver.client.connection_pool.connection_kwargs["protocol"] == 3
+        c = await saver.aput(cfg("r3"), checkpoint({"m": 1}, {"m": 1}), {}, {"m": 1})
+        await saver.aput_writes(c, [("m", 2)], "t")
+        tup = await saver.aget_tuple(c)
+        assert tup.checkpoint["channel_values"] == {"m": 1}
+        assert tup.pending_writes == [("t", "m", 2)]
+        listed = [t.checkpoint["id"] async for t in saver.alist(None)]
+        assert listed == [c["configurable"]["checkpoint_id"]]
+        await saver.adelete_thread("r3")
+        assert await saver.aget_tuple(c) is None
+
+
 def test_resp3_on_request(server_pool: Any, prefix: str) -> None:
     with RedisSaver(server_pool.get("redis-7"), prefix=prefix, protocol=3) as saver:
+        assert saver.client.connection_pool.connection_kwargs["protocol"] == 3
         c = saver.put(cfg("r3"), checkpoint({"m": 1}, {"m": 1}), {}, {"m": 1})
         saver.put_writes(c, [("m", 2)], "t")
         tup = saver.get_tuple(c)
