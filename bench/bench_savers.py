@@ -589,7 +589,10 @@ def server_versions(urls: dict[str, str], allocators: dict[str, str]) -> dict[st
         with psycopg.connect(urls[kind]) as conn:
             row = conn.execute("SHOW server_version").fetchone()
         version = str(row[0]) if row else "?"
-        versions[kind] = f"{version}; {postgres_durability(urls[kind])}"
+        how = postgres_durability(urls[kind])
+        versions[kind] = (
+            f"{version[:-1]}, {how})" if version.endswith(")") else f"{version} ({how})"
+        )
     return versions
 
 
