@@ -243,6 +243,27 @@ async def test_reads_run_the_same_commands_on_a_long_timeline(
         assert listing["zrevrangebylex"] == 1 and listing["get"] == 3 and "zrange" not in listing
 
 
+async def test_a_filtered_list_reads_writes_and_blobs_of_matches_only(
+    counted: tuple[Any, RoundTrips], redis_url: str
+) -> None:
+    """A filter needs every payload it passes over, and nothing more of a checkpoint that
+    does not match: writes and blobs are read for the matches, as many as `limit` wants."""
+    saver, counter = counted
+    await warm(saver)
+    await grow(saver, "f", 2000)  # metadata {"step": 0..1999}
+    assert await _alist(saver, cfg("f"), filter={"step": -1}) == []
+    miss = await server_work(redis_url, _alist(saver, cfg("f"), filter={"step": -1}))
+    assert miss["get"] == 2000 and "mget" not in miss and "hgetall" not in miss
+    found = await _alist(saver, cfg("f"), filter={"step": 5}, limit=1)
+    assert [t.metadata["step"] for t in found] == [5]
+    assert found[0].checkpoint["channel_values"] == {"m": 5, "other": "x"}
+    with counter.measure():
+        hit = await server_work(redis_url, _alist(saver, cfg("f"), filter={"step": 5}, limit=1))
+    assert (hit["mget"], hit["hgetall"]) == (1, 1)
+    # 1,995 payloads, newest first down to step 5, in pages of 128; then the match itself
+    assert counter.round_trips == -(-1995 // 128) + 1
+
+
 async def _alist(saver: Any, config: Any, **kwargs: Any) -> list[Any]:
     return [t async for t in saver.alist(config, **kwargs)]
 

@@ -200,6 +200,11 @@ def _ttl_ms(ttl: float | None) -> int:
     return max(1, int(ttl * 1000))
 
 
+def _passes(metadata: Mapping[str, Any], filter: Mapping[str, Any]) -> bool:
+    """`list`'s filter: every key of `filter` is in the metadata with an equal value."""
+    return all(metadata.get(k) == v for k, v in filter.items())
+
+
 def _b(value: Any) -> bytes:
     return value if isinstance(value, bytes) else str(value).encode()
 
@@ -614,6 +619,8 @@ class SaverCore:
         namespaces: list[str] | None = None if ns is None else [escape(ns)]
         upper = "(" + before_id if before_id is not None else "+"
         resume = ""
+        # With a filter, pages carry payloads only; writes and blobs are read for matches.
+        light = bool(filter)
         while True:
             args: list[str | bytes | int] = [
                 tk.cp_prefix,
@@ -624,22 +631,32 @@ class SaverCore:
                 page,
                 only or "",
                 resume,
+                1 if light else 0,
                 *(namespaces or ()),
             ]
             (reply,) = yield [Eval("list", (tk.ns, *self._registry), tuple(args))]
             walked = [_s(n) for n in reply[0]]
             entries = reply[1]
-            shared: dict[str, tuple[str, bytes]] = {}
-            for ns_e, entry in entries:
-                ns_name = unescape(_s(ns_e))
-                tup = self._tuple(tk, ns_name, _s(entry[0]), entry, shared)
-                if filter and not all(tup.metadata.get(k) == v for k, v in filter.items()):
-                    continue
-                yield tup
-                if remaining > 0:
-                    remaining -= 1
-                    if remaining == 0:
-                        return 0
+            todo = [e for e in entries if self._matches(tk, e, filter or {})] if light else entries
+            while todo:
+                if light:  # as many as may still be yielded, each blob once per reply
+                    chunk, todo = (
+                        (todo[:remaining], todo[remaining:]) if remaining > 0 else (todo, [])
+                    )
+                    pairs = [part for ns_e, entry in chunk for part in (ns_e, entry[0])]
+                    (full,) = yield [Eval("entries", (tk.ns,), (*self._blob_prefixes(tk), *pairs))]
+                else:
+                    full, todo = todo, []
+                shared: dict[str, tuple[str, bytes]] = {}
+                for ns_e, entry in full:
+                    tup = self._tuple(tk, unescape(_s(ns_e)), _s(entry[0]), entry, shared)
+                    if filter and not _passes(tup.metadata, filter):
+                        continue  # rewritten since the page was read
+                    yield tup
+                    if remaining > 0:
+                        remaining -= 1
+                        if remaining == 0:
+                            return 0
             if len(entries) < page:
                 return remaining
             last_ns, last_entry = entries[-1]
@@ -652,6 +669,17 @@ class SaverCore:
                 continue
             namespaces = walked[walked.index(last) :]
             resume = "(" + _s(last_entry[0])
+
+    def _matches(self, tk: ThreadKeys, light: Sequence[Any], filter: Mapping[str, Any]) -> bool:
+        """Whether the metadata of a light list entry ``[N, [id, payload]]`` passes."""
+        ns_e, (cid, payload) = light
+        key = tk.cp(unescape(_s(ns_e)), _s(cid))
+        metadata = self._loads(decode_checkpoint(_b(payload), key).metadata, key)
+        return isinstance(metadata, Mapping) and _passes(metadata, filter)
+
+    @staticmethod
+    def _blob_prefixes(tk: ThreadKeys) -> tuple[str, str, str]:
+        return tk.cp_prefix, tk.wr_prefix, tk.blob_prefix
 
     # -- delete, prune, runs, copy -------------------------------------------------------
 

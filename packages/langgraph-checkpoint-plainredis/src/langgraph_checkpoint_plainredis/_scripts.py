@@ -541,22 +541,26 @@ return entry
 LIST = r"""
 -- KEYS: ns, [registry]
 -- ARGV: cp_prefix, wr_prefix, blob_prefix, idx_prefix, before, limit, only_cid, resume,
---       then the namespaces to walk in order (none: every namespace in the ns zset)
--- Returns {namespaces walked, {N, entry}...}, newest first per namespace. `before` and
--- `resume` are ZREVRANGEBYLEX upper bounds: `before` applies to every namespace,
--- `resume` ('' = none) to the first one only, so a caller can page on.
+--       light ('1': payloads only), then the namespaces to walk in order (none: every
+--       namespace in the ns zset)
+-- Returns {namespaces walked, {N, entry}...}, newest first per namespace; a light entry is
+-- {id, payload}, for a caller that filters on metadata before it reads writes and blobs
+-- (the ENTRIES script). `before` and `resume` are ZREVRANGEBYLEX upper bounds: `before`
+-- applies to every namespace, `resume` ('' = none) to the first one only, so a caller can
+-- page on.
 local before, limit, only, resume = ARGV[5], tonumber(ARGV[6]), ARGV[7], ARGV[8]
+local light = ARGV[9] == '1'
 local nss = {}
 if KEYS[2] then
   local legacy = check_registry(KEYS[2])
   if legacy then return legacy end
 end
-if #ARGV < 9 then
+if #ARGV < 10 then
   local err = check(KEYS[1], 'zset')
   if err then return err end
   nss = redis.call('ZRANGE', KEYS[1], 0, -1)
 else
-  for i = 9, #ARGV do nss[#nss + 1] = ARGV[i] end
+  for i = 10, #ARGV do nss[#nss + 1] = ARGV[i] end
 end
 local out, count, sent = {}, 0, {}
 for i, n in ipairs(nss) do
@@ -577,9 +581,11 @@ for i, n in ipairs(nss) do
       payload, err = get_string(ARGV[1] .. n .. ':' .. cid)
       if err then return err end
       if payload then
-        local entry
-        entry, err = read_entry(n, cid, payload, ARGV[2], ARGV[3], sent)
-        if err then return err end
+        local entry = {cid, payload}
+        if not light then
+          entry, err = read_entry(n, cid, payload, ARGV[2], ARGV[3], sent)
+          if err then return err end
+        end
         out[#out + 1] = {n, entry}
         count = count + 1
       end
@@ -591,6 +597,25 @@ for i, n in ipairs(nss) do
   if count >= limit then break end
 end
 return {nss, out}
+"""
+
+ENTRIES = r"""
+-- KEYS: ns (the thread's slot); ARGV: cp_prefix, wr_prefix, blob_prefix, then pairs N, id
+-- Returns {N, entry} for each checkpoint that still exists, in the order asked, each blob
+-- once per reply as LIST sends them.
+local out, sent = {}, {}
+for i = 4, #ARGV, 2 do
+  local n, cid = ARGV[i], ARGV[i + 1]
+  local payload, err = get_string(ARGV[1] .. n .. ':' .. cid)
+  if err then return err end
+  if payload then
+    local entry
+    entry, err = read_entry(n, cid, payload, ARGV[2], ARGV[3], sent)
+    if err then return err end
+    out[#out + 1] = {n, entry}
+  end
+end
+return out
 """
 
 DELETE_THREAD = (
@@ -817,6 +842,7 @@ SCRIPTS = {
         _script("put_writes", PUT_WRITES),
         _script("get", GET),
         _script("list", LIST),
+        _script("entries", ENTRIES),
         _script("delete_thread", DELETE_THREAD),
         _script("prune_keep_latest", PRUNE_KEEP_LATEST),
         _script("remove_checkpoints", REMOVE_CHECKPOINTS),
