@@ -236,7 +236,8 @@ def test_a_run_set_of_another_type_is_a_clear_error_that_changes_nothing(
     ks = KeySpace(prefix)
     c = saver.put(cfg("t"), checkpoint({"m": 1}, {"m": "1"}), {"run_id": "r1"}, {"m": "1"})
     saver.put(cfg("t", "sub"), checkpoint({"m": 1}, {"m": "1"}), {"run_id": "r1"}, {"m": "1"})
-    saver.put(c, checkpoint({"m": 2}, {"m": "2"}), {"run_id": "r2"}, {"m": "2"})
+    c2 = saver.put(c, checkpoint({"m": 2}, {"m": "2"}), {"run_id": "r2"}, {"m": "2"})
+    second = c2["configurable"]["checkpoint_id"]
     run = ks.run("r1")
     damage(client, run, "wrong type")
     before = snapshot(client, prefix)
@@ -257,6 +258,29 @@ def test_a_run_set_of_another_type_is_a_clear_error_that_changes_nothing(
             operation()
         assert info.value.key == run and run in str(info.value), name
         assert snapshot(client, prefix) == before, f"{name} changed the keyspace"
+    # What touches no checkpoint of r1 is not refused: r2's one goes, its run set too.
+    saver.delete_for_runs(["r2"])
+    assert saver.get_tuple(c) is not None and saver.get_tuple(cfg("t", "", second)) is None
+    assert not client.exists(ks.run("r2")) and client.type(run) == b"list"
+    saver.prune(["t"])  # keeps r1's checkpoints: the newest of each namespace
+
+
+def test_a_run_set_of_another_type_stops_prune_of_unmarked_checkpoints(
+    saver: RedisSaver, client: redis.Redis, prefix: str
+) -> None:
+    saver_change("without run markers, prune deleted a checkpoint before a raw WRONGTYPE")
+    ks, tk = KeySpace(prefix), KeySpace(prefix).thread("t")
+    c = saver.put(cfg("t"), checkpoint({"m": 1}, {"m": "1"}), {"run_id": "r1"}, {"m": "1"})
+    saver.put(c, checkpoint({"m": 2}, {"m": "2"}), {}, {"m": "2"})
+    old = c["configurable"]["checkpoint_id"]
+    client.zrem(tk.keys(""), *[m for m in client.zrange(tk.keys(""), 0, -1) if m[:1] == b"r"])
+    damage(client, ks.run("r1"), "wrong type")
+    before = snapshot(client, prefix)
+    for operation in (lambda: saver.prune(["t"]), lambda: saver.copy_thread("t", "u")):
+        with pytest.raises(WrongTypeError):
+            operation()
+        assert snapshot(client, prefix) == before
+    assert saver.get_tuple(cfg("t", "", old)) is not None
 
 
 def test_refresh_on_read_names_an_index_key_of_another_type(

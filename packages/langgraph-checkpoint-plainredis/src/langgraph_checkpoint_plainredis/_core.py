@@ -736,10 +736,12 @@ class SaverCore:
             Eval("remove_checkpoints", (tk.ns, *self._registry), (*self._prefix_args(tk), *pairs))
             for tk, pairs in zip(tks, by_thread.values(), strict=True)
         ]
-        # On a cluster each run set is in its own slot: one DEL per key.
-        replies = yield plan + [("DEL", k) for k in run_keys]
-        if follow := self._after_thread_scripts(zip(tks, replies, strict=False)):
-            yield follow
+        replies = (yield plan) if plan else []
+        # Only once every script went through: a refused one leaves the run sets to retry
+        # with. On a cluster each run set is in its own slot: one DEL per key.
+        yield self._after_thread_scripts(zip(tks, replies, strict=True)) + [
+            ("DEL", k) for k in run_keys
+        ]
 
     def _copy_thread_steps(
         self, source_thread_id: str, target_thread_id: str

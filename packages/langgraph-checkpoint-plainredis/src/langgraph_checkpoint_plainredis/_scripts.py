@@ -18,7 +18,8 @@ local function nsread(s, pos)
   local colon = string.find(s, ':', pos, true)
   if not colon then return nil, #s + 1 end
   local n = tonumber(string.sub(s, pos, colon - 1))
-  if not n then return nil, #s + 1 end
+  -- A cut or damaged field is no field: its bytes must all be there, then the ','.
+  if not n or n < 0 or string.byte(s, colon + n + 1) ~= 44 then return nil, #s + 1 end
   return string.sub(s, colon + 1, colon + n), colon + n + 2
 end
 
@@ -242,18 +243,17 @@ local function check_run_sets(by_run)
   return nil
 end
 
-local function check_marked_runs(nskey, p)
-  if not REGISTRY then return nil end
-  local runs = {}
-  for _, n in ipairs(redis.call('ZRANGE', nskey, 0, -1)) do
-    for _, m in ipairs(redis.call('ZRANGE', p.keys .. n, 0, -1)) do
-      if string.byte(m, 1) == 114 then  -- 'r'
-        local run = marker_parts(m)
-        if run and run ~= '' then runs[p.run .. run] = true end
-      end
-    end
+-- Adds to `runs` the run sets that removing checkpoints `cids` of timeline `n` leaves (the
+-- runs their payloads name, as remove_checkpoint reads them); an error for a payload of the
+-- wrong type.
+local function runs_left(n, cids, p, runs)
+  for _, cid in ipairs(cids) do
+    local payload, err = get_string(p.cp .. n .. ':' .. cid)
+    if err then return err end
+    local run = payload and run_of(payload) or ''
+    if run ~= '' then runs[p.run .. run] = true end
   end
-  return check_run_sets(runs)
+  return nil
 end
 
 local function del_all(keys)
@@ -651,7 +651,19 @@ PRUNE_KEEP_LATEST = (
 local t = ARGV[1]
 REGISTRY = KEYS[2]
 local err = check(KEYS[1], 'zset') or (REGISTRY and check_registry(REGISTRY))
-  or check_timelines(KEYS[1], p) or check_marked_runs(KEYS[1], p)
+  or check_timelines(KEYS[1], p)
+if err then return err end
+local runs = {}
+for _, n in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do
+  local keep, _, lerr = latest(p.idx .. n, p.cp, n)
+  local doomed = {}
+  for _, cid in ipairs(redis.call('ZRANGE', p.idx .. n, 0, -1)) do
+    if cid ~= keep then doomed[#doomed + 1] = cid end
+  end
+  err = lerr or runs_left(n, doomed, p, runs)
+  if err then return err end
+end
+err = check_run_sets(runs)
 if err then return err end
 for _, n in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do
   local keep = latest(p.idx .. n, p.cp, n)
@@ -678,7 +690,14 @@ REMOVE_CHECKPOINTS = (
 local t = ARGV[1]
 REGISTRY = KEYS[2]
 local err = check(KEYS[1], 'zset') or (REGISTRY and check_registry(REGISTRY))
-  or check_timelines(KEYS[1], p) or check_marked_runs(KEYS[1], p)
+  or check_timelines(KEYS[1], p)
+if err then return err end
+local runs = {}
+for i = 8, #ARGV, 2 do
+  err = runs_left(ARGV[i], {ARGV[i + 1]}, p, runs)
+  if err then return err end
+end
+err = check_run_sets(runs)
 if err then return err end
 local touched = {}
 for i = 8, #ARGV, 2 do
@@ -731,18 +750,21 @@ IMPORT_THREAD = (
 local t, ttl, score = ARGV[1], tonumber(ARGV[8]), ARGV[9]
 REGISTRY = KEYS[2]
 local err = check(KEYS[1], 'zset') or (REGISTRY and check_registry(REGISTRY))
-  or check_timelines(KEYS[1], p) or check_marked_runs(KEYS[1], p)
+  or check_timelines(KEYS[1], p)
 if err then return err end
--- The run sets the copied checkpoints join, checked before the first write.
+-- The run sets the copied checkpoints join, and those of the checkpoints they overwrite,
+-- checked before the first write.
 local joined, i = {}, 10
 while i <= #ARGV do
-  local count = tonumber(ARGV[i + 1])
+  local n, count = ARGV[i], tonumber(ARGV[i + 1])
   i = i + 2
   for _ = 1, count do
     local m, nvals = ARGV[i], tonumber(ARGV[i + 1])
     if string.sub(m, 1, 1) == 'c' then
       local run = run_of(ARGV[i + 2])
       if run ~= '' then joined[p.run .. run] = true end
+      err = runs_left(n, {string.sub(m, 2)}, p, joined)
+      if err then return err end
     end
     i = i + 2 + nvals
   end
