@@ -131,6 +131,20 @@ def test_a_migration_that_does_not_read_back_deletes_nothing(
                 check_against_010_reading(saver, expected)
 
 
+def test_values_without_equality_migrate(
+    client: redis.Redis, redis_url: str, restored: dict[str, str]
+) -> None:
+    """The read-back compares values as stored: NaN is not equal to itself."""
+    from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+
+    new = next(iter(restored.values()))
+    blob = next(k for k in sorted(client.scan_iter(match=f"{new}:blob:*")))
+    kind, data = JsonPlusSerializer().dumps_typed(float("nan"))
+    client.set(blob, json.dumps({"t": kind, "d": base64.b64encode(data).decode()}))
+    report = migrate_v010(client, new)
+    assert report.skipped == [] and report.checkpoints > 0
+
+
 class State(TypedDict):
     messages: Annotated[list[Any], add_messages]
 

@@ -174,8 +174,8 @@ def _str_field(conf: Mapping[str, Any], name: str, default: str | None = None) -
     )
 
 
-# The longest ttl, in seconds. Scripts pass the ttl in ms to PEXPIRE, and Lua spells a
-# number of 1e14 or more with an exponent, which Redis refuses as an integer.
+# The longest ttl, in seconds (about 31 years), far below where a script's PEXPIRE fails:
+# redis.call spells a number of 1e17 (ms) or more with an exponent, not an integer.
 MAX_TTL = 10**9
 
 

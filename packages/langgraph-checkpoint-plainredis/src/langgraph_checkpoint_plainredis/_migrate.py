@@ -196,6 +196,19 @@ def _migrate_timeline(
     return old_keys
 
 
+def _writes(serde: SerializerProtocol, writes: Any) -> list[tuple[str, str, Any]]:
+    """Pending writes as stored, in a stable order."""
+    return sorted((str(t), str(ch), serde.dumps_typed(v)) for t, ch, v in writes)
+
+
+def _same(serde: SerializerProtocol, a: Any, b: Any) -> bool:
+    """Equal as stored: compared serialized, so NaN, arrays and objects without `==` work
+    (a mapping key by key, whatever its order)."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_same(serde, a[k], b[k]) for k in a)
+    return bool(serde.dumps_typed(a) == serde.dumps_typed(b))
+
+
 def _read_back(
     saver: RedisSaver,
     thread_id: str,
@@ -208,13 +221,14 @@ def _read_back(
             "configurable": {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": cid}
         }
         got = saver.get_tuple(config)
+        serde = saver.serde
         if got is None:
             wrong = "it is missing"
-        elif got.checkpoint["channel_values"] != values:
+        elif not _same(serde, got.checkpoint["channel_values"], values):
             wrong = "its channel values differ"
-        elif got.metadata != metadata:
+        elif not _same(serde, got.metadata, metadata):
             wrong = "its metadata differs"
-        elif sorted(map(repr, got.pending_writes or ())) != sorted(map(repr, pending)):
+        elif _writes(serde, got.pending_writes or ()) != _writes(serde, pending):
             wrong = "its pending writes differ"
         else:
             continue
