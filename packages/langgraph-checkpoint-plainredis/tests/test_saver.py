@@ -383,7 +383,9 @@ def test_ttl_put_writes_keeps_the_thread_alive_as_a_put_does(
         first = saver.put(
             cfg("h"), checkpoint({"m": "hi", "k": 1}, {"m": 1, "k": 1}), {}, {"m": 1, "k": 1}
         )
-        newest = saver.put(first, checkpoint({"m": "hi!", "k": 1}, {"m": 2, "k": 1}), {}, {"m": 2})
+        newest = saver.put(
+            first, checkpoint({"m": "hi!", "k": 1}, {"m": 2, "k": 1}), {"run_id": "r"}, {"m": 2}
+        )
         time.sleep(0.7)
         saver.put_writes(newest, [("__resume__", "yes")], "task")
         saver.put_writes(first, [("m", "late")], "old-task")  # an older one keeps the newest
@@ -396,6 +398,8 @@ def test_ttl_put_writes_keeps_the_thread_alive_as_a_put_does(
         old = saver.get_tuple(first)
         assert old is not None and old.checkpoint["channel_values"] == {"m": "hi", "k": 1}
         assert [t.config["configurable"]["thread_id"] for t in saver.list(None)] == ["h", "h"]
+        if not isinstance(client, RedisCluster):  # its run set too (a cluster's is elsewhere)
+            assert client.exists(KeySpace(prefix).run("r"))
         # a put now sweeps nothing the writes refreshed
         saver.put(newest, checkpoint({"m": "bye", "k": 1}, {"m": 3, "k": 1}), {}, {"m": 3})
         assert len(list(saver.list(cfg("h")))) == 3

@@ -490,6 +490,7 @@ class SaverCore:
             tk.cp_prefix,
             tk.wr_prefix,
             tk.blob_prefix,
+            self.keyspace.run_prefix,
         ]
         for i, (channel, value) in enumerate(writes):
             idx = WRITES_IDX_MAP.get(channel, i)
@@ -522,6 +523,7 @@ class SaverCore:
             refresh,
             self._score(_now_ms()),
             tk.component,
+            self.keyspace.run_prefix,
         )
         (entry,) = yield [Eval("get", keys, args)]
         if not entry:

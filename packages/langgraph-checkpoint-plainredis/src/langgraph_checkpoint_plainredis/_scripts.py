@@ -118,12 +118,14 @@ local function latest(idx, cp_prefix, n)
 end
 
 -- Refreshes the TTL of one checkpoint and of all it reads (payload, writes, blobs), and
--- their entries in the key index, whose scores are expiry times.
+-- their entries in the key index, whose scores are expiry times; with `run_prefix` (a
+-- standalone server) also its run set, as a put does.
 local function refresh_checkpoint(n, cid, payload, cp_prefix, wr_prefix, blob_prefix, keys,
-                                  ttl, score)
+                                  ttl, score, run_prefix)
   redis.call('PEXPIRE', cp_prefix .. n .. ':' .. cid, ttl)
   redis.call('PEXPIRE', wr_prefix .. n .. ':' .. cid, ttl)
   local run, refs = header(payload)
+  if run_prefix and run ~= '' then redis.call('PEXPIRE', run_prefix .. run, ttl) end
   redis.call('ZADD', keys, 'XX', score, 'c' .. cid, score, 'w' .. cid,
     score, run_marker(run, cid))
   for _, r in ipairs(refs) do
@@ -460,8 +462,8 @@ return outcome()
 
 PUT_WRITES = r"""
 -- KEYS: wr, keys, ns, cp, idx, [registry]
--- ARGV: cid, N, T, ttl_ms, score, cp_prefix, wr_prefix, blob_prefix, then per write:
---       field, value, overwrite flag
+-- ARGV: cid, N, T, ttl_ms, score, cp_prefix, wr_prefix, blob_prefix, run_prefix, then per
+--       write: field, value, overwrite flag
 local cid, n, t, ttl, score = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4]), ARGV[5]
 REGISTRY = KEYS[6]
 local err = check(KEYS[1], 'hash') or check(KEYS[2], 'zset') or check(KEYS[3], 'zset')
@@ -483,7 +485,7 @@ if ttl > 0 then
   if err then return err end
   if newest and newest ~= cid then alive[#alive + 1] = {newest, newest_payload} end
 end
-for i = 9, #ARGV, 3 do
+for i = 10, #ARGV, 3 do
   if ARGV[i + 2] == '1' then redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1])
   else redis.call('HSETNX', KEYS[1], ARGV[i], ARGV[i + 1]) end
 end
@@ -496,7 +498,8 @@ if ttl > 0 then
   redis.call('PEXPIRE', KEYS[3], ttl)
   redis.call('PEXPIRE', KEYS[5], ttl)
   for _, c in ipairs(alive) do
-    refresh_checkpoint(n, c[1], c[2], ARGV[6], ARGV[7], ARGV[8], KEYS[2], ttl, score)
+    refresh_checkpoint(n, c[1], c[2], ARGV[6], ARGV[7], ARGV[8], KEYS[2], ttl, score,
+      REGISTRY and ARGV[9])
   end
 end
 return 1
@@ -504,7 +507,8 @@ return 1
 
 GET = r"""
 -- KEYS: idx, keys, ns, [registry]
--- ARGV: cid ('' = newest), N, cp_prefix, wr_prefix, blob_prefix, refresh ttl_ms, score, T
+-- ARGV: cid ('' = newest), N, cp_prefix, wr_prefix, blob_prefix, refresh ttl_ms, score, T,
+--       run_prefix
 local cid, n = ARGV[1], ARGV[2]
 REGISTRY = KEYS[4]
 local ttl = tonumber(ARGV[6])
@@ -528,7 +532,8 @@ entry, err = read_entry(n, cid, payload, ARGV[4], ARGV[5])
 if err then return err end
 if ttl > 0 then
   local score = ARGV[7]
-  refresh_checkpoint(n, cid, payload, ARGV[3], ARGV[4], ARGV[5], KEYS[2], ttl, score)
+  refresh_checkpoint(n, cid, payload, ARGV[3], ARGV[4], ARGV[5], KEYS[2], ttl, score,
+    REGISTRY and ARGV[9])
   redis.call('PEXPIRE', KEYS[1], ttl)
   redis.call('PEXPIRE', KEYS[2], ttl)
   redis.call('PEXPIRE', KEYS[3], ttl)
