@@ -925,17 +925,18 @@ def allocator_note(allocators: dict[str, str]) -> str:
 
 def postgres_note(rows: list[dict[str, Any]]) -> str:
     """Which PostgreSQL the ratios are to, and how it commits."""
-    text = (
+    if not any(r["family"] == "postgres-fast" for r in rows):
+        return (
+            " PostgresSaver runs on the server the environment names, as it is configured "
+            "(its fsync and synchronous_commit are in the header)."
+        )
+    return (
         " PostgresSaver runs on PostgreSQL as installed: fsync and synchronous_commit on, so "
         "a commit returns once its WAL is on disk (Redis runs as installed too: without AOF "
-        "a write is acknowledged from memory)."
+        f"a write is acknowledged from memory). PostgresSaver{FAST_SUFFIX} runs on the test "
+        "harness's server, which skips that wait (faster, and not crash-safe); the summary "
+        "gives our worst ratio to it."
     )
-    if any(r["family"] == "postgres-fast" for r in rows):
-        text += (
-            f" PostgresSaver{FAST_SUFFIX} runs on the test harness's server, which skips "
-            "that wait (faster, and not crash-safe); the summary gives our worst ratio to it."
-        )
-    return text
 
 
 def spoken(names: Sequence[str]) -> str:
