@@ -233,9 +233,8 @@ local function check_timelines(nskey, p)
   return nil
 end
 
--- The run sets a script may leave (the keys of `by_run`, or the run sets the run markers
--- of every timeline name) must be sets: checked before the script changes anything. On a
--- cluster the client changes them, not the script.
+-- The run sets a script may leave (the keys of `by_run`) must be sets: checked before the
+-- script changes anything. On a cluster the client changes them, not the script.
 local function check_run_sets(by_run)
   if not REGISTRY then return nil end
   for run_key in pairs(by_run) do
@@ -658,7 +657,9 @@ REGISTRY = KEYS[2]
 local err = check(KEYS[1], 'zset') or (REGISTRY and check_registry(REGISTRY))
   or check_timelines(KEYS[1], p)
 if err then return err end
-local runs = {}
+-- Each timeline's newest checkpoint and the others, found first: the run sets the others
+-- leave are checked before anything changes.
+local runs, plans = {}, {}
 for _, n in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do
   local keep, _, lerr = latest(p.idx .. n, p.cp, n)
   local doomed = {}
@@ -667,14 +668,13 @@ for _, n in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do
   end
   err = lerr or runs_left(n, doomed, p, runs)
   if err then return err end
+  plans[#plans + 1] = {n, keep, doomed}
 end
 err = check_run_sets(runs)
 if err then return err end
-for _, n in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do
-  local keep = latest(p.idx .. n, p.cp, n)
-  for _, cid in ipairs(redis.call('ZRANGE', p.idx .. n, 0, -1)) do
-    if cid ~= keep then remove_checkpoint(t, n, cid, p) end
-  end
+for _, plan in ipairs(plans) do
+  local n, keep = plan[1], plan[2]
+  for _, cid in ipairs(plan[3]) do remove_checkpoint(t, n, cid, p) end
   for _, m in ipairs(redis.call('ZRANGE', p.keys .. n, 0, -1)) do
     if string.sub(m, 1, 1) == 'w' and string.sub(m, 2) ~= keep then
       redis.call('DEL', p.wr .. n .. ':' .. string.sub(m, 2))
