@@ -646,7 +646,8 @@ class SaverCore:
                         (todo[:remaining], todo[remaining:]) if remaining > 0 else (todo, [])
                     )
                     pairs = [part for ns_e, entry in chunk for part in (ns_e, entry[0])]
-                    (full,) = yield [Eval("entries", (tk.ns,), (*self._blob_prefixes(tk), *pairs))]
+                    fetch = (tk.cp_prefix, tk.wr_prefix, tk.blob_prefix, *pairs)
+                    (full,) = yield [Eval("entries", (tk.ns,), fetch)]
                 else:
                     full, todo = todo, []
                 shared: dict[str, tuple[str, bytes]] = {}
@@ -678,10 +679,6 @@ class SaverCore:
         key = tk.cp(unescape(_s(ns_e)), _s(cid))
         metadata = self._loads(decode_checkpoint(_b(payload), key).metadata, key)
         return isinstance(metadata, Mapping) and _passes(metadata, filter)
-
-    @staticmethod
-    def _blob_prefixes(tk: ThreadKeys) -> tuple[str, str, str]:
-        return tk.cp_prefix, tk.wr_prefix, tk.blob_prefix
 
     # -- delete, prune, runs, copy -------------------------------------------------------
 

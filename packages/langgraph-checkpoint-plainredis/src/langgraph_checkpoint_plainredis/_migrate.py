@@ -216,12 +216,12 @@ def _read_back(
     expected: dict[str, tuple[dict[str, Any], dict[str, Any], list[tuple[str, str, Any]]]],
 ) -> None:
     """Reads every migrated checkpoint back through the saver before any old key goes."""
+    serde = saver.serde
     for cid, (values, metadata, pending) in expected.items():
         config: RunnableConfig = {
             "configurable": {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": cid}
         }
         got = saver.get_tuple(config)
-        serde = saver.serde
         if got is None:
             wrong = "it is missing"
         elif not _same(serde, got.checkpoint["channel_values"], values):
