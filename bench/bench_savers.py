@@ -556,13 +556,12 @@ def postgres_servers(urls: dict[str, str]) -> list[tuple[str, str, str]]:
     return found
 
 
-def postgres_durability(url: str) -> str:
+def postgres_durability(conn: psycopg.Connection[Any]) -> str:
     """How the server commits, e.g. ``fsync on, synchronous_commit on``."""
-    with psycopg.connect(url) as conn:
-        values = [
-            f"{name} {row[0] if (row := conn.execute(f'SHOW {name}').fetchone()) else '?'}"
-            for name in ("fsync", "synchronous_commit")
-        ]
+    values = [
+        f"{name} {row[0] if (row := conn.execute(f'SHOW {name}').fetchone()) else '?'}"
+        for name in ("fsync", "synchronous_commit")
+    ]
     return ", ".join(values)
 
 
@@ -588,8 +587,8 @@ def server_versions(urls: dict[str, str], allocators: dict[str, str]) -> dict[st
     for _, kind, _ in postgres_servers(urls):
         with psycopg.connect(urls[kind]) as conn:
             row = conn.execute("SHOW server_version").fetchone()
+            how = postgres_durability(conn)
         version = str(row[0]) if row else "?"
-        how = postgres_durability(urls[kind])
         versions[kind] = (
             f"{version[:-1]}, {how})" if version.endswith(")") else f"{version} ({how})"
         )
@@ -875,21 +874,22 @@ async def bench_ops(
         for got, used in zip(samples, cpu, strict=True)
     ]
     rows = []
+    has_fast = any(s.family == "postgres-fast" for s in subjects)
     for n, subject in enumerate(subjects):
         postgres = measured[subjects.index(baseline(subjects, "postgres", subject.style))]
         memory = measured[subjects.index(baseline(subjects, "memory", subject.style))]
-        fast = [
-            measured[subjects.index(b)]
-            for b in subjects
-            if b.family == "postgres-fast" and b.style == subject.style and not b.wrapped
-        ]
+        fast = (
+            measured[subjects.index(baseline(subjects, "postgres-fast", subject.style))]
+            if has_fast
+            else None
+        )
         ops = {
             op: {
                 **stats,
                 "ratio_to_postgres": stats["median_us"] / postgres[op]["median_us"],
                 "ratio_to_memory": stats["median_us"] / memory[op]["median_us"],
                 **(
-                    {"ratio_to_fast_postgres": stats["median_us"] / fast[0][op]["median_us"]}
+                    {"ratio_to_fast_postgres": stats["median_us"] / fast[op]["median_us"]}
                     if fast
                     else {}
                 ),
