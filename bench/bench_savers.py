@@ -35,6 +35,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
@@ -97,6 +98,7 @@ WINDOW_MIN, WINDOW_MAX = 6, 10  # past 10 messages, ReducingSaver keeps at most 
 FILL_CONCURRENCY = 32  # puts in flight while writing the other threads of the scale section
 PINGS = 200
 FLOOR_LABEL = "InMemorySaver + PING"  # PingingMemorySaver: the round trips alone
+RAW_FLOOR_LABEL = "InMemorySaver + raw PING"  # the same on a plain socket, no redis-py
 
 TARGET_CHAT = 1.5
 TARGET_OPS = 1.0
@@ -396,65 +398,131 @@ class Subject:
     wrapped: bool = False  # in ReducingSaver
 
 
-class PingingMemorySaver(InMemorySaver):
-    """InMemorySaver plus one redis-py `PING` per call: the round trips alone.
-
-    Each put, put_writes, get_tuple, list and delete_thread first pings `url` (blocking or
-    asyncio, as called), so a chat turn pays the round trips of a saver that makes one per
-    call, and nothing else: no payload travels and the server runs no script. A saver
-    making one redis-py round trip per call cannot be faster on the same machine.
-    """
+class _RedisPing:
+    """One redis-py `PING` to `url`, blocking or asyncio."""
 
     def __init__(self, url: str) -> None:
-        super().__init__()
         self.client = redis.Redis.from_url(url, protocol=2)
         self.aclient = redis.asyncio.Redis.from_url(url, protocol=2)
 
-    def put(self, *args: Any, **kwargs: Any) -> RunnableConfig:
+    def ping(self) -> None:
         self.client.ping()
-        return super().put(*args, **kwargs)
 
-    def put_writes(self, *args: Any, **kwargs: Any) -> None:
-        self.client.ping()
-        super().put_writes(*args, **kwargs)
-
-    def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
-        self.client.ping()
-        return super().get_tuple(config)
-
-    def list(self, *args: Any, **kwargs: Any) -> Iterator[CheckpointTuple]:
-        self.client.ping()
-        yield from super().list(*args, **kwargs)
-
-    def delete_thread(self, thread_id: str) -> None:
-        self.client.ping()
-        super().delete_thread(thread_id)
-
-    # InMemorySaver's async methods call the blocking ones: these ping once, asynchronously.
-    async def aput(self, *args: Any, **kwargs: Any) -> RunnableConfig:
+    async def aping(self) -> None:
         await self.aclient.ping()
-        return InMemorySaver.put(self, *args, **kwargs)
-
-    async def aput_writes(self, *args: Any, **kwargs: Any) -> None:
-        await self.aclient.ping()
-        InMemorySaver.put_writes(self, *args, **kwargs)
-
-    async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
-        await self.aclient.ping()
-        return InMemorySaver.get_tuple(self, config)
-
-    async def alist(self, *args: Any, **kwargs: Any) -> AsyncIterator[CheckpointTuple]:
-        await self.aclient.ping()
-        for item in InMemorySaver.list(self, *args, **kwargs):
-            yield item
-
-    async def adelete_thread(self, thread_id: str) -> None:
-        await self.aclient.ping()
-        InMemorySaver.delete_thread(self, thread_id)
 
     async def aclose(self) -> None:
         self.client.close()
         await self.aclient.aclose()
+
+
+class _RawPing:
+    """One `PING` to `url` on a plain socket: no client library, the round trip alone.
+
+    Blocking calls use a socket per thread (LangGraph saves from worker threads); asyncio
+    calls take a free stream from a list, as concurrent saves need more than one.
+    """
+
+    def __init__(self, url: str) -> None:
+        parts = urlsplit(url)
+        self.address = (parts.hostname or "127.0.0.1", parts.port or 6379)
+        self.local = threading.local()
+        self.sockets: list[socket.socket] = []
+        self.streams: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = []
+        self.idle: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = []
+
+    def ping(self) -> None:
+        sock = getattr(self.local, "sock", None)
+        if sock is None:
+            sock = socket.create_connection(self.address)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            self.local.sock = sock
+            self.sockets.append(sock)
+        sock.sendall(b"PING\r\n")
+        reply = b""
+        while not reply.endswith(b"\r\n"):
+            chunk = sock.recv(64)
+            if not chunk:
+                raise ConnectionError(f"{self.address} closed the connection")
+            reply += chunk
+
+    async def aping(self) -> None:
+        if self.idle:
+            stream = self.idle.pop()
+        else:
+            stream = await asyncio.open_connection(*self.address)
+            self.streams.append(stream)
+        reader, writer = stream
+        writer.write(b"PING\r\n")
+        await reader.readline()
+        self.idle.append(stream)
+
+    async def aclose(self) -> None:
+        for sock in self.sockets:
+            sock.close()
+        for _, writer in self.streams:
+            writer.close()
+            await writer.wait_closed()
+
+
+class PingingMemorySaver(InMemorySaver):
+    """InMemorySaver plus one `PING` per call: the round trips alone.
+
+    Each put, put_writes, get_tuple, list and delete_thread first pings `url` (blocking or
+    asyncio, as called), so a chat turn pays the round trips of a saver that makes one per
+    call, and nothing else: no payload travels and the server runs no script. With `raw`,
+    the ping goes over a plain socket instead of redis-py: no client library could make a
+    round trip cheaper, so no saver making one per call can be faster on the same machine.
+    """
+
+    def __init__(self, url: str, *, raw: bool = False) -> None:
+        super().__init__()
+        self.pinger: _RedisPing | _RawPing = _RawPing(url) if raw else _RedisPing(url)
+
+    def put(self, *args: Any, **kwargs: Any) -> RunnableConfig:
+        self.pinger.ping()
+        return super().put(*args, **kwargs)
+
+    def put_writes(self, *args: Any, **kwargs: Any) -> None:
+        self.pinger.ping()
+        super().put_writes(*args, **kwargs)
+
+    def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        self.pinger.ping()
+        return super().get_tuple(config)
+
+    def list(self, *args: Any, **kwargs: Any) -> Iterator[CheckpointTuple]:
+        self.pinger.ping()
+        yield from super().list(*args, **kwargs)
+
+    def delete_thread(self, thread_id: str) -> None:
+        self.pinger.ping()
+        super().delete_thread(thread_id)
+
+    # InMemorySaver's async methods call the blocking ones: these ping once, asynchronously.
+    async def aput(self, *args: Any, **kwargs: Any) -> RunnableConfig:
+        await self.pinger.aping()
+        return InMemorySaver.put(self, *args, **kwargs)
+
+    async def aput_writes(self, *args: Any, **kwargs: Any) -> None:
+        await self.pinger.aping()
+        InMemorySaver.put_writes(self, *args, **kwargs)
+
+    async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        await self.pinger.aping()
+        return InMemorySaver.get_tuple(self, config)
+
+    async def alist(self, *args: Any, **kwargs: Any) -> AsyncIterator[CheckpointTuple]:
+        await self.pinger.aping()
+        for item in InMemorySaver.list(self, *args, **kwargs):
+            yield item
+
+    async def adelete_thread(self, thread_id: str) -> None:
+        await self.pinger.aping()
+        InMemorySaver.delete_thread(self, thread_id)
+
+    async def aclose(self) -> None:
+        await self.pinger.aclose()
 
 
 def window_reducer() -> MessageReducer:
@@ -539,12 +607,14 @@ async def open_subjects(
         stack.push_async_callback(asaver.aclose)
         label = f"AsyncRedisSaver {kind}"
         subjects.append(Subject(label, "ours", kind, "async", AsyncCalls(asaver)))
-    floor = PingingMemorySaver(urls[SCALE_KIND])
-    stack.push_async_callback(floor.aclose)
-    floors = [
-        Subject(FLOOR_LABEL, "floor", SCALE_KIND, style, calls)
-        for style, calls in (("sync", SyncCalls(floor)), ("async", AsyncCalls(floor)))
-    ]
+    floors = []
+    for label, raw in ((FLOOR_LABEL, False), (RAW_FLOOR_LABEL, True)):
+        floor = PingingMemorySaver(urls[SCALE_KIND], raw=raw)
+        stack.push_async_callback(floor.aclose)
+        floors += [
+            Subject(label, "floor", SCALE_KIND, style, calls)
+            for style, calls in (("sync", SyncCalls(floor)), ("async", AsyncCalls(floor)))
+        ]
     return with_wrapped(subjects) + floors
 
 
@@ -767,8 +837,9 @@ def render_chat(rows: list[dict[str, Any]], s: Settings) -> str:
         "Below 1× means the cut costs less than it saves: a wrapped thread loads and stores "
         f"fewer messages each turn. {FLOOR_LABEL}: InMemorySaver that also sends one redis-py "
         f"`PING` to {SCALE_KIND} per call, the round trips of a one-round-trip-per-call saver "
-        "and nothing else: on this machine, a saver making one redis-py round trip per call "
-        "cannot be faster."
+        f"and nothing else. {RAW_FLOOR_LABEL}: the same `PING` written to a plain socket, "
+        "without any client library: on this machine, no saver that makes one round trip per "
+        "call can be faster, whatever client it uses."
     )
     body = [
         [
@@ -1585,12 +1656,13 @@ def plot_chat(plt: Any, results: dict[str, Any], s: Settings) -> Any:
                 error_kw={"elinewidth": 0.8},
             )
         ax.axhline(TARGET_CHAT, color="tab:red", linestyle="--", label=f"target {TARGET_CHAT}×")
-        for floor in (r for r in results["chat"] if r["style"] == style and r["family"] == "floor"):
+        floors = (r for r in results["chat"] if r["style"] == style and r["family"] == "floor")
+        for floor, line in zip(floors, (":", "-."), strict=False):
             ax.axhline(
                 floor["ratio_to_memory"],
                 color="tab:green",
-                linestyle=":",
-                label=f"{FLOOR_LABEL}: the round trips alone",
+                linestyle=line,
+                label=f"{floor['saver']}: the round trips alone",
             )
         ax.axhline(1.0, color="grey", linewidth=0.8)
         ax.set_xticks(list(x), names, rotation=30, ha="right")
@@ -1711,7 +1783,7 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
     for floor in (r for r in results["chat"] if r["family"] == "floor"):
         rows.append(
             {
-                "target": f"chat turn of {FLOOR_LABEL} (the round trips alone)",
+                "target": f"chat turn of {floor['saver']} (the round trips alone)",
                 "worst": floor["ratio_to_memory"],
                 "where": f"{SCALE_KIND} ({floor['style']})",
                 "met": None,

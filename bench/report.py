@@ -75,8 +75,9 @@ def saver_lines(savers: dict[str, Any]) -> list[str]:
                 f"  plainredis 0.1.0 (its own venv, same graph): {old[style]['ratio']:.2f}×."
             )
         for floor in (r for r in savers["chat"] if r["family"] == "floor" and r["style"] == style):
+            client = "a plain socket" if "raw" in floor["saver"] else "redis-py"
             lines.append(
-                f"  The round trips alone (InMemorySaver + one redis-py PING per call): "
+                f"  The round trips alone (InMemorySaver + one PING per call through {client}): "
                 f"{floor['ratio_to_memory']:.2f}×."
             )
     for key, against in (
