@@ -3,6 +3,7 @@ clients, and every other client still sees each call through `execute_command`."
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import re
 from types import SimpleNamespace
@@ -257,3 +258,159 @@ def test_both_paths_store_and_read_the_same(redis_url: str, prefix: str) -> None
         assert a.checkpoint["channel_values"] == b.checkpoint["channel_values"]
     direct.close()
     routed.close()
+
+
+# -- connections a saver of its own keeps between calls ---------------------------------------
+
+
+def _named(client: Any, name: str) -> int:
+    """How many connections named `name` the server has open."""
+    return sum(1 for entry in client.client_list() if entry.get("name") == name)
+
+
+def _pool_calls(monkeypatch: pytest.MonkeyPatch, pool: Any) -> list[int]:
+    """Counts the connections `pool` hands out from now on."""
+    taken = [0]
+    original = pool.get_connection
+
+    def get_connection(*args: Any, **kwargs: Any) -> Any:
+        taken[0] += 1
+        return original(*args, **kwargs)
+
+    async def aget_connection(*args: Any, **kwargs: Any) -> Any:
+        taken[0] += 1
+        return await original(*args, **kwargs)
+
+    is_async = isinstance(pool, aioredis.ConnectionPool)
+    monkeypatch.setattr(pool, "get_connection", aget_connection if is_async else get_connection)
+    return taken
+
+
+@pytest.mark.standalone  # a cluster client always goes through execute_command
+async def test_a_saver_of_its_own_reuses_a_connection_without_the_pool(
+    monkeypatch: pytest.MonkeyPatch, redis_url: str, prefix: str
+) -> None:
+    """Twenty calls in a row take one connection from the pool, and one stays open; a call
+    that fails gives its connection back to the pool, which lends it again."""
+    probe = redis.Redis.from_url(redis_url, protocol=2)
+    wrong = f"{prefix}:ns:{{wrong}}"
+    probe.set(wrong, "a foreign value")
+    bad = cfg("wrong")
+    name = f"keep-{prefix}"
+    with RedisSaver(redis_url, prefix=prefix, cluster=False, client_name=name) as saver:
+        taken = _pool_calls(monkeypatch, saver.client.connection_pool)
+        for i in range(10):
+            saver.put(cfg(f"t{i}"), checkpoint("x"), {}, {"m": 1})
+            assert saver.get_tuple(cfg(f"t{i}")) is not None
+        assert taken == [1] and _named(probe, name) == 1
+        with pytest.raises(Exception, match=re.escape(wrong)):
+            saver.put(bad, checkpoint("x"), {}, {"m": 1})
+        assert saver.get_tuple(cfg("t0")) is not None
+        assert taken == [2] and _named(probe, name) == 1
+    aname = f"akeep-{prefix}"
+    async with AsyncRedisSaver(redis_url, prefix=prefix, cluster=False, client_name=aname) as a:
+        ataken = _pool_calls(monkeypatch, a.client.connection_pool)
+        for i in range(10):
+            await a.aput(cfg(f"a{i}"), checkpoint("x"), {}, {"m": 1})
+            assert await a.aget_tuple(cfg(f"a{i}")) is not None
+        assert ataken == [1] and _named(probe, aname) == 1
+        with pytest.raises(Exception, match=re.escape(wrong)):
+            await a.aput(bad, checkpoint("x"), {}, {"m": 1})
+        assert await a.aget_tuple(cfg("a0")) is not None
+        assert ataken == [2] and _named(probe, aname) == 1
+    assert _named(probe, name) == 0 and _named(probe, aname) == 0  # closed with the saver
+    probe.close()
+
+
+@pytest.mark.standalone
+async def test_a_kept_connection_the_server_closed_is_reconnected_before_use(
+    redis_url: str, prefix: str
+) -> None:
+    """With retries off, only the check before reuse can save the call. An asyncio
+    connection of redis-py before 8 cannot tell a closed socket from an idle one (its pool
+    cannot either): there the default retry reconnects."""
+    from redis.asyncio.retry import Retry as AsyncRetry
+    from redis.backoff import NoBackoff
+    from redis.retry import Retry
+
+    probe = redis.Redis.from_url(redis_url, protocol=2)
+
+    def kill(name: str) -> None:
+        probe.execute_command("CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes")
+        assert _named(probe, name) == 0
+
+    name, aname = f"kill-{prefix}", f"akill-{prefix}"
+    no_retry: dict[str, Any] = {"retry_on_error": [], "cluster": False}
+    with RedisSaver(
+        redis_url, prefix=prefix, client_name=name, retry=Retry(NoBackoff(), 0), **no_retry
+    ) as saver:
+        saver.put(cfg("killed"), checkpoint("x"), {}, {"m": 1})
+        kill(name)
+        assert saver.get_tuple(cfg("killed")) is not None
+    if hasattr(aioredis.Connection, "can_read"):
+        options: dict[str, Any] = {"retry": AsyncRetry(NoBackoff(), 0), **no_retry}
+    else:
+        options = {"cluster": False}
+    async with AsyncRedisSaver(redis_url, prefix=prefix, client_name=aname, **options) as a:
+        await a.aput(cfg("akilled"), checkpoint("x"), {}, {"m": 1})
+        kill(aname)
+        await asyncio.sleep(0.05)  # the event loop reads the close when it next polls, as idle
+        assert await a.aget_tuple(cfg("akilled")) is not None
+    probe.close()
+
+
+def _client_of(size: int) -> Any:
+    return SimpleNamespace(connection_pool=SimpleNamespace(max_connections=size))
+
+
+def test_a_forked_child_keeps_none_of_its_parents_connections(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    idle = _wire.Idle(_client_of(64))
+    assert idle.keep("parent's")
+    monkeypatch.setattr(_wire.os, "getpid", lambda: -1)  # now in another process
+    assert idle.take() is None
+    assert idle.keep("child's")
+    assert idle.take() == "child's" and idle.take() is None
+
+
+def test_kept_connections_never_starve_the_pool() -> None:
+    """At most KEEP from a pool of 8 * KEEP or more, none from a smaller one or a client
+    without a pool (a cluster's), none while a call waits for the pool."""
+    keep = _wire.Idle.KEEP
+    idle = _wire.Idle(_client_of(8 * keep))
+    assert [idle.keep(n) for n in range(keep + 1)] == [True] * keep + [False]
+    assert len(idle) == keep and len(idle.drain()) == keep and idle.take() is None
+    idle.waiting(+1)
+    assert idle.keep("while another call waits") is False
+    idle.waiting(-1)
+    assert idle.keep("afterwards")
+    for small in (_client_of(8 * keep - 1), SimpleNamespace()):
+        assert _wire.Idle(small).keep("c") is False
+
+
+@pytest.mark.standalone
+async def test_more_concurrent_calls_than_connections_all_complete(
+    redis_url: str, prefix: str
+) -> None:
+    """A burst past the pool's size waits for connections, none for long (the pool gives up
+    after `timeout`), and leaves at most KEEP kept; the pool never opens more than its size."""
+    name = f"burst-{prefix}"
+    options: dict[str, Any] = {"max_connections": 32, "timeout": 10, "client_name": name}
+    probe = redis.Redis.from_url(redis_url, protocol=2)
+    async with AsyncRedisSaver(redis_url, prefix=prefix, cluster=False, **options) as saver:
+        for _ in range(3):
+            await asyncio.gather(
+                *(saver.aput(cfg(f"b{i}"), checkpoint("x"), {}, {"m": 1}) for i in range(100))
+            )
+            got = await asyncio.gather(*(saver.aget_tuple(cfg(f"b{i}")) for i in range(100)))
+            assert all(t is not None for t in got)
+            assert _named(probe, name) <= 32
+            assert saver._idle is not None and len(saver._idle) <= _wire.Idle.KEEP
+    probe.close()
+
+
+def test_a_passed_in_client_lends_each_connection_back_to_its_pool() -> None:
+    """The user's pool is shared with the rest of the program: the saver keeps nothing."""
+    assert RedisSaver(client=redis.Redis.from_url(URL))._idle is None
+    assert AsyncRedisSaver(client=aioredis.Redis.from_url(URL))._idle is None

@@ -23,6 +23,7 @@ from redis.exceptions import (
     ClusterError,
     NoPermissionError,
     NoScriptError,
+    RedisError,
     ResponseError,
     TryAgainError,
 )
@@ -38,7 +39,7 @@ from ._core import (
     translate_error,
 )
 from ._shell import check_serde, connect_options, validate_client, wire_args, wrong_side
-from ._wire import POOL_ARGS, direct_pool, gives_up, pack
+from ._wire import POOL_ARGS, Idle, direct_pool, gives_up, pack
 
 __all__ = ["AsyncRedisSaver"]
 
@@ -49,6 +50,16 @@ _use_sync = functools.partial(
     other="RedisSaver",
     usage="asynchronous (ainvoke, astream, aget_state)",
 )
+
+
+async def _stale(conn: Any) -> bool:
+    """Whether a kept connection has stray bytes or was closed by the server (the pool's
+    check before it hands a connection out): it is reconnected before use then."""
+    poll = getattr(conn, "can_read", None) or conn.can_read_destructive  # before redis-py 8
+    try:
+        return bool(await poll())
+    except (RedisError, OSError):  # redis-py's ConnectionError and TimeoutError
+        return True
 
 
 class AsyncRedisSaver(SaverCore, BaseCheckpointSaver[str]):
@@ -95,6 +106,7 @@ class AsyncRedisSaver(SaverCore, BaseCheckpointSaver[str]):
         self._init_core(prefix, ttl, refresh_on_read, compress)
         self._url = url or ""
         self._detect_lock = asyncio.Lock()
+        self._idle: Idle | None = None  # only for a client of our own
         if client is not None:
             validate_client(client, "AsyncRedisSaver", "async")
             self._client, self._owns_client = client, False
@@ -105,6 +117,7 @@ class AsyncRedisSaver(SaverCore, BaseCheckpointSaver[str]):
             self._owns_client = True
             self._cluster = bool(cluster)
             self._client = self._new_client()
+            self._idle = Idle(self._client)
             self._known = cluster is not None
         else:
             raise ValueError(
@@ -131,6 +144,7 @@ class AsyncRedisSaver(SaverCore, BaseCheckpointSaver[str]):
             except NoPermissionError:
                 enabled = False  # a user without INFO: pass cluster= to choose
             if enabled:
+                await self._release_idle()
                 await self._client.aclose()
                 self._cluster = True
                 self._client = self._new_client()
@@ -155,7 +169,13 @@ class AsyncRedisSaver(SaverCore, BaseCheckpointSaver[str]):
     async def aclose(self) -> None:
         """Closes the connection pool, unless the client was passed in."""
         if self._owns_client:
+            await self._release_idle()
             await self._client.aclose()
+
+    async def _release_idle(self) -> None:
+        kept = self._idle.drain() if self._idle is not None else []
+        for conn in kept:  # only a plain client's pool lends connections to keep
+            await self._client.connection_pool.release(conn)  # type: ignore[union-attr]
 
     async def asetup(self) -> None:
         """Learns whether the server is a cluster node, if `cluster=` was not given.
@@ -183,10 +203,26 @@ class AsyncRedisSaver(SaverCore, BaseCheckpointSaver[str]):
             pipe.execute_command(*wire_args(cmd, fallback))
         return await pipe.execute()
 
+    async def _borrow(self, pool: Any) -> Any:
+        """A connection for one script call: a kept one (see `_wire.Idle`), else the pool's."""
+        idle = self._idle
+        conn = idle.take() if idle is not None else None
+        if conn is not None:
+            if await _stale(conn):
+                await conn.disconnect()
+            return conn
+        if idle is None:
+            return await pool.get_connection(*POOL_ARGS)
+        idle.waiting(+1)
+        try:
+            return await pool.get_connection(*POOL_ARGS)
+        finally:
+            idle.waiting(-1)
+
     async def _call_script(self, pool: Any, args: tuple[Any, ...]) -> Any:
         """`execute_command` for a script call, on a connection of `pool` (see `_wire`)."""
         packed = [pack(args, pool.connection_kwargs.get("encoding_errors", "strict"))]
-        conn = await pool.get_connection(*POOL_ARGS)
+        conn = await self._borrow(pool)
 
         async def attempt() -> Any:
             await conn.send_packed_command(packed)
@@ -197,10 +233,14 @@ class AsyncRedisSaver(SaverCore, BaseCheckpointSaver[str]):
             if gives_up(conn, error):
                 raise error
 
+        clean = False
         try:
-            return await conn.retry.call_with_retry(attempt, fail)
+            reply = await conn.retry.call_with_retry(attempt, fail)
+            clean = True
+            return reply
         finally:
-            await pool.release(conn)
+            if not (clean and self._idle is not None and self._idle.keep(conn)):
+                await pool.release(conn)
 
     async def _run(self, plan: Plan) -> list[Any]:
         if not self._cluster:

@@ -24,6 +24,7 @@ from redis.exceptions import (
     ClusterError,
     NoPermissionError,
     NoScriptError,
+    RedisError,
     ResponseError,
     TryAgainError,
 )
@@ -39,7 +40,7 @@ from ._core import (
     translate_error,
 )
 from ._shell import check_serde, connect_options, validate_client, wire_args, wrong_side
-from ._wire import POOL_ARGS, direct_pool, gives_up, pack
+from ._wire import POOL_ARGS, Idle, direct_pool, gives_up, pack
 
 __all__ = ["RedisSaver"]
 
@@ -50,6 +51,15 @@ _use_async = functools.partial(
     other="AsyncRedisSaver",
     usage="blocking (invoke, stream, get_state)",
 )
+
+
+def _stale(conn: Any) -> bool:
+    """Whether a kept connection has stray bytes or was closed by the server (the pool's
+    check before it hands a connection out): it is reconnected before use then."""
+    try:
+        return bool(conn.can_read())
+    except (RedisError, OSError):  # redis-py's ConnectionError and TimeoutError
+        return True
 
 
 class RedisSaver(SaverCore, BaseCheckpointSaver[str]):
@@ -95,6 +105,7 @@ class RedisSaver(SaverCore, BaseCheckpointSaver[str]):
         self._init_core(prefix, ttl, refresh_on_read, compress)
         self._url = url or ""
         self._detect_lock = threading.Lock()
+        self._idle: Idle | None = None  # only for a client of our own
         if client is not None:
             validate_client(client, "RedisSaver", "sync")
             self._client, self._owns_client = client, False
@@ -105,6 +116,7 @@ class RedisSaver(SaverCore, BaseCheckpointSaver[str]):
             self._owns_client = True
             self._cluster = bool(cluster)
             self._client = self._new_client()
+            self._idle = Idle(self._client)
             self._known = cluster is not None
         else:
             raise ValueError(
@@ -126,6 +138,7 @@ class RedisSaver(SaverCore, BaseCheckpointSaver[str]):
             except NoPermissionError:
                 enabled = False  # a user without INFO: pass cluster= to choose
             if enabled:
+                self._release_idle()
                 self._client.close()
                 self._cluster = True
                 self._client = self._new_client()
@@ -150,7 +163,13 @@ class RedisSaver(SaverCore, BaseCheckpointSaver[str]):
     def close(self) -> None:
         """Closes the connection pool, unless the client was passed in."""
         if self._owns_client:
+            self._release_idle()
             self._client.close()
+
+    def _release_idle(self) -> None:
+        kept = self._idle.drain() if self._idle is not None else []
+        for conn in kept:  # only a plain client's pool lends connections to keep
+            self._client.connection_pool.release(conn)  # type: ignore[union-attr]
 
     def setup(self) -> None:
         """Learns whether the server is a cluster node, if `cluster=` was not given.
@@ -176,10 +195,26 @@ class RedisSaver(SaverCore, BaseCheckpointSaver[str]):
             pipe.execute_command(*wire_args(cmd, fallback))
         return pipe.execute()
 
+    def _borrow(self, pool: Any) -> Any:
+        """A connection for one script call: a kept one (see `_wire.Idle`), else the pool's."""
+        idle = self._idle
+        conn = idle.take() if idle is not None else None
+        if conn is not None:
+            if _stale(conn):
+                conn.disconnect()
+            return conn
+        if idle is None:
+            return pool.get_connection(*POOL_ARGS)
+        idle.waiting(+1)
+        try:
+            return pool.get_connection(*POOL_ARGS)
+        finally:
+            idle.waiting(-1)
+
     def _call_script(self, pool: Any, args: tuple[Any, ...]) -> Any:
         """`execute_command` for a script call, on a connection of `pool` (see `_wire`)."""
         packed = [pack(args, pool.connection_kwargs.get("encoding_errors", "strict"))]
-        conn = pool.get_connection(*POOL_ARGS)
+        conn = self._borrow(pool)
 
         def attempt() -> Any:
             conn.send_packed_command(packed)
@@ -190,14 +225,18 @@ class RedisSaver(SaverCore, BaseCheckpointSaver[str]):
             if gives_up(conn, error):
                 raise error
 
+        clean = False
         try:
-            return conn.retry.call_with_retry(attempt, fail)
+            reply = conn.retry.call_with_retry(attempt, fail)
+            clean = True
+            return reply
         finally:
             try:
                 if getattr(conn, "should_reconnect", bool)():  # redis-py 7+: a server moving
                     conn.disconnect()
             finally:
-                pool.release(conn)
+                if not (clean and self._idle is not None and self._idle.keep(conn)):
+                    pool.release(conn)
 
     def _run(self, plan: Plan) -> list[Any]:
         if not self._cluster:

@@ -11,6 +11,8 @@ a script call, goes through `execute_command`.
 from __future__ import annotations
 
 import codecs
+import os
+import threading
 from collections.abc import Sequence
 from typing import Any
 
@@ -24,7 +26,7 @@ except ImportError:  # pragma: no cover - older redis-py records no metrics
         return False
 
 
-__all__ = ["POOL_ARGS", "direct_pool", "gives_up", "pack"]
+__all__ = ["POOL_ARGS", "Idle", "direct_pool", "gives_up", "pack"]
 
 # redis-py before 5.3 needs a command name to hand out a connection; later ones warn on it.
 POOL_ARGS: tuple[str, ...] = (
@@ -96,3 +98,62 @@ def direct_pool(client: Any, plain: type) -> Any | None:
     if codecs.lookup(options.get("encoding", "utf-8")).name != "utf-8":
         return None
     return pool
+
+
+class Idle:
+    """Connections a saver keeps between its script calls, for a pool only it uses.
+
+    redis-py's pool hands a connection out under a lock, with observability hooks, and takes
+    it back the same way; with LangGraph saving from worker threads that costs more per call
+    than the rest of the client's work. A saver that made its own client keeps here each
+    connection whose call ended cleanly (its reply read whole) and takes it again without the
+    pool, last in first out. Before reuse the shell still polls it for stray bytes, as the
+    pool does, and reconnects one the server closed; a call that failed gives its connection
+    back to the pool.
+
+    Kept connections stay "in use" to the pool, so they must not starve anyone of it: at
+    most `KEEP` are kept, none from a pool of fewer than `8 * KEEP` connections, and none
+    while one of the saver's calls waits for the pool. A forked child starts empty, as the
+    pool itself does after a fork: the parent's sockets are not its to use.
+    """
+
+    KEEP = 4
+
+    def __init__(self, client: Any) -> None:
+        pool = getattr(client, "connection_pool", None)  # a cluster client has none: keep none
+        size = getattr(pool, "max_connections", 0) or 0
+        self._limit = self.KEEP if size >= 8 * self.KEEP else 0
+        self._pid = os.getpid()
+        self._kept: list[Any] = []
+        self._waiting = 0
+        self._lock = threading.Lock()
+
+    def take(self) -> Any | None:
+        """A kept connection, or None when there is none (the pool gives one then)."""
+        if self._pid != os.getpid():
+            self._pid, self._kept, self._waiting = os.getpid(), [], 0
+        try:
+            return self._kept.pop()  # one bytecode: safe between threads
+        except IndexError:
+            return None
+
+    def waiting(self, change: int) -> None:
+        """A call starts (+1) or stops (-1) asking the pool for a connection."""
+        with self._lock:
+            self._waiting += change
+
+    def keep(self, conn: Any) -> bool:
+        """Keeps `conn` unless enough are kept or a call waits for the pool; False: the
+        caller gives it back to the pool."""
+        if self._waiting or len(self._kept) >= self._limit:
+            return False
+        self._kept.append(conn)
+        return True
+
+    def __len__(self) -> int:
+        return len(self._kept)
+
+    def drain(self) -> list[Any]:
+        """Every kept connection, no longer kept: for the pool to take back."""
+        kept, self._kept = self._kept, []
+        return kept
