@@ -290,34 +290,39 @@ def _pool_calls(monkeypatch: pytest.MonkeyPatch, pool: Any) -> list[int]:
 async def test_a_saver_of_its_own_reuses_a_connection_without_the_pool(
     monkeypatch: pytest.MonkeyPatch, redis_url: str, prefix: str
 ) -> None:
-    """Twenty calls in a row take one connection from the pool, and one stays open; a call
-    that fails gives its connection back to the pool, which lends it again."""
+    """Twenty calls in a row take no connection from the pool once one is kept, and one
+    stays open; a call that fails gives its connection back to the pool, which lends it
+    again."""
     probe = redis.Redis.from_url(redis_url, protocol=2)
     wrong = f"{prefix}:ns:{{wrong}}"
     probe.set(wrong, "a foreign value")
     bad = cfg("wrong")
     name = f"keep-{prefix}"
     with RedisSaver(redis_url, prefix=prefix, cluster=False, client_name=name) as saver:
+        saver.put(cfg("warm"), checkpoint("x"), {}, {"m": 1})  # the server learns the scripts
+        assert saver.get_tuple(cfg("warm")) is not None
         taken = _pool_calls(monkeypatch, saver.client.connection_pool)
         for i in range(10):
             saver.put(cfg(f"t{i}"), checkpoint("x"), {}, {"m": 1})
             assert saver.get_tuple(cfg(f"t{i}")) is not None
-        assert taken == [1] and _named(probe, name) == 1
+        assert taken == [0] and _named(probe, name) == 1
         with pytest.raises(Exception, match=re.escape(wrong)):
             saver.put(bad, checkpoint("x"), {}, {"m": 1})
         assert saver.get_tuple(cfg("t0")) is not None
-        assert taken == [2] and _named(probe, name) == 1
+        assert taken == [1] and _named(probe, name) == 1
     aname = f"akeep-{prefix}"
     async with AsyncRedisSaver(redis_url, prefix=prefix, cluster=False, client_name=aname) as a:
+        await a.aput(cfg("awarm"), checkpoint("x"), {}, {"m": 1})
+        assert await a.aget_tuple(cfg("awarm")) is not None
         ataken = _pool_calls(monkeypatch, a.client.connection_pool)
         for i in range(10):
             await a.aput(cfg(f"a{i}"), checkpoint("x"), {}, {"m": 1})
             assert await a.aget_tuple(cfg(f"a{i}")) is not None
-        assert ataken == [1] and _named(probe, aname) == 1
+        assert ataken == [0] and _named(probe, aname) == 1
         with pytest.raises(Exception, match=re.escape(wrong)):
             await a.aput(bad, checkpoint("x"), {}, {"m": 1})
         assert await a.aget_tuple(cfg("a0")) is not None
-        assert ataken == [2] and _named(probe, aname) == 1
+        assert ataken == [1] and _named(probe, aname) == 1
     assert _named(probe, name) == 0 and _named(probe, aname) == 0  # closed with the saver
     probe.close()
 
@@ -372,11 +377,15 @@ def test_a_forked_child_keeps_none_of_its_parents_connections(
     assert idle.take() is None
     assert idle.keep("child's")
     assert idle.take() == "child's" and idle.take() is None
+    assert idle.keep("parent's")
+    monkeypatch.setattr(_wire.os, "getpid", lambda: -2)  # its child closes its saver
+    assert idle.drain() == []  # the child's pool never lent it: nothing to give back
 
 
 def test_kept_connections_never_starve_the_pool() -> None:
-    """At most KEEP from a pool of 8 * KEEP or more, none from a smaller one or a client
-    without a pool (a cluster's), none while a call waits for the pool."""
+    """At most KEEP from a pool of 8 * KEEP or more; none from a smaller one, a client
+    without a pool (a cluster's) or one that re-authenticates connections when they return
+    to the pool; none while a call waits for the pool."""
     keep = _wire.Idle.KEEP
     idle = _wire.Idle(_client_of(8 * keep))
     assert [idle.keep(n) for n in range(keep + 1)] == [True] * keep + [False]
@@ -385,7 +394,9 @@ def test_kept_connections_never_starve_the_pool() -> None:
     assert idle.keep("while another call waits") is False
     idle.waiting(-1)
     assert idle.keep("afterwards")
-    for small in (_client_of(8 * keep - 1), SimpleNamespace()):
+    reauth = _client_of(64)
+    reauth.connection_pool.connection_kwargs = {"credential_provider": object()}
+    for small in (_client_of(8 * keep - 1), SimpleNamespace(), reauth):
         assert _wire.Idle(small).keep("c") is False
 
 
@@ -393,8 +404,9 @@ def test_kept_connections_never_starve_the_pool() -> None:
 async def test_more_concurrent_calls_than_connections_all_complete(
     redis_url: str, prefix: str
 ) -> None:
-    """A burst past the pool's size waits for connections, none for long (the pool gives up
-    after `timeout`), and leaves at most KEEP kept; the pool never opens more than its size."""
+    """A burst past the pool's size completes, none of its calls waiting long (the pool
+    gives up after `timeout`), and leaves at most KEEP kept; the pool never opens more than
+    its size. (That nothing is kept while a call waits is checked without a server above.)"""
     name = f"burst-{prefix}"
     options: dict[str, Any] = {"max_connections": 32, "timeout": 10, "client_name": name}
     probe = redis.Redis.from_url(redis_url, protocol=2)
@@ -414,3 +426,70 @@ def test_a_passed_in_client_lends_each_connection_back_to_its_pool() -> None:
     """The user's pool is shared with the rest of the program: the saver keeps nothing."""
     assert RedisSaver(client=redis.Redis.from_url(URL))._idle is None
     assert AsyncRedisSaver(client=aioredis.Redis.from_url(URL))._idle is None
+
+
+class Interrupted(BaseException):
+    """A KeyboardInterrupt, say, while a kept connection is checked."""
+
+
+@pytest.mark.standalone
+async def test_a_call_stopped_while_it_checks_a_kept_connection_gives_it_back(
+    monkeypatch: pytest.MonkeyPatch, redis_url: str, prefix: str
+) -> None:
+    """Each round keeps a connection, then stops the next call in the check before reuse:
+    a connection lost each time would exhaust the 32 of the pool."""
+    from langgraph_checkpoint_plainredis import _aio, _sync
+
+    async def cancelled(conn: Any) -> bool:
+        raise asyncio.CancelledError
+
+    def interrupted(conn: Any) -> bool:
+        raise Interrupted
+
+    options: dict[str, Any] = {"cluster": False, "max_connections": 32}
+    with RedisSaver(redis_url, prefix=prefix, **options) as saver:
+        for _ in range(40):
+            saver.put(cfg("stop"), checkpoint("x"), {}, {"m": 1})
+            with monkeypatch.context() as patch:
+                patch.setattr(_sync, "_stale", interrupted)
+                with pytest.raises(Interrupted):
+                    saver.get_tuple(cfg("stop"))
+    async with AsyncRedisSaver(redis_url, prefix=prefix, timeout=1, **options) as asaver:
+        for _ in range(40):
+            await asaver.aput(cfg("astop"), checkpoint("x"), {}, {"m": 1})
+            with monkeypatch.context() as patch:
+                patch.setattr(_aio, "_stale", cancelled)
+                with pytest.raises(asyncio.CancelledError):
+                    await asaver.aget_tuple(cfg("astop"))
+        assert await asaver.aget_tuple(cfg("astop")) is not None
+
+
+@pytest.mark.standalone
+async def test_a_kept_connection_marked_to_reconnect_reconnects_before_use(
+    redis_url: str, prefix: str
+) -> None:
+    """redis-py 7+ marks connections to reconnect when their server moves; a kept one
+    must not make its next call on the old socket."""
+    if not hasattr(redis.Connection, "mark_for_reconnect"):
+        pytest.skip("redis-py before 7 marks no connection to reconnect")
+    probe = redis.Redis.from_url(redis_url, protocol=2)
+
+    def ids(name: str) -> set[str]:
+        return {e["id"] for e in probe.client_list() if e.get("name") == name}
+
+    name, aname = f"move-{prefix}", f"amove-{prefix}"
+    with RedisSaver(redis_url, prefix=prefix, cluster=False, client_name=name) as saver:
+        saver.put(cfg("moved"), checkpoint("x"), {}, {"m": 1})
+        before = ids(name)
+        assert saver._idle is not None and len(saver._idle) == 1
+        saver._idle._kept[0].mark_for_reconnect()
+        assert saver.get_tuple(cfg("moved")) is not None
+        assert len(ids(name)) == 1 and ids(name) != before
+    async with AsyncRedisSaver(redis_url, prefix=prefix, cluster=False, client_name=aname) as a:
+        await a.aput(cfg("amoved"), checkpoint("x"), {}, {"m": 1})
+        before = ids(aname)
+        assert a._idle is not None and len(a._idle) == 1
+        a._idle._kept[0].mark_for_reconnect()
+        assert await a.aget_tuple(cfg("amoved")) is not None
+        assert len(ids(aname)) == 1 and ids(aname) != before
+    probe.close()

@@ -39,7 +39,7 @@ from ._core import (
     translate_error,
 )
 from ._shell import check_serde, connect_options, validate_client, wire_args, wrong_side
-from ._wire import POOL_ARGS, Idle, direct_pool, gives_up, pack
+from ._wire import POOL_ARGS, Idle, direct_pool, gives_up, pack, reconnects
 
 __all__ = ["AsyncRedisSaver"]
 
@@ -208,8 +208,12 @@ class AsyncRedisSaver(SaverCore, BaseCheckpointSaver[str]):
         idle = self._idle
         conn = idle.take() if idle is not None else None
         if conn is not None:
-            if await _stale(conn):
-                await conn.disconnect()
+            try:
+                if reconnects(conn) or await _stale(conn):
+                    await conn.disconnect()
+            except BaseException:  # cancelled, say: the pool must get it back
+                await pool.release(conn)
+                raise
             return conn
         if idle is None:
             return await pool.get_connection(*POOL_ARGS)
@@ -239,8 +243,12 @@ class AsyncRedisSaver(SaverCore, BaseCheckpointSaver[str]):
             clean = True
             return reply
         finally:
-            if not (clean and self._idle is not None and self._idle.keep(conn)):
-                await pool.release(conn)
+            try:
+                if reconnects(conn):
+                    await conn.disconnect()
+            finally:
+                if not (clean and self._idle is not None and self._idle.keep(conn)):
+                    await pool.release(conn)
 
     async def _run(self, plan: Plan) -> list[Any]:
         if not self._cluster:

@@ -40,7 +40,7 @@ from ._core import (
     translate_error,
 )
 from ._shell import check_serde, connect_options, validate_client, wire_args, wrong_side
-from ._wire import POOL_ARGS, Idle, direct_pool, gives_up, pack
+from ._wire import POOL_ARGS, Idle, direct_pool, gives_up, pack, reconnects
 
 __all__ = ["RedisSaver"]
 
@@ -200,8 +200,12 @@ class RedisSaver(SaverCore, BaseCheckpointSaver[str]):
         idle = self._idle
         conn = idle.take() if idle is not None else None
         if conn is not None:
-            if _stale(conn):
-                conn.disconnect()
+            try:
+                if reconnects(conn) or _stale(conn):
+                    conn.disconnect()
+            except BaseException:
+                pool.release(conn)
+                raise
             return conn
         if idle is None:
             return pool.get_connection(*POOL_ARGS)
@@ -232,7 +236,7 @@ class RedisSaver(SaverCore, BaseCheckpointSaver[str]):
             return reply
         finally:
             try:
-                if getattr(conn, "should_reconnect", bool)():  # redis-py 7+: a server moving
+                if reconnects(conn):
                     conn.disconnect()
             finally:
                 if not (clean and self._idle is not None and self._idle.keep(conn)):

@@ -26,7 +26,7 @@ except ImportError:  # pragma: no cover - older redis-py records no metrics
         return False
 
 
-__all__ = ["POOL_ARGS", "Idle", "direct_pool", "gives_up", "pack"]
+__all__ = ["POOL_ARGS", "Idle", "direct_pool", "gives_up", "pack", "reconnects"]
 
 # redis-py before 5.3 needs a command name to hand out a connection; later ones warn on it.
 POOL_ARGS: tuple[str, ...] = (
@@ -100,6 +100,12 @@ def direct_pool(client: Any, plain: type) -> Any | None:
     return pool
 
 
+def reconnects(conn: Any) -> bool:
+    """Whether redis-py 7+ marked `conn` to reconnect before its next command (its server
+    is moving); older redis-py never does."""
+    return bool(getattr(conn, "should_reconnect", bool)())
+
+
 class Idle:
     """Connections a saver keeps between its script calls, for a pool only it uses.
 
@@ -107,14 +113,17 @@ class Idle:
     it back the same way; with LangGraph saving from worker threads that costs more per call
     than the rest of the client's work. A saver that made its own client keeps here each
     connection whose call ended cleanly (its reply read whole) and takes it again without the
-    pool, last in first out. Before reuse the shell still polls it for stray bytes, as the
-    pool does, and reconnects one the server closed; a call that failed gives its connection
-    back to the pool.
+    pool, last in first out. Before reuse the shell still does what the pool would: it polls
+    the connection for stray bytes and reconnects one the server closed or one redis-py
+    marked to reconnect (a server moving). A call that failed, or was cancelled, gives its
+    connection back to the pool.
 
     Kept connections stay "in use" to the pool, so they must not starve anyone of it: at
     most `KEEP` are kept, none from a pool of fewer than `8 * KEEP` connections, and none
-    while one of the saver's calls waits for the pool. A forked child starts empty, as the
-    pool itself does after a fork: the parent's sockets are not its to use.
+    while one of the saver's calls waits for the pool. Nothing is kept with a credential
+    provider either: redis-py re-authenticates a connection when it returns to the pool. A
+    forked child starts empty, as the pool itself does after a fork: the parent's sockets
+    are not its to use.
     """
 
     KEEP = 4
@@ -122,16 +131,24 @@ class Idle:
     def __init__(self, client: Any) -> None:
         pool = getattr(client, "connection_pool", None)  # a cluster client has none: keep none
         size = getattr(pool, "max_connections", 0) or 0
-        self._limit = self.KEEP if size >= 8 * self.KEEP else 0
+        reauth = (getattr(pool, "connection_kwargs", None) or {}).get("credential_provider")
+        self._limit = self.KEEP if size >= 8 * self.KEEP and reauth is None else 0
         self._pid = os.getpid()
         self._kept: list[Any] = []
         self._waiting = 0
         self._lock = threading.Lock()
 
+    def _forked(self) -> bool:
+        """Forgets the parent's connections in a forked child (without closing them)."""
+        if self._pid == os.getpid():
+            return False
+        with self._lock:
+            self._pid, self._kept, self._waiting = os.getpid(), [], 0
+        return True
+
     def take(self) -> Any | None:
         """A kept connection, or None when there is none (the pool gives one then)."""
-        if self._pid != os.getpid():
-            self._pid, self._kept, self._waiting = os.getpid(), [], 0
+        self._forked()
         try:
             return self._kept.pop()  # one bytecode: safe between threads
         except IndexError:
@@ -145,15 +162,20 @@ class Idle:
     def keep(self, conn: Any) -> bool:
         """Keeps `conn` unless enough are kept or a call waits for the pool; False: the
         caller gives it back to the pool."""
-        if self._waiting or len(self._kept) >= self._limit:
-            return False
-        self._kept.append(conn)
-        return True
+        with self._lock:
+            if self._waiting or len(self._kept) >= self._limit:
+                return False
+            self._kept.append(conn)
+            return True
 
     def __len__(self) -> int:
         return len(self._kept)
 
     def drain(self) -> list[Any]:
-        """Every kept connection, no longer kept: for the pool to take back."""
-        kept, self._kept = self._kept, []
+        """Every kept connection, no longer kept: for the pool to take back (none in a
+        forked child, whose pool never lent them)."""
+        if self._forked():
+            return []
+        with self._lock:
+            kept, self._kept = self._kept, []
         return kept
