@@ -268,6 +268,8 @@ end
 -- existed) have their payloads read, one MGET per 500.
 local function doomed_keys(t, n, p, by_run)
   local doomed, cps, seen, has_writes, marked = {}, {}, {}, {}, {}
+  local d, c = 0, 0  -- counts of doomed and cps: cheaper than # on growing tables
+  local cp, wr, blob = p.cp .. n .. ':', p.wr .. n .. ':', p.blob .. n .. ':'
   local function owned(run, cid)
     if run == '' then return end
     local run_key = p.run .. run
@@ -280,36 +282,51 @@ local function doomed_keys(t, n, p, by_run)
   end
   for _, m in ipairs(redis.call('ZRANGE', p.keys .. n, 0, -1)) do
     local kind = string.byte(m, 1)
-    if kind == 99 then  -- 'c'
+    if kind == 98 then  -- 'b'
+      d = d + 1
+      doomed[d] = blob .. string.sub(m, 2)
+    elseif kind == 99 then  -- 'c'
       local cid = string.sub(m, 2)
       seen[cid] = true
-      cps[#cps + 1] = cid
+      c = c + 1
+      cps[c] = cid
     elseif kind == 119 then  -- 'w'
       local cid = string.sub(m, 2)
       has_writes[cid] = true
-      doomed[#doomed + 1] = p.wr .. n .. ':' .. cid
-    elseif kind == 98 then  -- 'b'
-      doomed[#doomed + 1] = p.blob .. n .. ':' .. string.sub(m, 2)
+      d = d + 1
+      doomed[d] = wr .. cid
     elseif kind == 114 then  -- 'r'
-      local run, cid = marker_parts(m)
-      if cid and not marked[cid] then
-        marked[cid] = true
-        owned(run, cid)
+      if string.byte(m, 2) == 58 then  -- 'r:' + id: written without a run
+        marked[string.sub(m, 3)] = true
+      else
+        local run, cid = marker_parts(m)
+        if cid and not marked[cid] then
+          marked[cid] = true
+          owned(run, cid)
+        end
       end
     end
   end
   for _, cid in ipairs(redis.call('ZRANGE', p.idx .. n, 0, -1)) do
-    if not seen[cid] then cps[#cps + 1] = cid end
+    if not seen[cid] then
+      c = c + 1
+      cps[c] = cid
+    end
   end
   local unmarked = {}
-  for _, cid in ipairs(cps) do
-    doomed[#doomed + 1] = p.cp .. n .. ':' .. cid
-    if not has_writes[cid] then doomed[#doomed + 1] = p.wr .. n .. ':' .. cid end
+  for i = 1, c do
+    local cid = cps[i]
+    d = d + 1
+    doomed[d] = cp .. cid
+    if not has_writes[cid] then
+      d = d + 1
+      doomed[d] = wr .. cid
+    end
     if not marked[cid] then unmarked[#unmarked + 1] = cid end
   end
   for i = 1, #unmarked, 500 do
     local keys = {}
-    for j = i, math.min(i + 499, #unmarked) do keys[#keys + 1] = p.cp .. n .. ':' .. unmarked[j] end
+    for j = i, math.min(i + 499, #unmarked) do keys[#keys + 1] = cp .. unmarked[j] end
     local payloads = redis.pcall('MGET', unpack(keys))
     if type(payloads) == 'table' and not payloads.err then
       for j, payload in ipairs(payloads) do
@@ -317,8 +334,8 @@ local function doomed_keys(t, n, p, by_run)
       end
     end
   end
-  doomed[#doomed + 1] = p.idx .. n
-  doomed[#doomed + 1] = p.keys .. n
+  doomed[d + 1] = p.idx .. n
+  doomed[d + 2] = p.keys .. n
   return doomed
 end
 
