@@ -35,7 +35,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
@@ -419,24 +418,25 @@ class _RedisPing:
 class _RawPing:
     """One `PING` to `url` on a plain socket: no client library, the round trip alone.
 
-    Blocking calls use a socket per thread (LangGraph saves from worker threads); asyncio
-    calls take a free stream from a list, as concurrent saves need more than one.
+    Calls take a free connection from a list and put it back, as a pool does: LangGraph
+    saves from fresh worker threads on every `invoke`, and concurrent saves need more than
+    one connection (list `pop` and `append` are atomic, in threads and in asyncio alike).
     """
 
     def __init__(self, url: str) -> None:
         parts = urlsplit(url)
         self.address = (parts.hostname or "127.0.0.1", parts.port or 6379)
-        self.local = threading.local()
         self.sockets: list[socket.socket] = []
+        self.free: list[socket.socket] = []
         self.streams: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = []
         self.idle: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = []
 
     def ping(self) -> None:
-        sock = getattr(self.local, "sock", None)
-        if sock is None:
+        try:
+            sock = self.free.pop()
+        except IndexError:
             sock = socket.create_connection(self.address)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            self.local.sock = sock
             self.sockets.append(sock)
         sock.sendall(b"PING\r\n")
         reply = b""
@@ -445,6 +445,7 @@ class _RawPing:
             if not chunk:
                 raise ConnectionError(f"{self.address} closed the connection")
             reply += chunk
+        self.free.append(sock)
 
     async def aping(self) -> None:
         if self.idle:
