@@ -329,11 +329,13 @@ async def test_a_saver_of_its_own_reuses_a_connection_without_the_pool(
 
 @pytest.mark.standalone
 async def test_a_kept_connection_the_server_closed_is_reconnected_before_use(
-    redis_url: str, prefix: str
+    monkeypatch: pytest.MonkeyPatch, redis_url: str, prefix: str
 ) -> None:
-    """With retries off, only the check before reuse can save the call. An asyncio
+    """With retries off, only the poll before reuse can save the call; it runs once a
+    connection has been idle for `Idle.FRESH` seconds, set to 0 here. An asyncio
     connection of redis-py before 8 cannot tell a closed socket from an idle one (its pool
     cannot either): there the default retry reconnects."""
+    monkeypatch.setattr(_wire.Idle, "FRESH", 0.0)
     from redis.asyncio.retry import Retry as AsyncRetry
     from redis.backoff import NoBackoff
     from redis.retry import Retry
@@ -376,7 +378,7 @@ def test_a_forked_child_keeps_none_of_its_parents_connections(
     monkeypatch.setattr(_wire.os, "getpid", lambda: -1)  # now in another process
     assert idle.take() is None
     assert idle.keep("child's")
-    assert idle.take() == "child's" and idle.take() is None
+    assert idle.take() == ("child's", False) and idle.take() is None
     assert idle.keep("parent's")
     monkeypatch.setattr(_wire.os, "getpid", lambda: -2)  # its child closes its saver
     assert idle.drain() == []  # the child's pool never lent it: nothing to give back
@@ -446,6 +448,7 @@ async def test_a_call_stopped_while_it_checks_a_kept_connection_gives_it_back(
     def interrupted(conn: Any) -> bool:
         raise Interrupted
 
+    monkeypatch.setattr(_wire.Idle, "FRESH", 0.0)  # every reuse polls
     options: dict[str, Any] = {"cluster": False, "max_connections": 32}
     with RedisSaver(redis_url, prefix=prefix, **options) as saver:
         for _ in range(40):
@@ -482,14 +485,64 @@ async def test_a_kept_connection_marked_to_reconnect_reconnects_before_use(
         saver.put(cfg("moved"), checkpoint("x"), {}, {"m": 1})
         before = ids(name)
         assert saver._idle is not None and len(saver._idle) == 1
-        saver._idle._kept[0].mark_for_reconnect()
+        saver._idle._kept[0][0].mark_for_reconnect()
         assert saver.get_tuple(cfg("moved")) is not None
         assert len(ids(name)) == 1 and ids(name) != before
     async with AsyncRedisSaver(redis_url, prefix=prefix, cluster=False, client_name=aname) as a:
         await a.aput(cfg("amoved"), checkpoint("x"), {}, {"m": 1})
         before = ids(aname)
         assert a._idle is not None and len(a._idle) == 1
-        a._idle._kept[0].mark_for_reconnect()
+        a._idle._kept[0][0].mark_for_reconnect()
         assert await a.aget_tuple(cfg("amoved")) is not None
         assert len(ids(aname)) == 1 and ids(aname) != before
+    probe.close()
+
+
+@pytest.mark.standalone
+async def test_a_connection_used_just_now_is_reused_without_a_poll(
+    monkeypatch: pytest.MonkeyPatch, redis_url: str, prefix: str
+) -> None:
+    """Back-to-back calls make no readiness poll (each costs system calls, each a chance
+    for another thread to take the GIL); one idle past `Idle.FRESH` is polled."""
+    from langgraph_checkpoint_plainredis import _aio, _sync
+
+    polls: list[Any] = []
+
+    def counted(conn: Any) -> bool:
+        polls.append(conn)
+        return False
+
+    async def acounted(conn: Any) -> bool:
+        return counted(conn)
+
+    monkeypatch.setattr(_sync, "_stale", counted)
+    monkeypatch.setattr(_aio, "_stale", acounted)
+    with RedisSaver(redis_url, prefix=prefix, cluster=False) as saver:
+        async with AsyncRedisSaver(redis_url, prefix=prefix, cluster=False) as asaver:
+            for fresh, expected in ((3600.0, 0), (0.0, 20)):
+                monkeypatch.setattr(_wire.Idle, "FRESH", fresh)
+                saver.put(cfg("p"), checkpoint("x"), {}, {"m": 1})  # keeps a connection
+                await asaver.aput(cfg("p"), checkpoint("x"), {}, {"m": 1})
+                polls.clear()
+                for _ in range(10):
+                    assert saver.get_tuple(cfg("p")) is not None
+                    assert await asaver.aget_tuple(cfg("p")) is not None
+                assert len(polls) == expected
+
+
+@pytest.mark.standalone
+async def test_a_connection_killed_just_after_its_call_is_recovered_by_the_retry(
+    redis_url: str, prefix: str
+) -> None:
+    """Within `Idle.FRESH` no poll runs: the default retry reconnects, as it does for a
+    connection lost during a call, and the call succeeds."""
+    probe = redis.Redis.from_url(redis_url, protocol=2)
+    with RedisSaver(redis_url, prefix=prefix, cluster=False) as saver:
+        saver.put(cfg("fresh"), checkpoint("x"), {}, {"m": 1})
+        probe.execute_command("CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes")
+        assert saver.get_tuple(cfg("fresh")) is not None
+    async with AsyncRedisSaver(redis_url, prefix=prefix, cluster=False) as asaver:
+        await asaver.aput(cfg("afresh"), checkpoint("x"), {}, {"m": 1})
+        probe.execute_command("CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes")
+        assert await asaver.aget_tuple(cfg("afresh")) is not None
     probe.close()

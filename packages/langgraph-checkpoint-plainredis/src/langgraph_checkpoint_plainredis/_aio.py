@@ -206,10 +206,11 @@ class AsyncRedisSaver(SaverCore, BaseCheckpointSaver[str]):
     async def _borrow(self, pool: Any) -> Any:
         """A connection for one script call: a kept one (see `_wire.Idle`), else the pool's."""
         idle = self._idle
-        conn = idle.take() if idle is not None else None
-        if conn is not None:
+        taken = idle.take() if idle is not None else None
+        if taken is not None:
+            conn, poll = taken
             try:
-                if reconnects(conn) or await _stale(conn):
+                if reconnects(conn) or (poll and await _stale(conn)):
                     await conn.disconnect()
             except BaseException:  # cancelled, say: the pool must get it back
                 await pool.release(conn)

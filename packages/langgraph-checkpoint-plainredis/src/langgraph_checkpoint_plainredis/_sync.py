@@ -198,10 +198,11 @@ class RedisSaver(SaverCore, BaseCheckpointSaver[str]):
     def _borrow(self, pool: Any) -> Any:
         """A connection for one script call: a kept one (see `_wire.Idle`), else the pool's."""
         idle = self._idle
-        conn = idle.take() if idle is not None else None
-        if conn is not None:
+        taken = idle.take() if idle is not None else None
+        if taken is not None:
+            conn, poll = taken
             try:
-                if reconnects(conn) or _stale(conn):
+                if reconnects(conn) or (poll and _stale(conn)):
                     conn.disconnect()
             except BaseException:
                 pool.release(conn)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import codecs
 import os
 import threading
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -113,10 +114,14 @@ class Idle:
     it back the same way; with LangGraph saving from worker threads that costs more per call
     than the rest of the client's work. A saver that made its own client keeps here each
     connection whose call ended cleanly (its reply read whole) and takes it again without the
-    pool, last in first out. Before reuse the shell still does what the pool would: it polls
-    the connection for stray bytes and reconnects one the server closed or one redis-py
-    marked to reconnect (a server moving). A call that failed, or was cancelled, gives its
-    connection back to the pool.
+    pool, last in first out. Before reuse the shell reconnects one redis-py marked to
+    reconnect (a server moving) and, once it has been idle for over `FRESH` seconds, does
+    what the pool does: it polls the connection and reconnects it if the server closed it.
+    A connection used more recently is not polled: the poll's system calls would each let
+    another thread take the GIL, and the server closes an idle client only after its
+    `timeout` of whole seconds; what else closes one in that half second (a crash, a kill)
+    the call's retry handles, as for a connection lost during a call. A call that failed,
+    or was cancelled, gives its connection back to the pool.
 
     Kept connections stay "in use" to the pool, so they must not starve anyone of it: at
     most `KEEP` are kept, none from a pool of fewer than `8 * KEEP` connections, and none
@@ -127,6 +132,7 @@ class Idle:
     """
 
     KEEP = 4
+    FRESH = 0.5  # seconds idle under which a kept connection is reused without a poll
 
     def __init__(self, client: Any) -> None:
         pool = getattr(client, "connection_pool", None)  # a cluster client has none: keep none
@@ -134,7 +140,7 @@ class Idle:
         reauth = (getattr(pool, "connection_kwargs", None) or {}).get("credential_provider")
         self._limit = self.KEEP if size >= 8 * self.KEEP and reauth is None else 0
         self._pid = os.getpid()
-        self._kept: list[Any] = []
+        self._kept: list[tuple[Any, float]] = []  # (connection, when its last call ended)
         self._waiting = 0
         self._lock = threading.Lock()
 
@@ -146,13 +152,15 @@ class Idle:
             self._pid, self._kept, self._waiting = os.getpid(), [], 0
         return True
 
-    def take(self) -> Any | None:
-        """A kept connection, or None when there is none (the pool gives one then)."""
+    def take(self) -> tuple[Any, bool] | None:
+        """A kept connection and whether to poll it before use (idle over `FRESH`), or
+        None when none is kept (the pool gives one then)."""
         self._forked()
         try:
-            return self._kept.pop()  # one bytecode: safe between threads
+            conn, since = self._kept.pop()  # one bytecode: safe between threads
         except IndexError:
             return None
+        return conn, time.monotonic() - since > self.FRESH
 
     def waiting(self, change: int) -> None:
         """A call starts (+1) or stops (-1) asking the pool for a connection."""
@@ -165,7 +173,7 @@ class Idle:
         with self._lock:
             if self._waiting or len(self._kept) >= self._limit:
                 return False
-            self._kept.append(conn)
+            self._kept.append((conn, time.monotonic()))
             return True
 
     def __len__(self) -> int:
@@ -178,4 +186,4 @@ class Idle:
             return []
         with self._lock:
             kept, self._kept = self._kept, []
-        return kept
+        return [conn for conn, _ in kept]
