@@ -331,11 +331,11 @@ async def test_a_saver_of_its_own_reuses_a_connection_without_the_pool(
 async def test_a_kept_connection_the_server_closed_is_reconnected_before_use(
     monkeypatch: pytest.MonkeyPatch, redis_url: str, prefix: str
 ) -> None:
-    """With retries off, only the poll before reuse can save the call; it runs once a
-    connection has been idle for `Idle.FRESH` seconds, set to 0 here. An asyncio
-    connection of redis-py before 8 cannot tell a closed socket from an idle one (its pool
-    cannot either): there the default retry reconnects."""
-    monkeypatch.setattr(_wire.Idle, "FRESH", 0.0)
+    """With retries off, only the poll before reuse can save the call, so it runs however
+    recently the connection was used (`Idle.FRESH` made long here). An asyncio connection
+    of redis-py before 8 cannot tell a closed socket from an idle one (its pool cannot
+    either): there the default retry reconnects."""
+    monkeypatch.setattr(_wire.Idle, "FRESH", 3600.0)
     from redis.asyncio.retry import Retry as AsyncRetry
     from redis.backoff import NoBackoff
     from redis.retry import Retry
@@ -382,6 +382,22 @@ def test_a_forked_child_keeps_none_of_its_parents_connections(
     assert idle.keep("parent's")
     monkeypatch.setattr(_wire.os, "getpid", lambda: -2)  # its child closes its saver
     assert idle.drain() == []  # the child's pool never lent it: nothing to give back
+
+
+def test_a_kept_connection_is_polled_once_idle_for_fresh_seconds(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    now = [100.0]
+    monkeypatch.setattr(_wire, "_clock", lambda: now[0])
+    idle = _wire.Idle(_client_of(64))
+    for waited, polled in (
+        (0.0, False),
+        (_wire.Idle.FRESH, False),
+        (_wire.Idle.FRESH + 0.01, True),
+    ):
+        assert idle.keep("c")
+        now[0] += waited
+        assert idle.take() == ("c", polled)
 
 
 def test_kept_connections_never_starve_the_pool() -> None:
@@ -532,17 +548,31 @@ async def test_a_connection_used_just_now_is_reused_without_a_poll(
 
 @pytest.mark.standalone
 async def test_a_connection_killed_just_after_its_call_is_recovered_by_the_retry(
-    redis_url: str, prefix: str
+    monkeypatch: pytest.MonkeyPatch, redis_url: str, prefix: str
 ) -> None:
-    """Within `Idle.FRESH` no poll runs: the default retry reconnects, as it does for a
-    connection lost during a call, and the call succeeds."""
+    """Within `Idle.FRESH` (made long here) no poll runs: the default retry reconnects, as
+    it does for a connection lost during a call, and the call succeeds."""
+    from langgraph_checkpoint_plainredis import _aio, _sync
+
+    def no_poll(conn: Any) -> bool:
+        raise AssertionError("a fresh connection was polled")
+
+    async def no_apoll(conn: Any) -> bool:
+        return no_poll(conn)
+
+    monkeypatch.setattr(_wire.Idle, "FRESH", 3600.0)
+    monkeypatch.setattr(_sync, "_stale", no_poll)
+    monkeypatch.setattr(_aio, "_stale", no_apoll)
     probe = redis.Redis.from_url(redis_url, protocol=2)
-    with RedisSaver(redis_url, prefix=prefix, cluster=False) as saver:
+    name, aname = f"fresh-{prefix}", f"afresh-{prefix}"
+    with RedisSaver(redis_url, prefix=prefix, cluster=False, client_name=name) as saver:
         saver.put(cfg("fresh"), checkpoint("x"), {}, {"m": 1})
         probe.execute_command("CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes")
+        assert _named(probe, name) == 0
         assert saver.get_tuple(cfg("fresh")) is not None
-    async with AsyncRedisSaver(redis_url, prefix=prefix, cluster=False) as asaver:
-        await asaver.aput(cfg("afresh"), checkpoint("x"), {}, {"m": 1})
+    async with AsyncRedisSaver(redis_url, prefix=prefix, cluster=False, client_name=aname) as a:
+        await a.aput(cfg("afresh"), checkpoint("x"), {}, {"m": 1})
         probe.execute_command("CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes")
-        assert await asaver.aget_tuple(cfg("afresh")) is not None
+        assert _named(probe, aname) == 0
+        assert await a.aget_tuple(cfg("afresh")) is not None
     probe.close()

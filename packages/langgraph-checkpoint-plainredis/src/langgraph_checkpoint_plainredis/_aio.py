@@ -39,7 +39,15 @@ from ._core import (
     translate_error,
 )
 from ._shell import check_serde, connect_options, validate_client, wire_args, wrong_side
-from ._wire import POOL_ARGS, Idle, direct_pool, gives_up, pack, reconnects
+from ._wire import (
+    POOL_ARGS,
+    Idle,
+    direct_pool,
+    gives_up,
+    pack,
+    reconnects,
+    retries_drops,
+)
 
 __all__ = ["AsyncRedisSaver"]
 
@@ -208,7 +216,8 @@ class AsyncRedisSaver(SaverCore, BaseCheckpointSaver[str]):
         idle = self._idle
         taken = idle.take() if idle is not None else None
         if taken is not None:
-            conn, poll = taken
+            conn, idled = taken
+            poll = idled or not retries_drops(conn)  # without a retry, as the pool would
             try:
                 if reconnects(conn) or (poll and await _stale(conn)):
                     await conn.disconnect()

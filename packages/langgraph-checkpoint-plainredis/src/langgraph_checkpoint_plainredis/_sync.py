@@ -40,7 +40,15 @@ from ._core import (
     translate_error,
 )
 from ._shell import check_serde, connect_options, validate_client, wire_args, wrong_side
-from ._wire import POOL_ARGS, Idle, direct_pool, gives_up, pack, reconnects
+from ._wire import (
+    POOL_ARGS,
+    Idle,
+    direct_pool,
+    gives_up,
+    pack,
+    reconnects,
+    retries_drops,
+)
 
 __all__ = ["RedisSaver"]
 
@@ -200,7 +208,8 @@ class RedisSaver(SaverCore, BaseCheckpointSaver[str]):
         idle = self._idle
         taken = idle.take() if idle is not None else None
         if taken is not None:
-            conn, poll = taken
+            conn, idled = taken
+            poll = idled or not retries_drops(conn)  # without a retry, as the pool would
             try:
                 if reconnects(conn) or (poll and _stale(conn)):
                     conn.disconnect()

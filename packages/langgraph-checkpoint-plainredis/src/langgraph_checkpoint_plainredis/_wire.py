@@ -11,6 +11,7 @@ a script call, goes through `execute_command`.
 from __future__ import annotations
 
 import codecs
+import functools
 import os
 import threading
 import time
@@ -27,7 +28,15 @@ except ImportError:  # pragma: no cover - older redis-py records no metrics
         return False
 
 
-__all__ = ["POOL_ARGS", "Idle", "direct_pool", "gives_up", "pack", "reconnects"]
+__all__ = [
+    "POOL_ARGS",
+    "Idle",
+    "direct_pool",
+    "gives_up",
+    "pack",
+    "reconnects",
+    "retries_drops",
+]
 
 # redis-py before 5.3 needs a command name to hand out a connection; later ones warn on it.
 POOL_ARGS: tuple[str, ...] = (
@@ -44,6 +53,26 @@ def gives_up(conn: Any, error: BaseException) -> bool:
     redis-py: the direct path's failure callback does what its own does."""
     listed = getattr(conn, "retry_on_error", None)
     return _RAISES_UNLISTED and (listed is None or not isinstance(error, tuple(listed)))
+
+
+def retries_drops(conn: Any) -> bool:
+    """Whether a call on `conn` would be retried if the server had closed the connection:
+    its `Retry` allows a retry, for `ConnectionError`, and (redis-py before 6) the
+    connection lists that error in `retry_on_error`."""
+    retry = getattr(conn, "retry", None)
+    count = getattr(retry, "_retries", 0)  # redis-py before 6 has no get_retries()
+    supported = tuple(getattr(retry, "_supported_errors", ()))
+    dropped = redis.ConnectionError("closed by the server")
+    return count != 0 and isinstance(dropped, supported) and not gives_up(conn, dropped)
+
+
+# Time that also runs while the machine sleeps (Linux), so that a suspended process does
+# not take an idle connection for a fresh one; elsewhere the monotonic clock.
+_clock = (
+    functools.partial(time.clock_gettime, time.CLOCK_BOOTTIME)
+    if hasattr(time, "CLOCK_BOOTTIME")
+    else time.monotonic
+)
 
 
 def pack(args: Sequence[str | bytes | int], errors: str = "strict") -> bytes:
@@ -117,11 +146,12 @@ class Idle:
     pool, last in first out. Before reuse the shell reconnects one redis-py marked to
     reconnect (a server moving) and, once it has been idle for over `FRESH` seconds, does
     what the pool does: it polls the connection and reconnects it if the server closed it.
-    A connection used more recently is not polled: the poll's system calls would each let
-    another thread take the GIL, and the server closes an idle client only after its
-    `timeout` of whole seconds; what else closes one in that half second (a crash, a kill)
-    the call's retry handles, as for a connection lost during a call. A call that failed,
-    or was cancelled, gives its connection back to the pool.
+    A connection used more recently is not polled when its call would be retried: the
+    poll's system calls would each let another thread take the GIL, and the server closes
+    an idle client only after its `timeout` of whole seconds; what else closes one in that
+    half second (a crash, a kill) the retry handles, as for a connection lost during a call.
+    With retries off it is polled every time. A call that failed, or was cancelled, gives
+    its connection back to the pool.
 
     Kept connections stay "in use" to the pool, so they must not starve anyone of it: at
     most `KEEP` are kept, none from a pool of fewer than `8 * KEEP` connections, and none
@@ -160,7 +190,7 @@ class Idle:
             conn, since = self._kept.pop()  # one bytecode: safe between threads
         except IndexError:
             return None
-        return conn, time.monotonic() - since > self.FRESH
+        return conn, _clock() - since > self.FRESH
 
     def waiting(self, change: int) -> None:
         """A call starts (+1) or stops (-1) asking the pool for a connection."""
@@ -173,7 +203,7 @@ class Idle:
         with self._lock:
             if self._waiting or len(self._kept) >= self._limit:
                 return False
-            self._kept.append((conn, time.monotonic()))
+            self._kept.append((conn, _clock()))
             return True
 
     def __len__(self) -> int:
