@@ -370,16 +370,27 @@ def _client_of(size: int) -> Any:
     return SimpleNamespace(connection_pool=SimpleNamespace(max_connections=size))
 
 
+def _conn(label: str, retries: int = 3) -> Any:
+    """A stand-in connection whose calls are retried (`retries` times) or not (0)."""
+    from redis.backoff import NoBackoff
+    from redis.retry import Retry
+
+    return SimpleNamespace(
+        label=label, retry=Retry(NoBackoff(), retries), retry_on_error=[redis.ConnectionError]
+    )
+
+
 def test_a_forked_child_keeps_none_of_its_parents_connections(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     idle = _wire.Idle(_client_of(64))
-    assert idle.keep("parent's")
+    parents, childs = _conn("parent's"), _conn("child's")
+    assert idle.keep(parents)
     monkeypatch.setattr(_wire.os, "getpid", lambda: -1)  # now in another process
     assert idle.take() is None
-    assert idle.keep("child's")
-    assert idle.take() == ("child's", False) and idle.take() is None
-    assert idle.keep("parent's")
+    assert idle.keep(childs)
+    assert idle.take() == (childs, False) and idle.take() is None
+    assert idle.keep(parents)
     monkeypatch.setattr(_wire.os, "getpid", lambda: -2)  # its child closes its saver
     assert idle.drain() == []  # the child's pool never lent it: nothing to give back
 
@@ -387,17 +398,21 @@ def test_a_forked_child_keeps_none_of_its_parents_connections(
 def test_a_kept_connection_is_polled_once_idle_for_fresh_seconds(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    """However fresh, a connection whose call would not be retried is polled every time."""
     now = [100.0]
     monkeypatch.setattr(_wire, "_clock", lambda: now[0])
     idle = _wire.Idle(_client_of(64))
+    retried, unretried = _conn("retried"), _conn("not retried", retries=0)
     for waited, polled in (
         (0.0, False),
         (_wire.Idle.FRESH, False),
         (_wire.Idle.FRESH + 0.01, True),
     ):
-        assert idle.keep("c")
+        assert idle.keep(retried)
         now[0] += waited
-        assert idle.take() == ("c", polled)
+        assert idle.take() == (retried, polled)
+        assert idle.keep(unretried)
+        assert idle.take() == (unretried, True)
 
 
 def test_kept_connections_never_starve_the_pool() -> None:

@@ -46,7 +46,6 @@ from ._wire import (
     gives_up,
     pack,
     reconnects,
-    retries_drops,
 )
 
 __all__ = ["AsyncRedisSaver"]
@@ -216,8 +215,7 @@ class AsyncRedisSaver(SaverCore, BaseCheckpointSaver[str]):
         idle = self._idle
         taken = idle.take() if idle is not None else None
         if taken is not None:
-            conn, idled = taken
-            poll = idled or not retries_drops(conn)  # without a retry, as the pool would
+            conn, poll = taken
             try:
                 if reconnects(conn) or (poll and await _stale(conn)):
                     await conn.disconnect()

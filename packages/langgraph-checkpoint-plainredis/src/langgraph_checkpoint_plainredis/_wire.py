@@ -183,14 +183,14 @@ class Idle:
         return True
 
     def take(self) -> tuple[Any, bool] | None:
-        """A kept connection and whether to poll it before use (idle over `FRESH`), or
-        None when none is kept (the pool gives one then)."""
+        """A kept connection and whether to poll it before use (idle over `FRESH`, or
+        without a retry), or None when none is kept (the pool gives one then)."""
         self._forked()
         try:
             conn, since = self._kept.pop()  # one bytecode: safe between threads
         except IndexError:
             return None
-        return conn, _clock() - since > self.FRESH
+        return conn, _clock() - since > self.FRESH or not retries_drops(conn)
 
     def waiting(self, change: int) -> None:
         """A call starts (+1) or stops (-1) asking the pool for a connection."""
