@@ -431,6 +431,7 @@ def test_kept_connections_never_starve_the_pool() -> None:
     reauth.connection_pool.connection_kwargs = {"credential_provider": object()}
     for small in (_client_of(8 * keep - 1), SimpleNamespace(), reauth):
         assert _wire.Idle(small).keep("c") is False
+        assert _wire.Idle.of(small) is None  # the saver then skips Idle altogether
 
 
 @pytest.mark.standalone

@@ -112,7 +112,7 @@ class RedisSaver(SaverCore, BaseCheckpointSaver[str]):
         self._init_core(prefix, ttl, refresh_on_read, compress)
         self._url = url or ""
         self._detect_lock = threading.Lock()
-        self._idle: Idle | None = None  # only for a client of our own
+        self._idle: Idle | None = None  # only for a client of our own, with a large pool
         if client is not None:
             validate_client(client, "RedisSaver", "sync")
             self._client, self._owns_client = client, False
@@ -123,7 +123,7 @@ class RedisSaver(SaverCore, BaseCheckpointSaver[str]):
             self._owns_client = True
             self._cluster = bool(cluster)
             self._client = self._new_client()
-            self._idle = Idle(self._client)
+            self._idle = Idle.of(self._client)
             self._known = cluster is not None
         else:
             raise ValueError(

@@ -174,6 +174,13 @@ class Idle:
         self._waiting = 0
         self._lock = threading.Lock()
 
+    @classmethod
+    def of(cls, client: Any) -> Idle | None:
+        """An `Idle` for the pool of `client`, or None when it may keep nothing: then the
+        shell borrows from the pool as before, without taking, counting or keeping."""
+        idle = cls(client)
+        return idle if idle._limit else None
+
     def _forked(self) -> bool:
         """Forgets the parent's connections in a forked child (without closing them)."""
         if self._pid == os.getpid():
