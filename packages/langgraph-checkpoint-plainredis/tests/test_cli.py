@@ -375,3 +375,15 @@ def test_the_installed_console_script_exits_2_on_bad_arguments() -> None:
     assert done.returncode == 2
     assert done.stderr.startswith("usage: plainredis history")
     assert "the following arguments are required: THREAD" in done.stderr
+
+
+def test_python_dash_m_runs_the_same_command() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "langgraph_checkpoint_plainredis", "history"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 2
+    assert done.stderr.startswith("usage: plainredis history")

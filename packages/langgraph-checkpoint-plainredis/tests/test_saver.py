@@ -19,6 +19,7 @@ from langgraph_checkpoint_plainredis import (
     AsyncRedisSaver,
     CorruptDataError,
     LegacyKeyspaceError,
+    PlainRedisError,
     RedisSaver,
     WrongTypeError,
 )
@@ -126,6 +127,16 @@ async def test_list_is_newest_first_with_exclusive_before_filter_and_limit(saver
     assert await ids(saver, cfg(t), filter={"kind": "even"}, limit=2) == newest_first[1::2][:2]
     assert await ids(saver, cfg(t, cid=stored[1])) == [stored[1]]
     assert await ids(saver, cfg(t), limit=0) == []
+    assert await ids(saver, cfg(t), before=cfg(t, cid="")) == newest_first  # no bound
+
+
+async def test_empty_and_numeric_run_ids_are_runs_delete_for_runs_finds(saver: Any) -> None:
+    t = "runs-" + uuid.uuid4().hex
+    kept = await put(saver, t, {}, {}, run_id="kept")
+    await put(saver, t, {}, {}, run_id="")
+    await put(saver, t, {}, {}, run_id=0)
+    await saver.adelete_for_runs(["", 0])
+    assert await ids(saver, cfg(t)) == [kept["configurable"]["checkpoint_id"]]
 
 
 async def test_list_pages_through_long_timelines(saver: Any) -> None:
@@ -438,6 +449,120 @@ def test_expired_threads_leave_listings_and_indexes(
         # the checkpoint, its run marker and its one blob
         assert client.zcard(tk.keys("")) == 3
         assert orphans(client, prefix) == set()
+
+
+def test_a_ttl_taken_up_by_a_thread_written_without_one_covers_its_old_keys(
+    redis_url: str, prefix: str, client: redis.Redis
+) -> None:
+    # 0.1.0 data migrated without a TTL, then an app saver with one: nothing is left behind.
+    with RedisSaver(redis_url, prefix=prefix) as forever:
+        c = forever.put(
+            cfg("t"), checkpoint({"m": 1, "k": 1}, {"m": 1, "k": 1}), {}, {"m": 1, "k": 1}
+        )
+        forever.put_writes(c, [("m", 2)], "task")
+        c = forever.put(
+            c, checkpoint({"m": 2, "k": 1}, {"m": 2, "k": 1}), {"run_id": "r"}, {"m": 2}
+        )
+    with RedisSaver(redis_url, prefix=prefix, ttl=1) as saver:
+        saver.put(c, checkpoint({"m": 3, "k": 1}, {"m": 3, "k": 1}), {}, {"m": 3})
+        ks = KeySpace(prefix)
+        stored = set(client.scan_iter(match=f"{prefix}:*", count=1000)) - {ks.threads.encode()}
+        if isinstance(client, RedisCluster):  # run sets live in other slots: scripts leave them
+            stored -= {ks.run("r").encode()}
+        assert stored and all(client.pttl(key) > 0 for key in stored)
+        time.sleep(1.3)
+        assert saver.get_tuple(cfg("t")) is None
+        assert list(saver.list(None)) == []
+        left = set(client.scan_iter(match=f"{prefix}:*", count=1000))
+        assert left <= {ks.threads.encode(), ks.run("r").encode()}
+        assert isinstance(client, RedisCluster) or left <= {ks.threads.encode()}
+
+
+def test_a_thread_written_without_a_ttl_after_one_with_keeps_all_it_reads(
+    redis_url: str, prefix: str, client: redis.Redis
+) -> None:
+    with RedisSaver(redis_url, prefix=prefix, ttl=1) as saver:
+        c = saver.put(
+            cfg("t"), checkpoint({"m": 1, "k": 1}, {"m": 1, "k": 1}), {}, {"m": 1, "k": 1}
+        )
+    with RedisSaver(redis_url, prefix=prefix) as forever:
+        c = forever.put(
+            c, checkpoint({"m": 2, "k": 1}, {"m": 2, "k": 1}), {"run_id": "r"}, {"m": 2}
+        )
+        forever.put_writes(c, [("m", 3)], "task")
+        time.sleep(1.3)
+        got = forever.get_tuple(cfg("t"))
+        assert got is not None and got.checkpoint["channel_values"] == {"m": 2, "k": 1}
+        assert got.pending_writes == [("task", "m", 3)]
+        forever.put(c, checkpoint({"m": 4, "k": 1}, {"m": 4, "k": 1}), {}, {"m": 4})
+        assert [t.checkpoint["channel_values"]["m"] for t in forever.list(cfg("t"))] == [4, 2]
+        assert all(client.pttl(k) == -1 for k in client.scan_iter(match=f"{prefix}:*"))
+        assert orphans(client, prefix) == set()
+
+
+def test_expired_entries_are_swept_faster_than_wide_puts_add_them(
+    redis_url: str, prefix: str, client: redis.Redis
+) -> None:
+    # A put adds 3 index entries plus one per blob; it drops at least twice as many.
+    channels = 100
+    tk = KeySpace(prefix).thread("wide")
+    with RedisSaver(redis_url, prefix=prefix, ttl=1) as saver:
+        c = cfg("wide")
+        for step in (1, 2):
+            values = {f"ch{i}": step for i in range(channels)}
+            c = saver.put(
+                c, checkpoint(values, dict.fromkeys(values, step)), {}, dict.fromkeys(values, step)
+            )
+            time.sleep(1.2)
+        saver.put(c, checkpoint({"x": 1}, {"x": 1}), {}, {"x": 1})
+        assert client.zcard(tk.idx("")) == 1
+        assert client.zcard(tk.keys("")) == 3  # checkpoint, run marker, blob
+        assert orphans(client, prefix) == set()
+
+
+@pytest.mark.standalone
+def test_run_sets_drop_expired_checkpoints_and_copies_keep_a_ttl(
+    redis_url: str, prefix: str, client: redis.Redis
+) -> None:
+    run_set = KeySpace(prefix).run("r")
+    with RedisSaver(redis_url, prefix=prefix, ttl=1) as saver:
+        c = saver.put(cfg("a"), checkpoint({"m": 1}, {"m": 1}), {"run_id": "r"}, {"m": 1})
+        time.sleep(1.2)
+        c = saver.put(cfg("a"), checkpoint({"m": 2}, {"m": 2}), {"run_id": "r"}, {"m": 2})
+        assert client.smembers(run_set) == {f"a::{c['configurable']['checkpoint_id']}".encode()}
+        saver.copy_thread("a", "b")
+        assert client.scard(run_set) == 2 and 0 < client.pttl(run_set) <= 1000
+
+
+def test_a_put_keeps_the_writes_already_stored_for_its_checkpoint(
+    redis_url: str, prefix: str, client: redis.Redis
+) -> None:
+    with RedisSaver(redis_url, prefix=prefix, ttl=1.5) as saver:
+        cp = checkpoint({"m": 1}, {"m": 1})
+        target = cfg("w", cid=cp["id"])
+        saver.put_writes(target, [("m", 2)], "task")
+        time.sleep(0.8)
+        saver.put(cfg("w"), cp, {}, {"m": 1})
+        time.sleep(0.8)
+        got = saver.get_tuple(cfg("w"))
+        assert got is not None and got.pending_writes == [("task", "m", 2)]
+
+
+@pytest.mark.parametrize("side", ["async", "sync"])
+async def test_a_resp3_client_on_redis_5_is_told_to_use_protocol_2(
+    server_pool: Any, side: str, prefix: str
+) -> None:
+    url = server_pool.get("redis-5")
+    if side == "sync":
+        client: Any = redis.Redis.from_url(url, protocol=3)
+        with pytest.raises(PlainRedisError, match=r"protocol=2.*redis.Redis.from_url"):
+            RedisSaver(client=client, prefix=prefix).get_tuple(cfg("t"))
+        client.close()
+    else:
+        aclient = aioredis.Redis.from_url(url, protocol=3)
+        with pytest.raises(PlainRedisError, match=r"protocol=2.*redis.Redis.from_url"):
+            await AsyncRedisSaver(client=aclient, prefix=prefix).aget_tuple(cfg("t"))
+        await aclient.aclose()
 
 
 def test_refresh_on_read_keeps_a_read_thread_alive(redis_url: str, prefix: str) -> None:

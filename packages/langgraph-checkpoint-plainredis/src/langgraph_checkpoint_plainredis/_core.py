@@ -50,6 +50,7 @@ from ._keys import (
     blob_channel,
     blob_suffix,
     escape,
+    escape_run,
     parse_run_member,
     unescape,
     write_field,
@@ -125,6 +126,12 @@ def translate_error(error: Exception, prefix: str) -> PlainRedisError | None:
             f"{type(error).__name__}: {message}. The server is a cluster node but the saver "
             "talks to it as a standalone server (a user without INFO cannot tell): pass "
             "cluster=True"
+        )
+    if "HELLO" in message and "unknown command" in message.lower():
+        return PlainRedisError(
+            f"the server does not speak RESP3 (Redis before 6 answers {message!r}): build the "
+            "client with protocol=2, e.g. redis.Redis.from_url(url, protocol=2) (redis-py 8 "
+            "defaults to 3), or pass url= and leave the saver's protocol at its default 2"
         )
     at = message.find("PLAINREDIS_")
     if at < 0:
@@ -380,7 +387,7 @@ class SaverCore:
         values: dict[str, Any] = copy.pop("channel_values", None) or {}
         meta = get_checkpoint_metadata(config, metadata)
         run_id = meta.get("run_id")
-        run = escape(str(run_id)) if run_id else ""
+        run = escape_run(str(run_id)) if run_id is not None else ""  # "" and 0 are runs too
 
         written: dict[str, bytes] = {}
         for channel, version in new_versions.items():
@@ -557,7 +564,7 @@ class SaverCore:
         remaining = limit if limit is not None else -1
         if remaining == 0:
             return
-        before_id = get_checkpoint_id(before) if before else None
+        before_id = (get_checkpoint_id(before) if before else None) or None  # '': no bound
         if config is None and self._cluster:
             (found,) = yield [Scan(self.keyspace.ns_pattern)]
             for key in sorted({_s(k) for k in found}):  # SCAN may return a key twice
@@ -662,6 +669,8 @@ class SaverCore:
                             return 0
             if len(entries) < page:
                 return remaining
+            if light or remaining < 0:  # pages double: O(log n) round trips for a long walk
+                page = min(page * 2, _LIST_PAGE * (32 if light else 8))
             last_ns, last_entry = entries[-1]
             last = _s(last_ns)
             if only is not None:

@@ -44,6 +44,7 @@ __all__ = [
     "parse_run_member",
     "ThreadKeys",
     "escape",
+    "escape_run",
     "unescape",
     "version_tag",
     "write_field",
@@ -103,6 +104,12 @@ def version_tag(version: str | int | float) -> str:
 
 def _thread_component(thread_id: str) -> str:
     return escape(thread_id) or EMPTY_THREAD_TAG
+
+
+def escape_run(run_id: str) -> str:
+    """A run id as checkpoint payloads and run-set keys hold it; the empty run id is a run
+    too (`EMPTY_THREAD_TAG`), so that it differs from a checkpoint without one (``""``)."""
+    return escape(run_id) or EMPTY_THREAD_TAG
 
 
 @dataclass(frozen=True)
@@ -222,7 +229,7 @@ class KeySpace:
         return f"{self.prefix}{SEP}run{SEP}"
 
     def run(self, run_id: str) -> str:
-        return self.run_escaped(escape(run_id))
+        return self.run_escaped(escape_run(run_id))
 
     def escaped_run_of(self, run_key: str) -> str:
         """The escaped run id at the end of a run-set key built by `run`."""

@@ -26,7 +26,7 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 from ._codec import encode_blob, encode_checkpoint
 from ._core import ABSENT, VERSION_DIGITS, _b, _now_ms, _s
 from ._errors import CorruptDataError, PlainRedisError
-from ._keys import LegacyKeys, blob_suffix, escape
+from ._keys import LegacyKeys, blob_suffix, escape_run
 from ._sync import RedisSaver
 
 __all__ = ["MigrationReport", "migrate_v010"]
@@ -162,12 +162,12 @@ def _migrate_timeline(
         run_id = metadata.get("run_id")
         payload = encode_checkpoint(
             parent_id,
-            escape(str(run_id)) if run_id else "",
+            escape_run(str(run_id)) if run_id is not None else "",
             refs,
             serde.dumps_typed(checkpoint),
             serde.dumps_typed(metadata),
         )
-        run_key = saver.keyspace.run(str(run_id)) if run_id else None
+        run_key = saver.keyspace.run(str(run_id)) if run_id is not None else None
         saver._run([saver._put_eval(tk, ns, cid, payload, refs, written, run_key, _now_ms())])
         report.checkpoints += 1
         report.blobs += len(written)

@@ -373,6 +373,89 @@ local function collect_garbage(t, n, p)
   return false
 end
 
+-- Sets `key` to expire at `score` (an expiry time in ms, as the index scores keys), or to
+-- stay while `score` is 'inf'. `now` is the client's clock, as in the scores.
+local function expire_at(key, score, now)
+  if score == 'inf' then redis.call('PERSIST', key)
+  else redis.call('PEXPIRE', key, math.max(1, tonumber(score) - tonumber(now))) end
+end
+
+-- Makes a timeline's index keys, its namespace entry and the namespace set live as long as
+-- the longest-lived key they name (for ever while one has no TTL), and the thread's registry
+-- entry as long as its longest-lived namespace: whatever TTL each writer used, no index
+-- expires before a key it names, so nothing is left that delete_thread cannot reach.
+local function settle(t, n, idx, keys, nskey, now)
+  local top = redis.call('ZREVRANGE', keys, 0, 0, 'WITHSCORES')
+  if #top == 0 then return end
+  expire_at(idx, top[2], now)
+  expire_at(keys, top[2], now)
+  redis.call('ZADD', nskey, top[2], n)
+  local latest_ns = redis.call('ZREVRANGE', nskey, 0, 0, 'WITHSCORES')
+  expire_at(nskey, latest_ns[2], now)
+  if REGISTRY then redis.call('ZADD', REGISTRY, latest_ns[2], t) end
+end
+
+-- A writer with a TTL takes over a timeline written without one: up to `budget` keys kept
+-- for ever get its TTL (the rest on later writes; until then the index stays).
+local function adopt_ttl(n, keys, ttl, score, p, budget)
+  local kept = redis.call('ZRANGEBYSCORE', keys, '+inf', '+inf', 'LIMIT', 0, budget)
+  if #kept == 0 then return end
+  local rescore = {'XX'}
+  for _, m in ipairs(kept) do
+    local kind, rest = string.byte(m, 1), string.sub(m, 2)
+    local prefix = (kind == 99 and p.cp) or (kind == 119 and p.wr) or (kind == 98 and p.blob)
+    if prefix then redis.call('PEXPIRE', prefix .. n .. ':' .. rest, ttl)
+    elseif kind == 114 and REGISTRY then  -- 'r': its run set, as a put with a TTL does
+      local run = marker_parts(m)
+      if run and run ~= '' then redis.pcall('PEXPIRE', p.run .. run, ttl) end
+    end
+    rescore[#rescore + 1] = score
+    rescore[#rescore + 1] = m
+  end
+  redis.call('ZADD', keys, unpack(rescore))
+end
+
+-- A writer without a TTL keeps for ever every blob its checkpoint reads, as it keeps what
+-- it writes: another writer may have given them a TTL.
+local function persist_refs(n, payload, blob_prefix, keys)
+  local _, refs = header(payload)
+  for _, r in ipairs(refs) do
+    redis.call('PERSIST', blob_prefix .. n .. ':' .. r)
+    redis.call('ZADD', keys, 'XX', 'inf', 'b' .. r)
+  end
+end
+
+-- Drops up to `budget` index entries of expired keys, with what is left of them: a
+-- checkpoint's timeline entry and, on a standalone server, its run-set membership.
+local function sweep(t, n, idx, keys, now, budget, p)
+  local dead = redis.call('ZRANGEBYSCORE', keys, '-inf', '(' .. now, 'LIMIT', 0, budget)
+  if #dead == 0 then return end
+  for _, m in ipairs(dead) do
+    local kind, rest = string.byte(m, 1), string.sub(m, 2)
+    if kind == 99 then  -- 'c'
+      redis.call('ZREM', idx, rest)
+      redis.call('DEL', p.cp .. n .. ':' .. rest)
+    elseif kind == 119 then  -- 'w'
+      redis.call('DEL', p.wr .. n .. ':' .. rest)
+    elseif kind == 98 then  -- 'b'
+      redis.call('DEL', p.blob .. n .. ':' .. rest)
+    elseif kind == 114 and REGISTRY then  -- 'r': a run set that may be anything by now
+      local run, cid = marker_parts(m)
+      if run and run ~= '' then redis.pcall('SREM', p.run .. run, t .. ':' .. n .. ':' .. cid) end
+    end
+  end
+  for i = 1, #dead, 500 do
+    redis.call('ZREM', keys, unpack(dead, i, math.min(i + 499, #dead)))
+  end
+end
+
+-- Drops up to 64 registry entries of expired threads (the registry itself never expires).
+local function sweep_registry(now)
+  if not REGISTRY then return end
+  local dead = redis.call('ZRANGEBYSCORE', REGISTRY, '-inf', '(' .. now, 'LIMIT', 0, 64)
+  if #dead > 0 then redis.call('ZREM', REGISTRY, unpack(dead)) end
+end
+
 local function drop_empty_thread(nskey, t)
   if redis.call('ZCARD', nskey) == 0 then
     redis.call('DEL', nskey)
@@ -399,8 +482,9 @@ local n, t, has_run, nb = ARGV[6], ARGV[7], ARGV[9] == '1', tonumber(ARGV[10])
 local run_key = nil
 if has_run then run_key = KEYS[5 + nb] end
 if ARGV[14] == '1' then REGISTRY = KEYS[#KEYS] end
+local p = {cp = ARGV[12], wr = ARGV[11], blob = ARGV[13], run = ARGV[16]}
 local err = check(KEYS[1], 'string') or check(KEYS[2], 'zset') or check(KEYS[3], 'zset')
-  or check(KEYS[4], 'zset')
+  or check(KEYS[4], 'zset') or check(ARGV[11] .. n .. ':' .. cid, 'hash')
 if err then return err end
 if REGISTRY then
   err = check_registry(REGISTRY)
@@ -414,6 +498,8 @@ if run_key then
   err = check(run_key, 'set')
   if err then return err end
 end
+-- Without a TTL, on a timeline where some key has one (another writer's): see persist_refs.
+local mixed = ttl == 0 and redis.call('ZCOUNT', KEYS[3], '-inf', '(+inf') > 0
 -- Overwriting a checkpoint another run wrote: that run no longer owns it.
 local before = redis.call('GET', KEYS[1])
 local old_run = before and run_of(before)
@@ -446,33 +532,22 @@ if ttl > 0 then redis.call('SET', KEYS[1], payload, 'PX', ttl)
 else redis.call('SET', KEYS[1], payload) end
 redis.call('ZADD', KEYS[2], 0, cid)
 redis.call('ZADD', KEYS[3], score, 'c' .. cid, score, run_marker(ARGV[15], cid))
-redis.call('ZADD', KEYS[4], score, n)
-if REGISTRY then redis.call('ZADD', REGISTRY, score, t) end
+-- The pending writes already stored for this checkpoint live as long as it does.
+local wrkey = ARGV[11] .. n .. ':' .. cid
+if ttl > 0 then redis.call('PEXPIRE', wrkey, ttl) else redis.call('PERSIST', wrkey) end
+redis.call('ZADD', KEYS[3], 'XX', score, 'w' .. cid)
+if mixed then persist_refs(n, payload, ARGV[13], KEYS[3]) end
 if run_key then
   redis.call('SADD', run_key, ARGV[8])
-  if ttl > 0 then redis.call('PEXPIRE', run_key, ttl) end
+  if ttl > 0 then redis.call('PEXPIRE', run_key, ttl) else redis.call('PERSIST', run_key) end
 end
-if ttl > 0 then
-  redis.call('PEXPIRE', KEYS[2], ttl)
-  redis.call('PEXPIRE', KEYS[3], ttl)
-  redis.call('PEXPIRE', KEYS[4], ttl)
-  -- Drop index entries of keys that have expired, a bounded batch per put.
-  local dead = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', '(' .. now, 'LIMIT', 0, 64)
-  for _, m in ipairs(dead) do
-    local kind, rest = string.sub(m, 1, 1), string.sub(m, 2)
-    if kind == 'c' then
-      redis.call('ZREM', KEYS[2], rest)
-      redis.call('DEL', ARGV[12] .. n .. ':' .. rest)
-    elseif kind == 'w' then
-      redis.call('DEL', ARGV[11] .. n .. ':' .. rest)
-    elseif kind == 'b' then
-      redis.call('DEL', ARGV[13] .. n .. ':' .. rest)
-    end
-    redis.call('ZREM', KEYS[3], m)
-  end
-  redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', '(' .. now)
-  if REGISTRY then redis.call('ZREMRANGEBYSCORE', REGISTRY, '-inf', '(' .. now) end
-end
+if ttl > 0 then adopt_ttl(n, KEYS[3], ttl, score, p, 1024) end
+-- Drop index entries of keys that have expired: at least twice as many per put as a put
+-- adds, so that neither the timeline nor the key index keeps growing.
+sweep(t, n, KEYS[2], KEYS[3], now, math.max(64, 2 * (nb + 3)), p)
+settle(t, n, KEYS[2], KEYS[3], KEYS[4], now)
+redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', '(' .. now)
+sweep_registry(now)
 return outcome()
 """
 
@@ -506,18 +581,19 @@ for i = 10, #ARGV, 3 do
   else redis.call('HSETNX', KEYS[1], ARGV[i], ARGV[i + 1]) end
 end
 redis.call('ZADD', KEYS[2], score, 'w' .. cid)
-redis.call('ZADD', KEYS[3], score, n)
-if REGISTRY then redis.call('ZADD', REGISTRY, score, t) end
 if ttl > 0 then
   redis.call('PEXPIRE', KEYS[1], ttl)
-  redis.call('PEXPIRE', KEYS[2], ttl)
-  redis.call('PEXPIRE', KEYS[3], ttl)
-  redis.call('PEXPIRE', KEYS[5], ttl)
   for _, c in ipairs(alive) do
     refresh_checkpoint(n, c[1], c[2], ARGV[6], ARGV[7], ARGV[8], KEYS[2], ttl, score,
       REGISTRY and ARGV[9])
   end
+  local p = {cp = ARGV[6], wr = ARGV[7], blob = ARGV[8], run = ARGV[9]}
+  adopt_ttl(n, KEYS[2], ttl, score, p, 1024)
+else
+  redis.call('PERSIST', KEYS[1])
 end
+-- Without a TTL the writes just added have none: `now` is only read with one.
+settle(t, n, KEYS[5], KEYS[2], KEYS[3], ttl > 0 and tonumber(score) - ttl or nil)
 return 1
 """
 
@@ -550,11 +626,7 @@ if ttl > 0 then
   local score = ARGV[7]
   refresh_checkpoint(n, cid, payload, ARGV[3], ARGV[4], ARGV[5], KEYS[2], ttl, score,
     REGISTRY and ARGV[9])
-  redis.call('PEXPIRE', KEYS[1], ttl)
-  redis.call('PEXPIRE', KEYS[2], ttl)
-  redis.call('PEXPIRE', KEYS[3], ttl)
-  redis.call('ZADD', KEYS[3], 'XX', score, n)
-  if REGISTRY then redis.call('ZADD', REGISTRY, 'XX', score, ARGV[8]) end
+  settle(ARGV[8], n, KEYS[1], KEYS[2], KEYS[3], tonumber(score) - ttl)
 end
 return entry
 """
@@ -817,6 +889,7 @@ while i <= #ARGV do
       redis.call('ZADD', p.keys .. n, score, run_marker(run, rest))
       if run ~= '' and REGISTRY then
         redis.call('SADD', p.run .. run, t .. ':' .. n .. ':' .. rest)
+        if ttl > 0 then redis.call('PEXPIRE', p.run .. run, ttl) end
       end
     elseif kind == 'w' then
       key = p.wr .. n .. ':' .. rest
@@ -830,15 +903,8 @@ while i <= #ARGV do
     redis.call('ZADD', p.keys .. n, score, m)
     i = i + 2 + nvals
   end
-  redis.call('ZADD', KEYS[1], score, n)
-  if ttl > 0 then
-    redis.call('PEXPIRE', p.idx .. n, ttl)
-    redis.call('PEXPIRE', p.keys .. n, ttl)
-  end
-end
-if redis.call('EXISTS', KEYS[1]) == 1 then
-  if REGISTRY then redis.call('ZADD', REGISTRY, score, t) end
-  if ttl > 0 then redis.call('PEXPIRE', KEYS[1], ttl) end
+  -- Without a TTL the members just added have none: `now` is only read with one.
+  settle(t, n, p.idx .. n, p.keys .. n, KEYS[1], ttl > 0 and tonumber(score) - ttl or nil)
 end
 return outcome()
 """
