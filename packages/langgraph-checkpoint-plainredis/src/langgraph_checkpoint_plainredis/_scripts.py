@@ -395,6 +395,15 @@ local function settle(t, n, idx, keys, nskey, now)
   if REGISTRY then redis.call('ZADD', REGISTRY, latest_ns[2], t) end
 end
 
+-- `settle` for a writer without a TTL on a timeline whose keys all lack one (the common
+-- case): its index keys lack one too, only the namespace set may have one (another
+-- namespace's).
+local function settle_forever(t, n, nskey)
+  redis.call('ZADD', nskey, 'inf', n)
+  redis.call('PERSIST', nskey)
+  if REGISTRY then redis.call('ZADD', REGISTRY, 'inf', t) end
+end
+
 -- A writer with a TTL takes over a timeline written without one: up to `budget` keys kept
 -- for ever get its TTL (the rest on later writes; until then the index stays).
 local function adopt_ttl(n, keys, ttl, score, p, budget)
@@ -532,15 +541,19 @@ if ttl > 0 then redis.call('SET', KEYS[1], payload, 'PX', ttl)
 else redis.call('SET', KEYS[1], payload) end
 redis.call('ZADD', KEYS[2], 0, cid)
 redis.call('ZADD', KEYS[3], score, 'c' .. cid, score, run_marker(ARGV[15], cid))
+if run_key then
+  redis.call('SADD', run_key, ARGV[8])
+  if ttl > 0 then redis.call('PEXPIRE', run_key, ttl) else redis.call('PERSIST', run_key) end
+end
+if ttl == 0 and not mixed then
+  settle_forever(t, n, KEYS[4])
+  return outcome()
+end
 -- The pending writes already stored for this checkpoint live as long as it does.
 local wrkey = ARGV[11] .. n .. ':' .. cid
 if ttl > 0 then redis.call('PEXPIRE', wrkey, ttl) else redis.call('PERSIST', wrkey) end
 redis.call('ZADD', KEYS[3], 'XX', score, 'w' .. cid)
 if mixed then persist_refs(n, payload, ARGV[13], KEYS[3]) end
-if run_key then
-  redis.call('SADD', run_key, ARGV[8])
-  if ttl > 0 then redis.call('PEXPIRE', run_key, ttl) else redis.call('PERSIST', run_key) end
-end
 if ttl > 0 then adopt_ttl(n, KEYS[3], ttl, score, p, 1024) end
 -- Drop index entries of keys that have expired: at least twice as many per put as a put
 -- adds, so that neither the timeline nor the key index keeps growing.
@@ -576,6 +589,8 @@ if ttl > 0 then
   if err then return err end
   if newest and newest ~= cid then alive[#alive + 1] = {newest, newest_payload} end
 end
+-- Without a TTL, on a timeline where some key has one (another writer's): see settle.
+local mixed = ttl == 0 and redis.call('ZCOUNT', KEYS[2], '-inf', '(+inf') > 0
 for i = 10, #ARGV, 3 do
   if ARGV[i + 2] == '1' then redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1])
   else redis.call('HSETNX', KEYS[1], ARGV[i], ARGV[i + 1]) end
@@ -589,6 +604,9 @@ if ttl > 0 then
   end
   local p = {cp = ARGV[6], wr = ARGV[7], blob = ARGV[8], run = ARGV[9]}
   adopt_ttl(n, KEYS[2], ttl, score, p, 1024)
+elseif not mixed then
+  settle_forever(t, n, KEYS[3])
+  return 1
 else
   redis.call('PERSIST', KEYS[1])
 end
