@@ -500,6 +500,118 @@ def test_a_thread_written_without_a_ttl_after_one_with_keeps_all_it_reads(
         assert orphans(client, prefix) == set()
 
 
+def keys_under(client: Any, prefix: str) -> set[bytes]:
+    return set(client.scan_iter(match=f"{prefix}:*", count=1000))
+
+
+def thread_keys_left(client: Any, prefix: str) -> set[bytes]:
+    """Keys under the prefix but the registry and run sets (shared with other threads)."""
+    ks = KeySpace(prefix)
+    return {
+        k
+        for k in keys_under(client, prefix)
+        if k != ks.threads.encode() and not k.startswith(ks.run_prefix.encode())
+    }
+
+
+@pytest.mark.parametrize("checkpoints", [2, 600])
+def test_a_refreshing_reader_or_a_writer_with_a_ttl_adopts_the_whole_thread(
+    redis_url: str, prefix: str, client: redis.Redis, checkpoints: int
+) -> None:
+    # Values shared by checkpoints kept for ever must not expire under them: the whole thread
+    # takes the TTL, however long it is.
+    with RedisSaver(redis_url, prefix=prefix) as forever:
+        c = cfg("t")
+        for step in range(checkpoints):
+            c = forever.put(
+                c,
+                checkpoint({"m": step, "k": 1}, {"m": step + 1, "k": 1}),
+                {},
+                {"m": step + 1, "k": 1},
+            )
+    with RedisSaver(redis_url, prefix=prefix, ttl=1, refresh_on_read=True) as saver:
+        if checkpoints == 2:
+            assert saver.get_tuple(cfg("t")) is not None  # a read that refreshes
+        else:
+            saver.put(c, checkpoint({"m": -1, "k": 1}, {"m": 0, "k": 1}), {}, {"m": 0})
+        left = thread_keys_left(client, prefix)
+        assert left and all(client.pttl(k) > 0 for k in left)
+        time.sleep(1.3)
+        assert saver.get_tuple(cfg("t")) is None
+        assert thread_keys_left(client, prefix) == set()
+
+
+def test_a_copy_without_a_ttl_over_one_with_keeps_everything(
+    redis_url: str, prefix: str, client: redis.Redis
+) -> None:
+    with RedisSaver(redis_url, prefix=prefix) as forever:
+        c = forever.put(cfg("src"), checkpoint({"m": 1}, {"m": 1}), {"run_id": "r"}, {"m": 1})
+        forever.put_writes(c, [("m", 2)], "task")
+        with RedisSaver(redis_url, prefix=prefix, ttl=1) as saver:
+            saver.copy_thread("src", "dst")
+        forever.copy_thread("src", "dst")
+        time.sleep(1.3)
+        got = forever.get_tuple(cfg("dst"))
+        assert got is not None and got.pending_writes == [("task", "m", 2)]
+        assert all(client.pttl(k) == -1 for k in keys_under(client, prefix))
+        assert orphans(client, prefix) == set()
+
+
+def test_a_copy_without_a_ttl_skips_a_namespace_that_expired_in_the_source(
+    redis_url: str, prefix: str, client: redis.Redis
+) -> None:
+    with (
+        RedisSaver(redis_url, prefix=prefix, ttl=1) as short,
+        RedisSaver(redis_url, prefix=prefix, ttl=60) as long,
+        RedisSaver(redis_url, prefix=prefix) as forever,
+    ):
+        short.put(cfg("src", "a"), checkpoint({}, {}), {}, {})
+        long.put(cfg("src"), checkpoint({"m": 1}, {"m": 1}), {}, {"m": 1})
+        long.put(cfg("dst", "a"), checkpoint({"k": 1}, {"k": 1}), {}, {"k": 1})
+        time.sleep(1.3)  # "a" of src has expired; its namespace entry is still listed
+        forever.copy_thread("src", "dst")
+        assert forever.get_tuple(cfg("dst")).checkpoint["channel_values"] == {"m": 1}
+        assert forever.get_tuple(cfg("dst", "a")).checkpoint["channel_values"] == {"k": 1}
+        assert orphans(client, prefix) == set()
+
+
+@pytest.mark.standalone
+def test_a_run_set_kept_for_ever_stays_so_when_a_ttl_writer_joins_it(
+    redis_url: str, prefix: str, client: redis.Redis
+) -> None:
+    run_set = KeySpace(prefix).run("r")
+    with RedisSaver(redis_url, prefix=prefix) as forever:
+        forever.put(cfg("keep"), checkpoint({"m": 1}, {"m": 1}), {"run_id": "r"}, {"m": 1})
+    with RedisSaver(redis_url, prefix=prefix, ttl=1) as saver:
+        saver.copy_thread("keep", "scratch")
+        saver.put(cfg("other"), checkpoint({"m": 1}, {"m": 1}), {"run_id": "r"}, {"m": 1})
+        assert client.pttl(run_set) == -1 and client.scard(run_set) == 3
+        time.sleep(1.3)
+        saver.delete_for_runs(["r"])
+        assert saver.get_tuple(cfg("keep")) is None
+
+
+@pytest.mark.parametrize("how", ["delete_for_runs", "prune"])
+def test_removing_checkpoints_resettles_what_is_left(
+    redis_url: str, prefix: str, client: redis.Redis, how: str
+) -> None:
+    with RedisSaver(redis_url, prefix=prefix, ttl=1) as saver:
+        c = saver.put(cfg("t"), checkpoint({"m": 1}, {"m": 1}), {"run_id": "r1"}, {"m": 1})
+    with RedisSaver(redis_url, prefix=prefix) as forever:
+        forever.put(c, checkpoint({"m": 2}, {"m": 2}), {"run_id": "r2"}, {"m": 2})
+        if how == "delete_for_runs":
+            forever.delete_for_runs(["r2"])  # leaves only checkpoints with a TTL
+        else:
+            forever.prune(["t"], strategy="keep_latest")
+        time.sleep(1.3)
+        if how == "delete_for_runs":
+            assert forever.get_tuple(cfg("t")) is None
+            assert thread_keys_left(client, prefix) == set()
+        else:  # the newest, kept for ever, stays whole
+            assert forever.get_tuple(cfg("t")).checkpoint["channel_values"] == {"m": 2}
+            assert orphans(client, prefix) == set()
+
+
 def test_expired_entries_are_swept_faster_than_wide_puts_add_them(
     redis_url: str, prefix: str, client: redis.Redis
 ) -> None:

@@ -721,8 +721,10 @@ class SaverCore:
         tks = [self.keyspace.thread(_thread_arg(t, "prune")) for t in thread_ids]
         for start in range(0, len(tks), _BATCH_THREADS):
             batch = tks[start : start + _BATCH_THREADS]
+            now = _now_ms()  # the remaining keys' expiry scores are read against it
             replies = yield [
-                Eval(script, (tk.ns, *self._registry), self._prefix_args(tk)) for tk in batch
+                Eval(script, (tk.ns, *self._registry), (*self._prefix_args(tk), now))
+                for tk in batch
             ]
             if follow := self._after_thread_scripts(zip(batch, replies, strict=True)):
                 yield follow
@@ -740,8 +742,13 @@ class SaverCore:
                 thread_c, ns_e, cid = parse_run_member(_s(member))
                 by_thread.setdefault(thread_c, []).extend([ns_e, cid])
         tks = [self.keyspace.thread_from_component(c) for c in by_thread]
+        now = _now_ms()
         plan: Plan = [
-            Eval("remove_checkpoints", (tk.ns, *self._registry), (*self._prefix_args(tk), *pairs))
+            Eval(
+                "remove_checkpoints",
+                (tk.ns, *self._registry),
+                (*self._prefix_args(tk), now, *pairs),
+            )
             for tk, pairs in zip(tks, by_thread.values(), strict=True)
         ]
         replies = (yield plan) if plan else []

@@ -117,6 +117,15 @@ local function latest(idx, cp_prefix, n)
   end
 end
 
+-- Gives a run set at least `ttl` ms to live, unless it must live for ever: a run set is shared
+-- by every thread the run wrote, so one kept for ever (a thread without a TTL is in it) stays
+-- so, unless the member just added is its only one.
+local function expire_run(key, ttl)
+  local left = redis.call('PTTL', key)
+  if left == -1 and redis.call('SCARD', key) > 1 then return end
+  if left < ttl then redis.call('PEXPIRE', key, ttl) end
+end
+
 -- Refreshes the TTL of one checkpoint and of all it reads (payload, writes, blobs), and
 -- their entries in the key index, whose scores are expiry times; with `run_prefix` (a
 -- standalone server) also its run set, as a put does.
@@ -125,7 +134,7 @@ local function refresh_checkpoint(n, cid, payload, cp_prefix, wr_prefix, blob_pr
   redis.call('PEXPIRE', cp_prefix .. n .. ':' .. cid, ttl)
   redis.call('PEXPIRE', wr_prefix .. n .. ':' .. cid, ttl)
   local run, refs = header(payload)
-  if run_prefix and run ~= '' then redis.call('PEXPIRE', run_prefix .. run, ttl) end
+  if run_prefix and run ~= '' then expire_run(run_prefix .. run, ttl) end
   redis.call('ZADD', keys, 'XX', score, 'c' .. cid, score, 'w' .. cid,
     score, run_marker(run, cid))
   for _, r in ipairs(refs) do
@@ -404,24 +413,27 @@ local function settle_forever(t, n, nskey)
   if REGISTRY then redis.call('ZADD', REGISTRY, 'inf', t) end
 end
 
--- A writer with a TTL takes over a timeline written without one: up to `budget` keys kept
--- for ever get its TTL (the rest on later writes; until then the index stays).
-local function adopt_ttl(n, keys, ttl, score, p, budget)
-  local kept = redis.call('ZRANGEBYSCORE', keys, '+inf', '+inf', 'LIMIT', 0, budget)
-  if #kept == 0 then return end
-  local rescore = {'XX'}
-  for _, m in ipairs(kept) do
-    local kind, rest = string.byte(m, 1), string.sub(m, 2)
-    local prefix = (kind == 99 and p.cp) or (kind == 119 and p.wr) or (kind == 98 and p.blob)
-    if prefix then redis.call('PEXPIRE', prefix .. n .. ':' .. rest, ttl)
-    elseif kind == 114 and REGISTRY then  -- 'r': its run set, as a put with a TTL does
-      local run = marker_parts(m)
-      if run and run ~= '' then redis.pcall('PEXPIRE', p.run .. run, ttl) end
+-- A writer (or refreshing reader) with a TTL takes over a timeline stored without one: every
+-- key kept for ever gets its TTL at once (partly would expire values that checkpoints still
+-- kept for ever read), so the whole thread then expires `ttl` after its last write.
+local function adopt_ttl(n, keys, ttl, score, p)
+  local kept = redis.call('ZRANGEBYSCORE', keys, '+inf', '+inf')
+  for i = 1, #kept, 500 do
+    local rescore = {'XX'}
+    for j = i, math.min(i + 499, #kept) do
+      local m = kept[j]
+      local kind, rest = string.byte(m, 1), string.sub(m, 2)
+      local prefix = (kind == 99 and p.cp) or (kind == 119 and p.wr) or (kind == 98 and p.blob)
+      if prefix then redis.call('PEXPIRE', prefix .. n .. ':' .. rest, ttl)
+      elseif kind == 114 and REGISTRY then  -- 'r': its run set, as a put with a TTL does
+        local run = marker_parts(m)
+        if run and run ~= '' then expire_run(p.run .. run, ttl) end
+      end
+      rescore[#rescore + 1] = score
+      rescore[#rescore + 1] = m
     end
-    rescore[#rescore + 1] = score
-    rescore[#rescore + 1] = m
+    redis.call('ZADD', keys, unpack(rescore))
   end
-  redis.call('ZADD', keys, unpack(rescore))
 end
 
 -- A writer without a TTL keeps for ever every blob its checkpoint reads, as it keeps what
@@ -493,8 +505,14 @@ if has_run then run_key = KEYS[5 + nb] end
 if ARGV[14] == '1' then REGISTRY = KEYS[#KEYS] end
 local p = {cp = ARGV[12], wr = ARGV[11], blob = ARGV[13], run = ARGV[16]}
 local err = check(KEYS[1], 'string') or check(KEYS[2], 'zset') or check(KEYS[3], 'zset')
-  or check(KEYS[4], 'zset') or check(ARGV[11] .. n .. ':' .. cid, 'hash')
+  or check(KEYS[4], 'zset')
 if err then return err end
+-- Without a TTL, on a timeline where some key has one (another writer's): see persist_refs.
+local mixed = ttl == 0 and redis.call('ZCOUNT', KEYS[3], '-inf', '(+inf') > 0
+if ttl > 0 or mixed then  -- the writes of this checkpoint get its TTL
+  err = check(ARGV[11] .. n .. ':' .. cid, 'hash')
+  if err then return err end
+end
 if REGISTRY then
   err = check_registry(REGISTRY)
   if err then return err end
@@ -507,8 +525,6 @@ if run_key then
   err = check(run_key, 'set')
   if err then return err end
 end
--- Without a TTL, on a timeline where some key has one (another writer's): see persist_refs.
-local mixed = ttl == 0 and redis.call('ZCOUNT', KEYS[3], '-inf', '(+inf') > 0
 -- Overwriting a checkpoint another run wrote: that run no longer owns it.
 local before = redis.call('GET', KEYS[1])
 local old_run = before and run_of(before)
@@ -543,7 +559,7 @@ redis.call('ZADD', KEYS[2], 0, cid)
 redis.call('ZADD', KEYS[3], score, 'c' .. cid, score, run_marker(ARGV[15], cid))
 if run_key then
   redis.call('SADD', run_key, ARGV[8])
-  if ttl > 0 then redis.call('PEXPIRE', run_key, ttl) else redis.call('PERSIST', run_key) end
+  if ttl > 0 then expire_run(run_key, ttl) else redis.call('PERSIST', run_key) end
 end
 if ttl == 0 and not mixed then
   settle_forever(t, n, KEYS[4])
@@ -554,7 +570,7 @@ local wrkey = ARGV[11] .. n .. ':' .. cid
 if ttl > 0 then redis.call('PEXPIRE', wrkey, ttl) else redis.call('PERSIST', wrkey) end
 redis.call('ZADD', KEYS[3], 'XX', score, 'w' .. cid)
 if mixed then persist_refs(n, payload, ARGV[13], KEYS[3]) end
-if ttl > 0 then adopt_ttl(n, KEYS[3], ttl, score, p, 1024) end
+if ttl > 0 then adopt_ttl(n, KEYS[3], ttl, score, p) end
 -- Drop index entries of keys that have expired: at least twice as many per put as a put
 -- adds, so that neither the timeline nor the key index keeps growing.
 sweep(t, n, KEYS[2], KEYS[3], now, math.max(64, 2 * (nb + 3)), p)
@@ -603,7 +619,7 @@ if ttl > 0 then
       REGISTRY and ARGV[9])
   end
   local p = {cp = ARGV[6], wr = ARGV[7], blob = ARGV[8], run = ARGV[9]}
-  adopt_ttl(n, KEYS[2], ttl, score, p, 1024)
+  adopt_ttl(n, KEYS[2], ttl, score, p)
 elseif not mixed then
   settle_forever(t, n, KEYS[3])
   return 1
@@ -642,6 +658,7 @@ entry, err = read_entry(n, cid, payload, ARGV[4], ARGV[5])
 if err then return err end
 if ttl > 0 then
   local score = ARGV[7]
+  adopt_ttl(n, KEYS[2], ttl, score, {cp = ARGV[3], wr = ARGV[4], blob = ARGV[5], run = ARGV[9]})
   refresh_checkpoint(n, cid, payload, ARGV[3], ARGV[4], ARGV[5], KEYS[2], ttl, score,
     REGISTRY and ARGV[9])
   settle(ARGV[8], n, KEYS[1], KEYS[2], KEYS[3], tonumber(score) - ttl)
@@ -758,8 +775,8 @@ return outcome()
 PRUNE_KEEP_LATEST = (
     _PREFIXES
     + r"""
--- KEYS: ns, [registry]; ARGV: T, then the prefix table
-local t = ARGV[1]
+-- KEYS: ns, [registry]; ARGV: T, then the prefix table, now (ms)
+local t, now = ARGV[1], ARGV[8]
 REGISTRY = KEYS[2]
 local err = check(KEYS[1], 'zset') or (REGISTRY and check_registry(REGISTRY))
   or check_timelines(KEYS[1], p)
@@ -788,7 +805,8 @@ for _, plan in ipairs(plans) do
       redis.call('ZREM', p.keys .. n, m)
     end
   end
-  if collect_garbage(t, n, p) then redis.call('ZREM', KEYS[1], n) end
+  if collect_garbage(t, n, p) then redis.call('ZREM', KEYS[1], n)
+  else settle(t, n, p.idx .. n, p.keys .. n, KEYS[1], now) end  -- it may have no TTL left
 end
 drop_empty_thread(KEYS[1], t)
 return outcome()
@@ -798,27 +816,28 @@ return outcome()
 REMOVE_CHECKPOINTS = (
     _PREFIXES
     + r"""
--- KEYS: ns, [registry]; ARGV: T, the prefix table, then pairs N, checkpoint id
-local t = ARGV[1]
+-- KEYS: ns, [registry]; ARGV: T, the prefix table, now (ms), then pairs N, checkpoint id
+local t, now = ARGV[1], ARGV[8]
 REGISTRY = KEYS[2]
 local err = check(KEYS[1], 'zset') or (REGISTRY and check_registry(REGISTRY))
   or check_timelines(KEYS[1], p)
 if err then return err end
 local runs = {}
-for i = 8, #ARGV, 2 do
+for i = 9, #ARGV, 2 do
   err = runs_left(ARGV[i], {ARGV[i + 1]}, p, runs)
   if err then return err end
 end
 err = check_run_sets(runs)
 if err then return err end
 local touched = {}
-for i = 8, #ARGV, 2 do
+for i = 9, #ARGV, 2 do
   local n, cid = ARGV[i], ARGV[i + 1]
   remove_checkpoint(t, n, cid, p)
   touched[n] = true
 end
 for n in pairs(touched) do
-  if collect_garbage(t, n, p) then redis.call('ZREM', KEYS[1], n) end
+  if collect_garbage(t, n, p) then redis.call('ZREM', KEYS[1], n)
+  else settle(t, n, p.idx .. n, p.keys .. n, KEYS[1], now) end  -- it may have no TTL left
 end
 drop_empty_thread(KEYS[1], t)
 return outcome()
@@ -907,7 +926,7 @@ while i <= #ARGV do
       redis.call('ZADD', p.keys .. n, score, run_marker(run, rest))
       if run ~= '' and REGISTRY then
         redis.call('SADD', p.run .. run, t .. ':' .. n .. ':' .. rest)
-        if ttl > 0 then redis.call('PEXPIRE', p.run .. run, ttl) end
+        if ttl > 0 then expire_run(p.run .. run, ttl) end
       end
     elseif kind == 'w' then
       key = p.wr .. n .. ':' .. rest
@@ -917,12 +936,13 @@ while i <= #ARGV do
       if ARGV[i + 2] == '' then redis.call('DEL', key)  -- absent at this version
       else redis.call('SET', key, ARGV[i + 2]) end
     end
-    if ttl > 0 then redis.call('PEXPIRE', key, ttl) end
+    if ttl > 0 then redis.call('PEXPIRE', key, ttl) else redis.call('PERSIST', key) end
     redis.call('ZADD', p.keys .. n, score, m)
     i = i + 2 + nvals
   end
-  -- Without a TTL the members just added have none: `now` is only read with one.
-  settle(t, n, p.idx .. n, p.keys .. n, KEYS[1], ttl > 0 and tonumber(score) - ttl or nil)
+  if count > 0 then  -- without a TTL the members just added have none: `now` is not read
+    settle(t, n, p.idx .. n, p.keys .. n, KEYS[1], ttl > 0 and tonumber(score) - ttl or nil)
+  end
 end
 return outcome()
 """
