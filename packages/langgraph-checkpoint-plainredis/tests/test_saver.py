@@ -612,23 +612,109 @@ def test_removing_checkpoints_resettles_what_is_left(
             assert orphans(client, prefix) == set()
 
 
+def test_dropping_the_longest_lived_timeline_resettles_the_namespaces(
+    redis_url: str, prefix: str, client: redis.Redis
+) -> None:
+    with RedisSaver(redis_url, prefix=prefix) as forever:
+        forever.put(cfg("t"), checkpoint({"m": 1}, {"m": 1}), {"run_id": "r1"}, {"m": 1})
+        with RedisSaver(redis_url, prefix=prefix, ttl=1) as saver:
+            saver.put(cfg("t", "sub"), checkpoint({"k": 1}, {"k": 1}), {}, {"k": 1})
+        forever.delete_for_runs(["r1"])  # drops the timeline kept for ever
+        time.sleep(1.3)
+        assert list(forever.list(None)) == []
+        assert thread_keys_left(client, prefix) == set()
+
+
+def test_a_copy_with_a_ttl_adopts_the_target_and_keeps_longer_lives(
+    redis_url: str, prefix: str, client: redis.Redis
+) -> None:
+    with RedisSaver(redis_url, prefix=prefix) as forever:
+        s1 = forever.put(
+            cfg("src"), checkpoint({"m": 1, "k": "v"}, {"m": 1, "k": 1}), {}, {"m": 1, "k": 1}
+        )
+        forever.copy_thread("src", "dst")
+        forever.put(
+            cfg("dst", cid=s1["configurable"]["checkpoint_id"]),
+            checkpoint({"m": 2, "k": "v"}, {"m": 2, "k": 1}),
+            {},
+            {"m": 2},
+        )
+        with RedisSaver(redis_url, prefix=prefix, ttl=1) as saver:
+            saver.copy_thread("src", "dst")  # the target takes the TTL as a whole
+        assert all(client.pttl(k) > 0 for k in thread_keys_left(client, prefix) if b"{dst}" in k)
+        time.sleep(1.3)
+        assert forever.get_tuple(cfg("dst")) is None
+        assert orphans(client, prefix) == set()
+
+
+def test_a_shorter_ttl_never_cuts_what_a_longer_lived_checkpoint_reads(
+    redis_url: str, prefix: str
+) -> None:
+    with (
+        RedisSaver(redis_url, prefix=prefix, ttl=60) as long,
+        RedisSaver(redis_url, prefix=prefix, ttl=1) as short,
+    ):
+        c1 = long.put(
+            cfg("t"), checkpoint({"m": 1, "k": 1}, {"m": 1, "k": 1}), {}, {"m": 1, "k": 1}
+        )
+        long.put_writes(c1, [("m", 9)], "task")
+        short.put(c1, checkpoint({"m": 2, "k": 1}, {"m": 2, "k": 1}), {}, {"m": 2})
+        short.put_writes(c1, [("m", 10)], "other")
+        time.sleep(1.3)
+        old = long.get_tuple(c1)
+        assert old is not None and old.checkpoint["channel_values"] == {"m": 1, "k": 1}
+        assert sorted(old.pending_writes) == [("other", "m", 10), ("task", "m", 9)]
+
+
+@pytest.mark.standalone
+def test_a_foreign_run_set_never_fails_a_ttl_call_half_way(
+    redis_url: str, prefix: str, client: redis.Redis
+) -> None:
+    with RedisSaver(redis_url, prefix=prefix) as forever:
+        forever.put(cfg("t"), checkpoint({"m": 1}, {"m": 1}), {"run_id": "r0"}, {"m": 1})
+    client.set(KeySpace(prefix).run("r0"), "not a set")
+    with RedisSaver(redis_url, prefix=prefix, ttl=60, refresh_on_read=True) as saver:
+        got = saver.get_tuple(cfg("t"))
+        assert got is not None and got.checkpoint["channel_values"] == {"m": 1}
+        assert all(client.pttl(k) > 0 for k in thread_keys_left(client, prefix))
+    assert client.get(KeySpace(prefix).run("r0")) == b"not a set"
+
+
+@pytest.mark.standalone
+def test_a_copy_without_a_ttl_keeps_its_run_set(
+    redis_url: str, prefix: str, client: redis.Redis
+) -> None:
+    with RedisSaver(redis_url, prefix=prefix, ttl=1) as saver:
+        saver.put(cfg("a"), checkpoint({"m": 1}, {"m": 1}), {"run_id": "r"}, {"m": 1})
+    with RedisSaver(redis_url, prefix=prefix) as forever:
+        forever.copy_thread("a", "b")
+        assert client.pttl(KeySpace(prefix).run("r")) == -1
+        time.sleep(1.3)
+        forever.delete_for_runs(["r"])
+        assert forever.get_tuple(cfg("b")) is None
+
+
 def test_expired_entries_are_swept_faster_than_wide_puts_add_them(
     redis_url: str, prefix: str, client: redis.Redis
 ) -> None:
-    # A put adds 3 index entries plus one per blob; it drops at least twice as many.
+    # A put adds 2 index entries plus one per blob; it drops at least twice as many. The
+    # puts come 0.7 s apart with a 1 s TTL, so the index outlives the entries that expire.
     channels = 100
     tk = KeySpace(prefix).thread("wide")
     with RedisSaver(redis_url, prefix=prefix, ttl=1) as saver:
         c = cfg("wide")
-        for step in (1, 2):
+        for step in (1, 2, 3):
             values = {f"ch{i}": step for i in range(channels)}
-            c = saver.put(
-                c, checkpoint(values, dict.fromkeys(values, step)), {}, dict.fromkeys(values, step)
-            )
-            time.sleep(1.2)
-        saver.put(c, checkpoint({"x": 1}, {"x": 1}), {}, {"x": 1})
-        assert client.zcard(tk.idx("")) == 1
-        assert client.zcard(tk.keys("")) == 3  # checkpoint, run marker, blob
+            versions = dict.fromkeys(values, step)
+            c = saver.put(c, checkpoint(values, versions), {}, versions)
+            if step == 1:
+                first = client.zrange(tk.keys(""), 0, -1)
+            if step < 3:
+                time.sleep(0.7)
+        # the first put's entries expired before the third put, which swept all of them
+        assert not set(first) & set(client.zrange(tk.keys(""), 0, -1))
+        assert client.zcard(tk.keys("")) == 2 * (channels + 2)
+        assert client.zcard(tk.idx("")) == 2
         assert orphans(client, prefix) == set()
 
 
@@ -638,12 +724,17 @@ def test_run_sets_drop_expired_checkpoints_and_copies_keep_a_ttl(
 ) -> None:
     run_set = KeySpace(prefix).run("r")
     with RedisSaver(redis_url, prefix=prefix, ttl=1) as saver:
-        c = saver.put(cfg("a"), checkpoint({"m": 1}, {"m": 1}), {"run_id": "r"}, {"m": 1})
-        time.sleep(1.2)
-        c = saver.put(cfg("a"), checkpoint({"m": 2}, {"m": 2}), {"run_id": "r"}, {"m": 2})
-        assert client.smembers(run_set) == {f"a::{c['configurable']['checkpoint_id']}".encode()}
+        ids = []
+        for step in range(3):  # 0.7 s apart: the run set outlives the first checkpoint
+            c = saver.put(
+                cfg("a"), checkpoint({"m": step}, {"m": step + 1}), {"run_id": "r"}, {"m": step + 1}
+            )
+            ids.append(c["configurable"]["checkpoint_id"])
+            if step < 2:
+                time.sleep(0.7)
+        assert client.smembers(run_set) == {f"a::{cid}".encode() for cid in ids[1:]}
         saver.copy_thread("a", "b")
-        assert client.scard(run_set) == 2 and 0 < client.pttl(run_set) <= 1000
+        assert client.scard(run_set) == 4 and 0 < client.pttl(run_set) <= 1000
 
 
 def test_a_put_keeps_the_writes_already_stored_for_its_checkpoint(

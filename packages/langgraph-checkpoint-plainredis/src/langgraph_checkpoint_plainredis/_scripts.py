@@ -122,8 +122,22 @@ end
 -- so, unless the member just added is its only one.
 local function expire_run(key, ttl)
   local left = redis.call('PTTL', key)
-  if left == -1 and redis.call('SCARD', key) > 1 then return end
+  if left == -1 then
+    local members = redis.pcall('SCARD', key)  -- a foreign value: leave it as it is
+    if type(members) ~= 'number' or members > 1 then return end
+  end
   if left < ttl then redis.call('PEXPIRE', key, ttl) end
+end
+
+-- Gives `key` at least `ttl` ms to live and its key-index entry `member` the matching
+-- `score`, never shortening a life: a key kept for ever, or by a writer with a longer TTL,
+-- keeps it (a key kept for ever is taken over by adopt_ttl). False when it was left alone.
+local function extend(key, keys, member, ttl, score)
+  local left = redis.call('PTTL', key)
+  if left == -1 or left >= ttl then return false end
+  if left >= 0 then redis.call('PEXPIRE', key, ttl) end
+  redis.call('ZADD', keys, 'XX', score, member)
+  return true
 end
 
 -- Refreshes the TTL of one checkpoint and of all it reads (payload, writes, blobs), and
@@ -131,15 +145,14 @@ end
 -- standalone server) also its run set, as a put does.
 local function refresh_checkpoint(n, cid, payload, cp_prefix, wr_prefix, blob_prefix, keys,
                                   ttl, score, run_prefix)
-  redis.call('PEXPIRE', cp_prefix .. n .. ':' .. cid, ttl)
-  redis.call('PEXPIRE', wr_prefix .. n .. ':' .. cid, ttl)
   local run, refs = header(payload)
+  if extend(cp_prefix .. n .. ':' .. cid, keys, 'c' .. cid, ttl, score) then
+    redis.call('ZADD', keys, 'XX', score, run_marker(run, cid))
+  end
+  extend(wr_prefix .. n .. ':' .. cid, keys, 'w' .. cid, ttl, score)
   if run_prefix and run ~= '' then expire_run(run_prefix .. run, ttl) end
-  redis.call('ZADD', keys, 'XX', score, 'c' .. cid, score, 'w' .. cid,
-    score, run_marker(run, cid))
   for _, r in ipairs(refs) do
-    redis.call('PEXPIRE', blob_prefix .. n .. ':' .. r, ttl)
-    redis.call('ZADD', keys, 'XX', score, 'b' .. r)
+    extend(blob_prefix .. n .. ':' .. r, keys, 'b' .. r, ttl, score)
   end
 end
 
@@ -393,15 +406,20 @@ end
 -- the longest-lived key they name (for ever while one has no TTL), and the thread's registry
 -- entry as long as its longest-lived namespace: whatever TTL each writer used, no index
 -- expires before a key it names, so nothing is left that delete_thread cannot reach.
+local function settle_namespaces(t, nskey, now)
+  local latest_ns = redis.call('ZREVRANGE', nskey, 0, 0, 'WITHSCORES')
+  if #latest_ns == 0 then return end
+  expire_at(nskey, latest_ns[2], now)
+  if REGISTRY then redis.call('ZADD', REGISTRY, latest_ns[2], t) end
+end
+
 local function settle(t, n, idx, keys, nskey, now)
   local top = redis.call('ZREVRANGE', keys, 0, 0, 'WITHSCORES')
   if #top == 0 then return end
   expire_at(idx, top[2], now)
   expire_at(keys, top[2], now)
   redis.call('ZADD', nskey, top[2], n)
-  local latest_ns = redis.call('ZREVRANGE', nskey, 0, 0, 'WITHSCORES')
-  expire_at(nskey, latest_ns[2], now)
-  if REGISTRY then redis.call('ZADD', REGISTRY, latest_ns[2], t) end
+  settle_namespaces(t, nskey, now)
 end
 
 -- `settle` for a writer without a TTL on a timeline whose keys all lack one (the common
@@ -536,8 +554,7 @@ end
 for i = 1, nb do
   local key, suffix, value = KEYS[4 + i], ARGV[15 + 2 * i], ARGV[16 + 2 * i]
   if value == '' then
-    if ttl > 0 then redis.call('PEXPIRE', key, ttl) end
-    redis.call('ZADD', KEYS[3], 'XX', score, 'b' .. suffix)
+    extend(key, KEYS[3], 'b' .. suffix, ttl, score)
   elseif value == '\0' then
     -- Absent at this version: an index member without a key (a missing blob reads back
     -- as absent), which copy_thread carries over as "absent here".
@@ -567,8 +584,11 @@ if ttl == 0 and not mixed then
 end
 -- The pending writes already stored for this checkpoint live as long as it does.
 local wrkey = ARGV[11] .. n .. ':' .. cid
-if ttl > 0 then redis.call('PEXPIRE', wrkey, ttl) else redis.call('PERSIST', wrkey) end
-redis.call('ZADD', KEYS[3], 'XX', score, 'w' .. cid)
+if ttl > 0 then extend(wrkey, KEYS[3], 'w' .. cid, ttl, score)
+else
+  redis.call('PERSIST', wrkey)
+  redis.call('ZADD', KEYS[3], 'XX', score, 'w' .. cid)
+end
 if mixed then persist_refs(n, payload, ARGV[13], KEYS[3]) end
 if ttl > 0 then adopt_ttl(n, KEYS[3], ttl, score, p) end
 -- Drop index entries of keys that have expired: at least twice as many per put as a put
@@ -607,13 +627,19 @@ if ttl > 0 then
 end
 -- Without a TTL, on a timeline where some key has one (another writer's): see settle.
 local mixed = ttl == 0 and redis.call('ZCOUNT', KEYS[2], '-inf', '(+inf') > 0
+local left = ttl > 0 and redis.call('PTTL', KEYS[1]) or -2  -- before the writes add to it
 for i = 10, #ARGV, 3 do
   if ARGV[i + 2] == '1' then redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1])
   else redis.call('HSETNX', KEYS[1], ARGV[i], ARGV[i + 1]) end
 end
-redis.call('ZADD', KEYS[2], score, 'w' .. cid)
+if ttl > 0 and (left == -1 or left >= ttl) then
+  -- kept longer by another writer (or for ever, until adopt_ttl below): its life stays
+  redis.call('ZADD', KEYS[2], 'NX', score, 'w' .. cid)
+else
+  redis.call('ZADD', KEYS[2], score, 'w' .. cid)
+  if ttl > 0 then redis.call('PEXPIRE', KEYS[1], ttl) end
+end
 if ttl > 0 then
-  redis.call('PEXPIRE', KEYS[1], ttl)
   for _, c in ipairs(alive) do
     refresh_checkpoint(n, c[1], c[2], ARGV[6], ARGV[7], ARGV[8], KEYS[2], ttl, score,
       REGISTRY and ARGV[9])
@@ -808,6 +834,7 @@ for _, plan in ipairs(plans) do
   if collect_garbage(t, n, p) then redis.call('ZREM', KEYS[1], n)
   else settle(t, n, p.idx .. n, p.keys .. n, KEYS[1], now) end  -- it may have no TTL left
 end
+settle_namespaces(t, KEYS[1], now)  -- a dropped timeline may have been the longest-lived
 drop_empty_thread(KEYS[1], t)
 return outcome()
 """
@@ -839,6 +866,7 @@ for n in pairs(touched) do
   if collect_garbage(t, n, p) then redis.call('ZREM', KEYS[1], n)
   else settle(t, n, p.idx .. n, p.keys .. n, KEYS[1], now) end  -- it may have no TTL left
 end
+settle_namespaces(t, KEYS[1], now)  -- a dropped timeline may have been the longest-lived
 drop_empty_thread(KEYS[1], t)
 return outcome()
 """
@@ -906,12 +934,15 @@ i = 10
 while i <= #ARGV do
   local n, count = ARGV[i], tonumber(ARGV[i + 1])
   i = i + 2
+  if ttl > 0 and count > 0 then adopt_ttl(n, p.keys .. n, ttl, score, p) end
   for _ = 1, count do
     local m, nvals = ARGV[i], tonumber(ARGV[i + 1])
     local kind, rest = string.sub(m, 1, 1), string.sub(m, 2)
     local key
+    local left = -2  -- the life an existing key has left, kept when longer than `ttl`
     if kind == 'c' then
       key = p.cp .. n .. ':' .. rest
+      left = ttl > 0 and redis.call('PTTL', key) or -2
       local run = run_of(ARGV[i + 2])
       local before = get_string(key)
       if before then
@@ -926,18 +957,25 @@ while i <= #ARGV do
       redis.call('ZADD', p.keys .. n, score, run_marker(run, rest))
       if run ~= '' and REGISTRY then
         redis.call('SADD', p.run .. run, t .. ':' .. n .. ':' .. rest)
-        if ttl > 0 then expire_run(p.run .. run, ttl) end
+        if ttl > 0 then expire_run(p.run .. run, ttl) else redis.call('PERSIST', p.run .. run) end
       end
     elseif kind == 'w' then
       key = p.wr .. n .. ':' .. rest
+      left = ttl > 0 and redis.call('PTTL', key) or -2
       for j = i + 2, i + 1 + nvals, 2 do redis.call('HSET', key, ARGV[j], ARGV[j + 1]) end
     else
       key = p.blob .. n .. ':' .. rest
+      left = ttl > 0 and redis.call('PTTL', key) or -2
       if ARGV[i + 2] == '' then redis.call('DEL', key)  -- absent at this version
       else redis.call('SET', key, ARGV[i + 2]) end
     end
-    if ttl > 0 then redis.call('PEXPIRE', key, ttl) else redis.call('PERSIST', key) end
-    redis.call('ZADD', p.keys .. n, score, m)
+    if ttl > 0 and left > ttl then  -- kept longer by another writer: its life stays
+      redis.call('PEXPIRE', key, left)
+      redis.call('ZADD', p.keys .. n, 'NX', score, m)
+    else
+      if ttl > 0 then redis.call('PEXPIRE', key, ttl) else redis.call('PERSIST', key) end
+      redis.call('ZADD', p.keys .. n, score, m)
+    end
     i = i + 2 + nvals
   end
   if count > 0 then  -- without a TTL the members just added have none: `now` is not read
