@@ -575,7 +575,6 @@ def test_a_copy_without_a_ttl_skips_a_namespace_that_expired_in_the_source(
         assert orphans(client, prefix) == set()
 
 
-@pytest.mark.standalone
 def test_a_run_set_kept_for_ever_stays_so_when_a_ttl_writer_joins_it(
     redis_url: str, prefix: str, client: redis.Redis
 ) -> None:

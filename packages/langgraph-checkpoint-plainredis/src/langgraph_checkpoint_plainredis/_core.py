@@ -468,10 +468,7 @@ class SaverCore:
         """A cluster client adds a checkpoint to its run set before the thread script, so
         a crash in between leaves a member naming nothing, never a checkpoint no run set
         names."""
-        plan: Plan = [("SADD", run_key, member)]
-        if self._ttl_ms:
-            plan.append(("PEXPIRE", run_key, self._ttl_ms))
-        return plan
+        return [Eval("run_join", (run_key,), (member, self._ttl_ms))]
 
     def _put_writes_steps(
         self,

@@ -995,6 +995,19 @@ return redis.call('SMEMBERS', KEYS[1])
 """
 
 
+RUN_JOIN = r"""
+-- KEYS: one run set; ARGV: member, ttl_ms (0: kept for ever)
+-- On a cluster the client adds a checkpoint to its run set (another hash slot) with this,
+-- under the rule a script follows on a standalone server: see expire_run.
+local err = check(KEYS[1], 'set')
+if err then return err end
+local ttl = tonumber(ARGV[2])
+redis.call('SADD', KEYS[1], ARGV[1])
+if ttl > 0 then expire_run(KEYS[1], ttl) else redis.call('PERSIST', KEYS[1]) end
+return 1
+"""
+
+
 REGISTRY_PAGE = r"""
 -- KEYS: registry; ARGV: ZSCAN cursor, count
 -- Returns ZSCAN's {next cursor, {thread, expiry score, ...}}: unlike ranks, the cursor holds
@@ -1035,6 +1048,7 @@ SCRIPTS = {
         _script("export_thread", EXPORT_THREAD),
         _script("import_thread", IMPORT_THREAD),
         _script("run_members", RUN_MEMBERS),
+        _script("run_join", RUN_JOIN),
         _script("registry_page", REGISTRY_PAGE),
     )
 }
