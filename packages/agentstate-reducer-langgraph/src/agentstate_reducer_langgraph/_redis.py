@@ -514,7 +514,7 @@ class RedisMemoryWriter(RedisSink):
         if self.ledger.aclient is None:
             raise TypeError(
                 "RedisMemoryWriter.aread needs a ledger with an asyncio client: "
-                "RedisDeliveryLedger(client, aclient=redis.asyncio.Redis.from_url(url))"
+                "RedisDeliveryLedger(client, aclient=redis.asyncio.Redis.from_url(url, protocol=2))"
             )
         return self._decode(await self.ledger.aclient.hgetall(self.key(self.KIND, namespace)))
 
