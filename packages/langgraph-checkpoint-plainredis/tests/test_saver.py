@@ -93,9 +93,12 @@ def reachable_keys(client: Any, prefix: str) -> set[bytes]:
 
 
 def orphans(client: Any, prefix: str) -> set[bytes]:
+    """Keys under `prefix` that no index leads to. A key that expires while this looks (it
+    had a TTL, so it was never an orphan) is seen by the SCAN but not when the index is
+    followed: it is left out if it is gone by the end."""
     keys = {k for k in client.scan_iter(match=f"{prefix}:*", count=1000)}
     run_sets = {k for k in keys if k.startswith(f"{prefix}:run:".encode())}
-    return keys - run_sets - reachable_keys(client, prefix)
+    return {k for k in keys - run_sets - reachable_keys(client, prefix) if client.exists(k)}
 
 
 # -- list ------------------------------------------------------------------------------

@@ -65,6 +65,22 @@ def test_pack_names_an_argument_it_cannot_send(arg: Any) -> None:
         pack(["EVALSHA", arg])
 
 
+def test_pack_takes_subclasses_of_str_bytes_and_int_as_redis_py_does() -> None:
+    import enum
+
+    class Tag(str):
+        pass
+
+    class Raw(bytes):
+        pass
+
+    class Level(enum.IntEnum):
+        HIGH = 7
+
+    args = ["EVALSHA", Tag("tag"), Raw(b"raw"), Level.HIGH]
+    assert pack(args) == b"*4\r\n$7\r\nEVALSHA\r\n$3\r\ntag\r\n$3\r\nraw\r\n$1\r\n7\r\n"
+
+
 # -- which clients the saver packs for -----------------------------------------------------
 
 URL = "redis://127.0.0.1:1/0"  # never connected to: eligibility reads only the client
@@ -592,3 +608,153 @@ async def test_a_connection_killed_just_after_its_call_is_recovered_by_the_retry
         assert _named(probe, aname) == 0
         assert await a.aget_tuple(cfg("afresh")) is not None
     probe.close()
+
+
+# -- replies read off the socket ----------------------------------------------------------
+
+
+def _resp(value: Any) -> bytes:
+    """RESP2 bytes of `value` (lists, bytes, ints, None, a ResponseError)."""
+    if value is None:
+        return b"$-1\r\n"
+    if isinstance(value, bytes):
+        return b"$%d\r\n%s\r\n" % (len(value), value)
+    if isinstance(value, int):
+        return b":%d\r\n" % value
+    if isinstance(value, redis.ResponseError):
+        return b"-%s\r\n" % str(value).encode()
+    return b"*%d\r\n" % len(value) + b"".join(_resp(item) for item in value)
+
+
+REPLIES = st.recursive(
+    st.one_of(st.none(), st.binary(max_size=300), st.integers(-(2**63), 2**63 - 1)),
+    lambda inner: st.lists(inner, max_size=6),
+    max_leaves=30,
+)
+
+
+class _Chunks:
+    """A socket whose recv hands out `data` in the given chunk sizes."""
+
+    def __init__(self, data: bytes, sizes: list[int]) -> None:
+        self.data, self.sizes = data, sizes
+
+    def recv(self, count: int) -> bytes:
+        size = min(count, self.sizes.pop(0) if self.sizes else count)
+        chunk, self.data = self.data[:size], self.data[size:]
+        return chunk
+
+
+def _conn_on(sock: Any) -> Any:
+    disconnected: list[bool] = []
+    conn = SimpleNamespace(
+        _sock=sock,
+        _parser=redis.connection._RESP2Parser(socket_read_size=65536),
+        health_check_interval=0,
+        host="127.0.0.1",
+        port=1,
+        disconnected=disconnected,
+        disconnect=lambda: disconnected.append(True),
+    )
+    return conn
+
+
+@given(REPLIES, st.lists(st.integers(1, 40), max_size=50))
+def test_a_reply_reads_back_whole_however_the_socket_splits_it(
+    value: Any, sizes: list[int]
+) -> None:
+    conn = _conn_on(_Chunks(_resp(value), sizes))
+    assert _wire.read_reply(conn) == value
+    assert conn.disconnected == []
+
+
+def test_an_error_reply_raises_redis_pys_exception_and_keeps_the_connection() -> None:
+    conn = _conn_on(_Chunks(b"-NOSCRIPT No matching script.\r\n", []))
+    with pytest.raises(redis.exceptions.NoScriptError):
+        _wire.read_reply(conn)
+    conn = _conn_on(_Chunks(b"-ERR PLAINREDIS_WRONGTYPE string hash lg:x\r\n", []))
+    with pytest.raises(redis.ResponseError, match="PLAINREDIS_WRONGTYPE"):
+        _wire.read_reply(conn)
+    assert conn.disconnected == []
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        (b"$5\r\nab", "closed by server"),  # the server went away mid-reply
+        (b":1\r\n:2\r\n", "4 bytes after a reply"),  # a stream out of step
+        (b"!3\r\nabc\r\n", "not a RESP2 reply"),  # RESP3 on a RESP2 connection
+    ],
+)
+def test_a_broken_reply_disconnects_and_says_why(data: bytes, message: str) -> None:
+    conn = _conn_on(_Chunks(data, []))
+    with pytest.raises((redis.ConnectionError, ValueError), match=message):
+        _wire.read_reply(conn)
+    assert conn.disconnected == [True]
+
+
+class CountedReads(redis.Connection):
+    reads = 0
+
+    def read_response(self, *args: Any, **kwargs: Any) -> Any:
+        CountedReads.reads += 1
+        return super().read_response(*args, **kwargs)
+
+
+@pytest.mark.standalone  # a cluster client always goes through execute_command
+def test_a_connection_class_that_reads_for_itself_is_called(redis_url: str, prefix: str) -> None:
+    with RedisSaver(redis_url, prefix=prefix, cluster=False) as saver:
+        saver.put(cfg("raw"), checkpoint("x"), {}, {"m": 1})
+        conn = saver.client.connection_pool.get_connection(*_wire.POOL_ARGS)
+        assert _wire.plain_io(conn)  # its own connections are read by the saver
+        saver.client.connection_pool.release(conn)
+    with RedisSaver(
+        redis_url, prefix=prefix, cluster=False, connection_class=CountedReads
+    ) as counted:
+        CountedReads.reads = 0
+        counted.put(cfg("raw"), checkpoint("x"), {}, {"m": 1})
+        assert counted.get_tuple(cfg("raw")) is not None
+        assert CountedReads.reads >= 2
+    probe = redis.Redis.from_url(redis_url, protocol=2)
+    speaks_resp3 = _unpauses(probe)  # Redis 6+
+    probe.close()
+    if not speaks_resp3:
+        return
+    with RedisSaver(redis_url, prefix=prefix, cluster=False, protocol=3) as resp3:
+        conn = resp3.client.connection_pool.get_connection(*_wire.POOL_ARGS)
+        assert not _wire.plain_io(conn)  # RESP3 replies are redis-py's to read
+        resp3.client.connection_pool.release(conn)
+        assert resp3.get_tuple(cfg("raw")) is not None
+
+
+@pytest.mark.standalone
+def test_a_reply_that_comes_too_late_times_out_and_loses_nothing(
+    redis_url: str, prefix: str
+) -> None:
+    """A server that stops answering (here CLIENT PAUSE) makes the read time out with
+    redis-py's TimeoutError; with retries off the call fails, and the thread is intact."""
+    probe = redis.Redis.from_url(redis_url, protocol=2)
+    no_retry = redis.retry.Retry(redis.backoff.NoBackoff(), 0)
+    with RedisSaver(
+        redis_url, prefix=prefix, cluster=False, socket_timeout=0.2, retry=no_retry
+    ) as saver:
+        saver.put(cfg("late"), checkpoint("kept"), {}, {"m": 1})
+        probe.execute_command("CLIENT", "PAUSE", 1000)
+        with pytest.raises(redis.TimeoutError, match="Timeout reading from"):
+            saver.put(cfg("late"), checkpoint("late"), {}, {"m": 1})
+        probe.execute_command("CLIENT", "UNPAUSE") if _unpauses(probe) else _wait_pause()
+        got = saver.get_tuple(cfg("late"))
+        assert got is not None and got.checkpoint["channel_values"]["m"] in ("kept", "late")
+        assert len(list(saver.list(cfg("late")))) in (1, 2)  # the late put ran whole or not
+    probe.close()
+
+
+def _unpauses(client: redis.Redis) -> bool:
+    """Redis 6+ (CLIENT UNPAUSE, RESP3)."""
+    return int(client.info("server")["redis_version"].split(".")[0]) >= 6
+
+
+def _wait_pause() -> None:
+    import time
+
+    time.sleep(1.0)

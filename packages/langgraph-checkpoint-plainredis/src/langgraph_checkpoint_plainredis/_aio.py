@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator, Generator, Iterator, Sequence
 from types import TracebackType
 from typing import Any, TypeVar
 
+import redis
 import redis.asyncio as aioredis
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
@@ -42,9 +43,11 @@ from ._shell import check_serde, connect_options, validate_client, wire_args, wr
 from ._wire import (
     POOL_ARGS,
     Idle,
+    aexchange,
     direct_pool,
     gives_up,
     pack,
+    plain_io,
     reconnects,
 )
 
@@ -67,6 +70,32 @@ async def _stale(conn: Any) -> bool:
         return bool(await poll())
     except (RedisError, OSError):  # redis-py's ConnectionError and TimeoutError
         return True
+
+
+async def _exchange(conn: Any, packed: bytes) -> Any:
+    """Sends one packed command on `conn` and reads its reply."""
+    if plain_io(conn) and conn.is_connected and not conn.health_check_interval:
+        return await aexchange(conn, packed)
+    await conn.send_packed_command([packed])  # connects, or runs a due health check, first
+    return await conn.read_response()
+
+
+async def _retried(conn: Any, packed: bytes, error: BaseException) -> Any:
+    """The rest of a call whose first attempt on `conn` failed with `error`, under the
+    connection's retry policy: it is handed that failure first, then retries as usual."""
+    first = [error]
+
+    async def attempt() -> Any:
+        if first:
+            raise first.pop()
+        return await _exchange(conn, packed)
+
+    async def fail(error: BaseException, *count: int) -> None:
+        await conn.disconnect()  # the retry reconnects; an error it gives up on propagates
+        if gives_up(conn, error):
+            raise error
+
+    return await conn.retry.call_with_retry(attempt, fail)
 
 
 class AsyncRedisSaver(SaverCore, BaseCheckpointSaver[str]):
@@ -232,22 +261,19 @@ class AsyncRedisSaver(SaverCore, BaseCheckpointSaver[str]):
             idle.waiting(-1)
 
     async def _call_script(self, pool: Any, args: tuple[Any, ...]) -> Any:
-        """`execute_command` for a script call, on a connection of `pool` (see `_wire`)."""
-        packed = [pack(args, pool.connection_kwargs.get("encoding_errors", "strict"))]
+        """`execute_command` for a script call, on a connection of `pool` (see `_wire`).
+
+        The first attempt runs inline; only a failed one goes through the connection's
+        retry policy, which sees that failure first, so it retries exactly as it would have.
+        """
+        packed = pack(args, pool.connection_kwargs.get("encoding_errors", "strict"))
         conn = await self._borrow(pool)
-
-        async def attempt() -> Any:
-            await conn.send_packed_command(packed)
-            return await conn.read_response()
-
-        async def fail(error: BaseException, *count: int) -> None:
-            await conn.disconnect()  # the retry reconnects; an error it gives up on propagates
-            if gives_up(conn, error):
-                raise error
-
         clean = False
         try:
-            reply = await conn.retry.call_with_retry(attempt, fail)
+            try:
+                reply = await _exchange(conn, packed)
+            except (redis.ConnectionError, redis.TimeoutError, OSError) as error:
+                reply = await _retried(conn, packed, error)
             clean = True
             return reply
         finally:

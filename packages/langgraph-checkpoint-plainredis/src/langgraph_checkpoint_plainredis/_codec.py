@@ -113,17 +113,14 @@ def encode_checkpoint(
     metadata: tuple[str, bytes],
 ) -> bytes:
     """Encodes a checkpoint value. `run` is the escaped run id, or ``""``."""
-    return V1 + join_netstrings(
-        [
-            (parent_id or "").encode(),
-            run.encode(),
-            join_netstrings([r.encode() for r in refs]),
-            checkpoint[0].encode(),
-            checkpoint[1],
-            metadata[0].encode(),
-            metadata[1],
-        ]
-    )
+    parent, run_b = (parent_id or "").encode(), run.encode()
+    refs_b = b"".join([b"%d:%s," % (len(r), r) for r in map(str.encode, refs)])
+    ctype, mtype = checkpoint[0].encode(), metadata[0].encode()
+    cdata, mdata = checkpoint[1], metadata[1]
+    return b"\x01%d:%s,%d:%s,%d:%s,%d:%s,%d:%s,%d:%s,%d:%s," % (
+        len(parent), parent, len(run_b), run_b, len(refs_b), refs_b,
+        len(ctype), ctype, len(cdata), cdata, len(mtype), mtype, len(mdata), mdata,
+    )  # fmt: skip
 
 
 def decode_checkpoint(data: bytes, key: str) -> StoredCheckpoint:

@@ -30,6 +30,7 @@ knows the separator, and it follows the layout above.
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 
@@ -123,32 +124,32 @@ class ThreadKeys:
     def _base(self, kind: str) -> str:
         return f"{self.prefix}{SEP}{kind}{SEP}{{{self.component}}}{SEP}"
 
-    @property
+    @functools.cached_property
     def cp_prefix(self) -> str:
         """Prefix of checkpoint keys; a script appends ``N:C``."""
         return self._base("cp")
 
-    @property
+    @functools.cached_property
     def blob_prefix(self) -> str:
         """Prefix of blob keys; a script appends ``N:CH:V``."""
         return self._base("blob")
 
-    @property
+    @functools.cached_property
     def wr_prefix(self) -> str:
         """Prefix of pending-writes keys; a script appends ``N:C``."""
         return self._base("wr")
 
-    @property
+    @functools.cached_property
     def idx_prefix(self) -> str:
         """Prefix of timeline keys; a script appends ``N``."""
         return self._base("idx")
 
-    @property
+    @functools.cached_property
     def keys_prefix(self) -> str:
         """Prefix of key-index keys; a script appends ``N``."""
         return self._base("keys")
 
-    @property
+    @functools.cached_property
     def ns(self) -> str:
         """The zset of this thread's namespaces."""
         return f"{self.prefix}{SEP}ns{SEP}{{{self.component}}}"
@@ -190,6 +191,14 @@ class ThreadKeys:
 
 def blob_suffix(channel: str, version: str | int | float) -> str:
     """The part of a blob key after the namespace: ``CH:V``."""
+    if type(channel) is str and type(version) is str:
+        return _str_blob_suffix(channel, version)
+    return f"{escape(channel)}{SEP}{version_tag(version)}"
+
+
+# Every put names the version of every channel, most of them unchanged since the last one.
+@functools.lru_cache(maxsize=4096)
+def _str_blob_suffix(channel: str, version: str) -> str:
     return f"{escape(channel)}{SEP}{version_tag(version)}"
 
 

@@ -46,7 +46,10 @@ from ._wire import (
     direct_pool,
     gives_up,
     pack,
+    plain_io,
+    read_reply,
     reconnects,
+    send_raw,
 )
 
 __all__ = ["RedisSaver"]
@@ -67,6 +70,36 @@ def _stale(conn: Any) -> bool:
         return bool(conn.can_read())
     except (RedisError, OSError):  # redis-py's ConnectionError and TimeoutError
         return True
+
+
+def _exchange(conn: Any, packed: bytes) -> Any:
+    """Sends one packed command on `conn` and reads its reply."""
+    if not plain_io(conn):
+        conn.send_packed_command([packed])
+        return conn.read_response()
+    if conn._sock is None or conn.health_check_interval:
+        conn.send_packed_command([packed])  # connects, or runs a due health check, first
+    else:
+        send_raw(conn, packed)
+    return read_reply(conn)
+
+
+def _retried(conn: Any, packed: bytes, error: BaseException) -> Any:
+    """The rest of a call whose first attempt on `conn` failed with `error`, under the
+    connection's retry policy: it is handed that failure first, then retries as usual."""
+    first = [error]
+
+    def attempt() -> Any:
+        if first:
+            raise first.pop()
+        return _exchange(conn, packed)
+
+    def fail(error: BaseException, *count: int) -> None:
+        conn.disconnect()  # the retry reconnects; an error it gives up on propagates
+        if gives_up(conn, error):
+            raise error
+
+    return conn.retry.call_with_retry(attempt, fail)
 
 
 class RedisSaver(SaverCore, BaseCheckpointSaver[str]):
@@ -224,22 +257,19 @@ class RedisSaver(SaverCore, BaseCheckpointSaver[str]):
             idle.waiting(-1)
 
     def _call_script(self, pool: Any, args: tuple[Any, ...]) -> Any:
-        """`execute_command` for a script call, on a connection of `pool` (see `_wire`)."""
-        packed = [pack(args, pool.connection_kwargs.get("encoding_errors", "strict"))]
+        """`execute_command` for a script call, on a connection of `pool` (see `_wire`).
+
+        The first attempt runs inline; only a failed one goes through the connection's
+        retry policy, which sees that failure first, so it retries exactly as it would have.
+        """
+        packed = pack(args, pool.connection_kwargs.get("encoding_errors", "strict"))
         conn = self._borrow(pool)
-
-        def attempt() -> Any:
-            conn.send_packed_command(packed)
-            return conn.read_response()
-
-        def fail(error: BaseException, *count: int) -> None:
-            conn.disconnect()  # the retry reconnects; an error it gives up on propagates
-            if gives_up(conn, error):
-                raise error
-
         clean = False
         try:
-            reply = conn.retry.call_with_retry(attempt, fail)
+            try:
+                reply = _exchange(conn, packed)
+            except (redis.ConnectionError, redis.TimeoutError, OSError) as error:
+                reply = _retried(conn, packed, error)
             clean = True
             return reply
         finally:

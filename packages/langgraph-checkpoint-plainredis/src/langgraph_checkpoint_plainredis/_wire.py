@@ -10,15 +10,24 @@ a script call, goes through `execute_command`.
 
 from __future__ import annotations
 
+import asyncio
 import codecs
 import functools
 import os
+import sys
 import threading
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 import redis
+
+# What redis.asyncio times its reads with: asyncio's own from 3.11.3, else the
+# async-timeout package, which redis-py requires on those Pythons.
+if sys.version_info >= (3, 11, 3):
+    from asyncio import timeout as _async_timeout  # type: ignore[attr-defined,unused-ignore]
+else:  # pragma: no cover
+    from async_timeout import timeout as _async_timeout  # type: ignore[import-not-found,unused-ignore]
 
 try:  # redis-py 7+: its own OpenTelemetry metrics, which count execute_command's calls
     from redis.observability.recorder import is_enabled as _metrics_enabled
@@ -31,11 +40,16 @@ except ImportError:  # pragma: no cover - older redis-py records no metrics
 __all__ = [
     "POOL_ARGS",
     "Idle",
+    "Replies",
+    "aexchange",
     "direct_pool",
     "gives_up",
     "pack",
+    "plain_io",
+    "read_reply",
     "reconnects",
     "retries_drops",
+    "send_raw",
 ]
 
 # redis-py before 5.3 needs a command name to hand out a connection; later ones warn on it.
@@ -81,17 +95,224 @@ def pack(args: Sequence[str | bytes | int], errors: str = "strict") -> bytes:
     `str` goes as UTF-8 (`errors` as the client's ``encoding_errors``), `int` in decimal.
     """
     parts = [b"*%d\r\n" % len(args)]
+    append = parts.append
     for arg in args:
-        if isinstance(arg, bytes):
-            data = arg
+        kind = type(arg)  # exact types first: a put packs some thirty arguments
+        if kind is str:
+            data = cast(str, arg).encode("utf-8", errors)
+        elif kind is bytes:
+            data = cast(bytes, arg)
+        elif kind is int:
+            data = b"%d" % cast(int, arg)
+        elif isinstance(arg, bytes):
+            data = bytes(arg)
         elif isinstance(arg, str):
-            data = arg.encode("utf-8", errors)
+            data = str(arg).encode("utf-8", errors)
         elif isinstance(arg, int) and not isinstance(arg, bool):
-            data = b"%d" % arg
+            data = b"%d" % int(arg)
         else:
             raise TypeError(f"a script argument must be str, bytes or int, got {arg!r}")
-        parts += (b"$%d\r\n" % len(data), data, b"\r\n")
+        append(b"$%d\r\n%s\r\n" % (len(data), data))
     return b"".join(parts)
+
+
+_RECV = 65536
+
+
+class Replies:
+    """RESP2 replies parsed from bytes: what a socket gave, and more on demand.
+
+    `more(count)` must return at least one more byte (at least `count` when it can), or
+    raise. Arrays and bulk strings come back as lists and bytes, integers as int, simple
+    strings as bytes, a nil as None; an error reply as the exception `error(text)` makes,
+    returned in place (the caller raises one at the top).
+    """
+
+    __slots__ = ("buf", "error", "more", "pos")
+
+    def __init__(self, data: bytes, more: Any, error: Any) -> None:
+        self.buf = data
+        self.pos = 0
+        self.more = more
+        self.error = error
+
+    def _fill(self, need: int) -> None:
+        """Reads until `need` bytes are unread (or, with `need` 0, until one more is)."""
+        chunks = [self.buf[self.pos :]]
+        have = len(chunks[0])
+        while True:
+            chunk = self.more(max(need - have, _RECV))
+            chunks.append(chunk)
+            have += len(chunk)
+            if have >= need:
+                break
+        self.buf, self.pos = b"".join(chunks), 0
+
+    def _line(self) -> bytes:
+        while True:
+            end = self.buf.find(b"\r\n", self.pos)
+            if end >= 0:
+                line = self.buf[self.pos : end]
+                self.pos = end + 2
+                return line
+            self._fill(0)
+
+    def value(self) -> Any:
+        line = self._line()
+        kind = line[:1]
+        if kind == b"$":
+            size = int(line[1:])
+            if size < 0:
+                return None
+            end = self.pos + size
+            if end + 2 > len(self.buf):
+                self._fill(size + 2)
+                end = size
+            data = self.buf[self.pos : end]
+            self.pos = end + 2
+            return data
+        if kind == b"*":
+            count = int(line[1:])
+            return None if count < 0 else [self.value() for _ in range(count)]
+        if kind == b":":
+            return int(line[1:])
+        if kind == b"+":
+            return line[1:]
+        if kind == b"-":
+            return self.error(line[1:].decode("utf-8", "replace"))
+        raise ValueError(f"not a RESP2 reply: {line[:40]!r}")
+
+    def rest(self) -> int:
+        return len(self.buf) - self.pos
+
+
+_PLAIN_IO: dict[type, bool] = {}
+
+
+def plain_io(conn: Any) -> bool:
+    """Whether `send_raw` and `read_reply` may stand in for `conn`'s own sending and
+    reading: it speaks RESP2 (a RESP3 connection may also carry push messages), and its
+    class does I/O as redis-py does (a subclass overriding it, to count, trace or drop
+    commands, is called instead)."""
+    cls = type(conn)
+    plain = _PLAIN_IO.get(cls)
+    if plain is None:
+        methods = ("send_packed_command", "read_response", "connect", "disconnect")
+        modules = (getattr(getattr(cls, m, None), "__module__", None) or "" for m in methods)
+        plain = _PLAIN_IO[cls] = all(module.startswith("redis.") for module in modules)
+    return plain and getattr(conn, "protocol", 2) in (2, "2")
+
+
+def read_reply(conn: Any) -> Any:
+    """One reply read straight off the socket of redis-py connection `conn` (RESP2).
+
+    What `conn.read_response()` does for a script call, without its per-call layers: the
+    same exceptions (a timeout or a socket error disconnects `conn` and raises redis-py's
+    `TimeoutError` or `ConnectionError`; an error reply raises the `ResponseError`
+    subclass redis-py's parser picks, and keeps the connection). A connection is lent
+    with nothing unread (the pool checks), and replies come one per request, so nothing
+    is left over when the reply ends; anything else is a broken stream: disconnected.
+    """
+    sock = conn._sock
+    try:
+
+        def more(count: int) -> bytes:
+            data: bytes = sock.recv(count)
+            if not data:
+                raise redis.ConnectionError("Connection closed by server.")
+            return data
+
+        replies = Replies(more(_RECV), more, conn._parser.parse_error)
+        reply = replies.value()
+        if replies.rest():
+            raise redis.ConnectionError(f"{replies.rest()} bytes after a reply: out of step")
+    except TimeoutError:
+        conn.disconnect()
+        raise redis.TimeoutError(f"Timeout reading from {_address(conn)}") from None
+    except redis.RedisError:
+        conn.disconnect()
+        raise
+    except OSError as error:
+        conn.disconnect()
+        raise redis.ConnectionError(
+            f"Error while reading from {_address(conn)}: {error.args}"
+        ) from error
+    except BaseException:
+        conn.disconnect()
+        raise
+    if conn.health_check_interval:
+        conn.next_health_check = time.monotonic() + conn.health_check_interval
+    if isinstance(reply, redis.ResponseError):
+        raise reply
+    return reply
+
+
+def send_raw(conn: Any, data: bytes) -> None:
+    """Sends `data` on the open socket of `conn`, as `send_packed_command` does once
+    connected and with no health check due (the same exceptions)."""
+    try:
+        conn._sock.sendall(data)
+    except TimeoutError:
+        conn.disconnect()
+        raise redis.TimeoutError("Timeout writing to socket") from None
+    except OSError as error:
+        conn.disconnect()
+        raise redis.ConnectionError(f"Error while writing to socket: {error.args}") from error
+
+
+class _Short(Exception):
+    """The bytes read so far end inside the reply."""
+
+
+def _short(count: int) -> bytes:
+    raise _Short
+
+
+async def aexchange(conn: Any, packed: bytes) -> Any:
+    """`send_packed_command` then `read_response` of a redis.asyncio connection `conn`,
+    for a script call on an open RESP2 connection with no health check due (see
+    `plain_io`; the shell checks): one write, and the reply parsed straight off its
+    stream under the connection's `socket_timeout`, with redis-py's exceptions (a failed
+    or timed-out exchange disconnects `conn`; an error reply keeps it)."""
+    writer, reader = conn._writer, conn._reader
+    try:
+        async with _async_timeout(conn.socket_timeout):
+            writer.write(packed)
+            await writer.drain()
+            data = await reader.read(_RECV)
+            while True:
+                if not data:
+                    raise redis.ConnectionError("Connection closed by server.")
+                replies = Replies(data, _short, conn._parser.parse_error)
+                try:
+                    reply = replies.value()
+                    break
+                except _Short:
+                    data += await reader.read(max(len(data), _RECV))
+            if replies.rest():
+                raise redis.ConnectionError(f"{replies.rest()} bytes after a reply: out of step")
+    except asyncio.TimeoutError:
+        await conn.disconnect(nowait=True)
+        raise redis.TimeoutError(f"Timeout reading from {_address(conn)}") from None
+    except redis.RedisError:
+        await conn.disconnect(nowait=True)
+        raise
+    except OSError as error:
+        await conn.disconnect(nowait=True)
+        raise redis.ConnectionError(
+            f"Error while reading from {_address(conn)}: {error.args}"
+        ) from error
+    except BaseException:
+        await conn.disconnect(nowait=True)
+        raise
+    if isinstance(reply, redis.ResponseError):
+        raise reply
+    return reply
+
+
+def _address(conn: Any) -> str:
+    path = getattr(conn, "path", None)
+    return str(path) if path else f"{getattr(conn, 'host', '?')}:{getattr(conn, 'port', '?')}"
 
 
 def direct_pool(client: Any, plain: type) -> Any | None:
