@@ -636,12 +636,13 @@ REPLIES = st.recursive(
 class _Chunks:
     """A socket whose recv hands out `data` in the given chunk sizes."""
 
-    def __init__(self, data: bytes, sizes: list[int]) -> None:
-        self.data, self.sizes = data, sizes
+    def __init__(self, data: bytes, sizes: list[int], then: int | None = None) -> None:
+        self.data, self.sizes, self.then, self.at = data, iter(sizes), then, 0
 
     def recv(self, count: int) -> bytes:
-        size = min(count, self.sizes.pop(0) if self.sizes else count)
-        chunk, self.data = self.data[:size], self.data[size:]
+        size = min(count, next(self.sizes, self.then or count))
+        chunk = self.data[self.at : self.at + size]
+        self.at += len(chunk)
         return chunk
 
 
@@ -666,6 +667,83 @@ def test_a_reply_reads_back_whole_however_the_socket_splits_it(
     conn = _conn_on(_Chunks(_resp(value), sizes))
     assert _wire.read_reply(conn) == value
     assert conn.disconnected == []
+
+
+@pytest.mark.parametrize("piece", [7, 4096, 70_000])
+def test_a_long_reply_in_small_pieces_is_read_once(piece: int) -> None:
+    """Two 300 KB bulk strings and many small ones, the socket giving `piece` bytes at a
+    time: the reader asks for the rest of a long bulk at once instead of growing a buffer
+    piece by piece."""
+    value = [b"a" * 300_000, [b"x%d" % i for i in range(2_000)], b"b" * 300_000, 7]
+    sock = _Chunks(_resp(value), [], then=piece)
+    asked: list[int] = []
+    recv = sock.recv
+    sock.recv = lambda count: (asked.append(count), recv(count))[1]  # type: ignore[method-assign]
+    conn = _conn_on(sock)
+    assert _wire.read_reply(conn) == value
+    assert max(asked) >= 300_000 - 65_536  # the rest of a long bulk, in one request
+
+
+class _Stream:
+    """An asyncio connection's reader and writer over `data`, in `piece`-byte pieces."""
+
+    def __init__(self, data: bytes, piece: int) -> None:
+        self.reader = asyncio.StreamReader()
+        self.data, self.piece, self.sent = data, piece, b""
+
+    def write(self, data: bytes) -> None:
+        self.sent += data
+        for start in range(0, len(self.data), self.piece):
+            asyncio.get_running_loop().call_soon(
+                self.reader.feed_data, self.data[start : start + self.piece]
+            )
+
+    async def drain(self) -> None:
+        pass
+
+
+async def _async_conn_on(stream: _Stream) -> Any:
+    disconnected: list[bool] = []
+
+    async def disconnect(nowait: bool = False) -> None:
+        disconnected.append(True)
+
+    return SimpleNamespace(
+        _reader=stream.reader,
+        _writer=stream,
+        _parser=redis.connection._RESP2Parser(socket_read_size=65536),
+        socket_timeout=5.0,
+        host="127.0.0.1",
+        port=1,
+        disconnected=disconnected,
+        disconnect=disconnect,
+    )
+
+
+@given(REPLIES, st.integers(1, 64))
+async def test_an_async_reply_reads_back_whole_however_the_stream_splits_it(
+    value: Any, piece: int
+) -> None:
+    stream = _Stream(_resp(value), piece)
+    conn = await _async_conn_on(stream)
+    assert await _wire.aexchange(conn, b"PING") == value
+    assert stream.sent == b"PING" and conn.disconnected == []
+
+
+@pytest.mark.parametrize("piece", [4096, 70_000])
+async def test_a_long_async_reply_reads_back_whole(piece: int) -> None:
+    value = [b"a" * 300_000, [b"x%d" % i for i in range(2_000)], b"b" * 300_000, 7]
+    conn = await _async_conn_on(_Stream(_resp(value), piece))
+    assert await _wire.aexchange(conn, b"PING") == value
+
+
+async def test_an_async_reply_cut_short_disconnects_and_says_so() -> None:
+    stream = _Stream(b"$300000\r\n" + b"a" * 100_000, 4096)
+    conn = await _async_conn_on(stream)
+    stream.reader.feed_eof()
+    with pytest.raises(redis.ConnectionError, match="closed by server"):
+        await _wire.aexchange(conn, b"PING")
+    assert conn.disconnected == [True]
 
 
 def test_an_error_reply_raises_redis_pys_exception_and_keeps_the_connection() -> None:
@@ -758,3 +836,29 @@ def _wait_pause() -> None:
     import time
 
     time.sleep(1.0)
+
+
+@pytest.mark.standalone
+async def test_replies_of_megabytes_read_back_whole_on_both_sides(
+    redis_url: str, prefix: str
+) -> None:
+    import os
+
+    big = os.urandom(3_000_000)  # incompressible: 3 MB on the wire
+    values = {f"big{i}": big[i:] for i in range(3)}
+    with RedisSaver(redis_url, prefix=prefix, cluster=False) as saver:
+        for thread, value in values.items():
+            cp = checkpoint("x")
+            cp["channel_values"] = {"m": value}
+            saver.put(cfg(thread), cp, {}, {"m": 1})
+        for thread, value in values.items():
+            got = saver.get_tuple(cfg(thread))
+            assert got is not None and got.checkpoint["channel_values"]["m"] == value
+        listed = [t.checkpoint["channel_values"]["m"] for t in saver.list(None)]
+        assert sorted(listed) == sorted(values.values())
+    async with AsyncRedisSaver(redis_url, prefix=prefix, cluster=False) as asaver:
+        for thread, value in values.items():
+            got = await asaver.aget_tuple(cfg(thread))
+            assert got is not None and got.checkpoint["channel_values"]["m"] == value
+        alisted = [t.checkpoint["channel_values"]["m"] async for t in asaver.alist(None)]
+        assert sorted(alisted) == sorted(values.values())

@@ -196,16 +196,12 @@ def encode_write(
     task_id: str, idx: int, task_path: str, channel: str, typed: tuple[str, bytes]
 ) -> bytes:
     """Encodes one pending write."""
-    return V1 + join_netstrings(
-        [
-            task_id.encode(),
-            str(idx).encode(),
-            task_path.encode(),
-            channel.encode(),
-            typed[0].encode(),
-            typed[1],
-        ]
-    )
+    task, index, path = task_id.encode(), b"%d" % idx, task_path.encode()
+    chan, type_, data = channel.encode(), typed[0].encode(), typed[1]
+    return b"\x01%d:%s,%d:%s,%d:%s,%d:%s,%d:%s,%d:%s," % (
+        len(task), task, len(index), index, len(path), path,
+        len(chan), chan, len(type_), type_, len(data), data,
+    )  # fmt: skip
 
 
 def decode_write(data: bytes, key: str) -> StoredWrite:

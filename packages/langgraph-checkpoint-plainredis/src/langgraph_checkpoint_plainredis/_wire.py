@@ -120,67 +120,75 @@ _RECV = 65536
 
 
 class Replies:
-    """RESP2 replies parsed from bytes: what a socket gave, and more on demand.
+    """One RESP2 reply, parsed from bytes as they come: feed them, then `parse()`.
 
-    `more(count)` must return at least one more byte (at least `count` when it can), or
-    raise. Arrays and bulk strings come back as lists and bytes, integers as int, simple
+    `parse()` returns True once the reply is whole (then `value` holds it and `rest()`
+    counts the bytes fed past its end), False while it needs more: `missing` is then how
+    many more bytes are known to be needed (the rest of a bulk string), or 0 when only
+    the next byte is. It resumes where it stopped, so a reply fed in many pieces is read
+    once. Arrays and bulk strings come back as lists and bytes, integers as int, simple
     strings as bytes, a nil as None; an error reply as the exception `error(text)` makes,
-    returned in place (the caller raises one at the top).
+    in place (the caller raises one at the top).
     """
 
-    __slots__ = ("buf", "error", "more", "pos")
+    __slots__ = ("buf", "error", "missing", "pos", "stack", "value")
 
-    def __init__(self, data: bytes, more: Any, error: Any) -> None:
-        self.buf = data
+    def __init__(self, error: Any) -> None:
+        self.buf = b""
         self.pos = 0
-        self.more = more
+        self.missing = 0
+        self.stack: list[tuple[list[Any], int]] = []  # open arrays: (items, length)
         self.error = error
+        self.value: Any = None
 
-    def _fill(self, need: int) -> None:
-        """Reads until `need` bytes are unread (or, with `need` 0, until one more is)."""
-        chunks = [self.buf[self.pos :]]
-        have = len(chunks[0])
+    def feed(self, data: bytes) -> None:
+        self.buf = self.buf[self.pos :] + data if self.pos < len(self.buf) else data
+        self.pos = 0
+
+    def parse(self) -> bool:
+        buf, pos, stack = self.buf, self.pos, self.stack
         while True:
-            chunk = self.more(max(need - have, _RECV))
-            chunks.append(chunk)
-            have += len(chunk)
-            if have >= need:
-                break
-        self.buf, self.pos = b"".join(chunks), 0
-
-    def _line(self) -> bytes:
-        while True:
-            end = self.buf.find(b"\r\n", self.pos)
-            if end >= 0:
-                line = self.buf[self.pos : end]
-                self.pos = end + 2
-                return line
-            self._fill(0)
-
-    def value(self) -> Any:
-        line = self._line()
-        kind = line[:1]
-        if kind == b"$":
-            size = int(line[1:])
-            if size < 0:
-                return None
-            end = self.pos + size
-            if end + 2 > len(self.buf):
-                self._fill(size + 2)
-                end = size
-            data = self.buf[self.pos : end]
-            self.pos = end + 2
-            return data
-        if kind == b"*":
-            count = int(line[1:])
-            return None if count < 0 else [self.value() for _ in range(count)]
-        if kind == b":":
-            return int(line[1:])
-        if kind == b"+":
-            return line[1:]
-        if kind == b"-":
-            return self.error(line[1:].decode("utf-8", "replace"))
-        raise ValueError(f"not a RESP2 reply: {line[:40]!r}")
+            end = buf.find(b"\r\n", pos)
+            if end < 0:
+                self.pos, self.missing = pos, 0
+                return False
+            kind = buf[pos]
+            value: Any
+            if kind == 0x24:  # $ bulk string
+                size = int(buf[pos + 1 : end])
+                if size < 0:
+                    value, pos = None, end + 2
+                else:
+                    stop = end + 2 + size
+                    if stop + 2 > len(buf):
+                        self.pos, self.missing = pos, stop + 2 - len(buf)
+                        return False
+                    value, pos = buf[end + 2 : stop], stop + 2
+            elif kind == 0x2A:  # * array
+                count = int(buf[pos + 1 : end])
+                pos = end + 2
+                if count > 0:
+                    stack.append(([], count))
+                    continue
+                value = None if count < 0 else []
+            elif kind == 0x3A:  # : integer
+                value, pos = int(buf[pos + 1 : end]), end + 2
+            elif kind == 0x2B:  # + simple string
+                value, pos = buf[pos + 1 : end], end + 2
+            elif kind == 0x2D:  # - error
+                value, pos = self.error(buf[pos + 1 : end].decode("utf-8", "replace")), end + 2
+            else:
+                raise ValueError(f"not a RESP2 reply: {buf[pos : pos + 40]!r}")
+            while stack:  # the value ends an element of the innermost open array
+                items, length = stack[-1]
+                items.append(value)
+                if len(items) < length:
+                    break
+                stack.pop()
+                value = items
+            else:
+                self.pos, self.value = pos, value
+                return True
 
     def rest(self) -> int:
         return len(self.buf) - self.pos
@@ -214,16 +222,18 @@ def read_reply(conn: Any) -> Any:
     is left over when the reply ends; anything else is a broken stream: disconnected.
     """
     sock = conn._sock
+    replies = Replies(conn._parser.parse_error)
     try:
-
-        def more(count: int) -> bytes:
-            data: bytes = sock.recv(count)
+        while True:
+            if replies.missing > _RECV:  # inside a long bulk string: read all of it at once
+                data = _recv_exactly(sock, replies.missing)
+            else:
+                data = sock.recv(_RECV)
             if not data:
                 raise redis.ConnectionError("Connection closed by server.")
-            return data
-
-        replies = Replies(more(_RECV), more, conn._parser.parse_error)
-        reply = replies.value()
+            replies.feed(data)
+            if replies.parse():
+                break
         if replies.rest():
             raise redis.ConnectionError(f"{replies.rest()} bytes after a reply: out of step")
     except TimeoutError:
@@ -242,9 +252,21 @@ def read_reply(conn: Any) -> Any:
         raise
     if conn.health_check_interval:
         conn.next_health_check = time.monotonic() + conn.health_check_interval
+    reply = replies.value
     if isinstance(reply, redis.ResponseError):
         raise reply
     return reply
+
+
+def _recv_exactly(sock: Any, count: int) -> bytes:
+    chunks: list[bytes] = []
+    while count > 0:
+        chunk: bytes = sock.recv(min(count, 1 << 20))
+        if not chunk:
+            raise redis.ConnectionError("Connection closed by server.")
+        chunks.append(chunk)
+        count -= len(chunk)
+    return b"".join(chunks)
 
 
 def send_raw(conn: Any, data: bytes) -> None:
@@ -260,14 +282,6 @@ def send_raw(conn: Any, data: bytes) -> None:
         raise redis.ConnectionError(f"Error while writing to socket: {error.args}") from error
 
 
-class _Short(Exception):
-    """The bytes read so far end inside the reply."""
-
-
-def _short(count: int) -> bytes:
-    raise _Short
-
-
 async def aexchange(conn: Any, packed: bytes) -> Any:
     """`send_packed_command` then `read_response` of a redis.asyncio connection `conn`,
     for a script call on an open RESP2 connection with no health check due (see
@@ -275,20 +289,21 @@ async def aexchange(conn: Any, packed: bytes) -> Any:
     stream under the connection's `socket_timeout`, with redis-py's exceptions (a failed
     or timed-out exchange disconnects `conn`; an error reply keeps it)."""
     writer, reader = conn._writer, conn._reader
+    replies = Replies(conn._parser.parse_error)
     try:
         async with _async_timeout(conn.socket_timeout):
             writer.write(packed)
             await writer.drain()
-            data = await reader.read(_RECV)
             while True:
+                if replies.missing > _RECV:  # inside a long bulk string: wait for all of it
+                    data = await reader.readexactly(replies.missing)
+                else:
+                    data = await reader.read(_RECV)
                 if not data:
                     raise redis.ConnectionError("Connection closed by server.")
-                replies = Replies(data, _short, conn._parser.parse_error)
-                try:
-                    reply = replies.value()
+                replies.feed(data)
+                if replies.parse():
                     break
-                except _Short:
-                    data += await reader.read(max(len(data), _RECV))
             if replies.rest():
                 raise redis.ConnectionError(f"{replies.rest()} bytes after a reply: out of step")
     except asyncio.TimeoutError:
@@ -302,9 +317,13 @@ async def aexchange(conn: Any, packed: bytes) -> Any:
         raise redis.ConnectionError(
             f"Error while reading from {_address(conn)}: {error.args}"
         ) from error
+    except asyncio.IncompleteReadError:
+        await conn.disconnect(nowait=True)
+        raise redis.ConnectionError("Connection closed by server.") from None
     except BaseException:
         await conn.disconnect(nowait=True)
         raise
+    reply = replies.value
     if isinstance(reply, redis.ResponseError):
         raise reply
     return reply
