@@ -862,3 +862,102 @@ async def test_replies_of_megabytes_read_back_whole_on_both_sides(
             assert got is not None and got.checkpoint["channel_values"]["m"] == value
         alisted = [t.checkpoint["channel_values"]["m"] async for t in asaver.alist(None)]
         assert sorted(alisted) == sorted(values.values())
+
+
+def test_an_error_reply_that_redis_py_raises_as_a_connection_error_is_raised_and_drops() -> None:
+    """A server still loading its data (or refusing credentials) answers with an error
+    redis-py raises as a `ConnectionError`, wherever it sits, and the retry handles; it is
+    never handed back as a value (a put that returned it would have stored nothing)."""
+    for data in (
+        b"-LOADING Redis is loading the dataset in memory\r\n",
+        b"*2\r\n:1\r\n-LOADING x\r\n",
+    ):
+        conn = _conn_on(_Chunks(data, []))
+        with pytest.raises(redis.exceptions.BusyLoadingError):
+            _wire.read_reply(conn)
+        assert conn.disconnected == [True]
+
+
+def test_a_send_interrupted_half_way_drops_the_connection() -> None:
+    class Interrupted:
+        def sendall(self, data: bytes) -> None:
+            raise KeyboardInterrupt
+
+    conn = _conn_on(Interrupted())
+    with pytest.raises(KeyboardInterrupt):
+        _wire.send_raw(conn, b"*1\r\n$4\r\nPING\r\n")
+    assert conn.disconnected == [True]
+
+
+@pytest.mark.parametrize(
+    ("cls", "plain"),
+    [
+        (redis.connection.Connection, True),
+        (redis.connection.SSLConnection, True),
+        (redis.connection.UnixDomainSocketConnection, True),
+        (aioredis.connection.Connection, True),
+        (aioredis.connection.SSLConnection, True),
+        (redis.sentinel.SentinelManagedConnection, False),  # fails over in read_response
+        (aioredis.sentinel.SentinelManagedConnection, False),
+        (CountedReads, False),
+    ],
+)
+def test_only_redis_pys_plain_connections_are_read_by_the_saver(cls: type, plain: bool) -> None:
+    conn = object.__new__(cls)
+    assert _wire.plain_io(conn) is plain
+
+
+@pytest.mark.standalone
+def test_an_error_the_clients_retry_lists_is_retried_on_the_direct_path(
+    monkeypatch: pytest.MonkeyPatch, redis_url: str, prefix: str
+) -> None:
+    """`retry_on_error` (here READONLY, as during a failover) is honoured on the first
+    attempt too: the retry policy sees every error, as with `execute_command`."""
+    from langgraph_checkpoint_plainredis import _sync
+
+    failures = [2]
+    read = _wire.read_reply
+
+    def flaky(conn: Any) -> Any:
+        reply = read(conn)
+        if failures[0]:
+            failures[0] -= 1
+            raise redis.exceptions.ReadOnlyError("You can't write against a read only replica.")
+        return reply
+
+    monkeypatch.setattr(_sync, "read_reply", flaky)
+    retry = redis.retry.Retry(redis.backoff.NoBackoff(), 3)
+    with RedisSaver(
+        redis_url,
+        prefix=prefix,
+        cluster=False,
+        retry=retry,
+        retry_on_error=[redis.ConnectionError, redis.exceptions.ReadOnlyError],
+    ) as saver:
+        saver.setup()
+        saver.put(cfg("ro"), checkpoint("x"), {}, {"m": 1})
+        assert failures == [0]
+        assert saver.get_tuple(cfg("ro")) is not None
+    failures[0] = 1
+    with RedisSaver(redis_url, prefix=prefix, cluster=False) as unlisted:  # not retried
+        unlisted.setup()
+        with pytest.raises(redis.exceptions.ReadOnlyError):
+            unlisted.get_tuple(cfg("ro"))
+
+
+@pytest.mark.standalone
+def test_health_checks_stay_redis_pys_own(redis_url: str, prefix: str) -> None:
+    """With `health_check_interval` the calls go through redis-py's send and read, which
+    keep its clock: no PING before each call (redis-py 5 times it with time.time())."""
+    probe = redis.Redis.from_url(redis_url, protocol=2)
+
+    def pings() -> int:
+        return int(probe.info("commandstats").get("cmdstat_ping", {}).get("calls", 0))
+
+    with RedisSaver(redis_url, prefix=prefix, cluster=False, health_check_interval=3600) as saver:
+        saver.put(cfg("hc"), checkpoint("x"), {}, {"m": 1})
+        before = pings()
+        for _ in range(20):
+            assert saver.get_tuple(cfg("hc")) is not None
+        assert pings() == before
+    probe.close()

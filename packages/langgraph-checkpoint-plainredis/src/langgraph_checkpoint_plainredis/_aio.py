@@ -8,7 +8,6 @@ from collections.abc import AsyncIterator, Generator, Iterator, Sequence
 from types import TracebackType
 from typing import Any, TypeVar
 
-import redis
 import redis.asyncio as aioredis
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
@@ -272,7 +271,7 @@ class AsyncRedisSaver(SaverCore, BaseCheckpointSaver[str]):
         try:
             try:
                 reply = await _exchange(conn, packed)
-            except (redis.ConnectionError, redis.TimeoutError, OSError) as error:
+            except Exception as error:  # the retry policy decides, as before
                 reply = await _retried(conn, packed, error)
             clean = True
             return reply

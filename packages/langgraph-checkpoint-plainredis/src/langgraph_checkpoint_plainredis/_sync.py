@@ -74,14 +74,14 @@ def _stale(conn: Any) -> bool:
 
 def _exchange(conn: Any, packed: bytes) -> Any:
     """Sends one packed command on `conn` and reads its reply."""
-    if not plain_io(conn):
-        conn.send_packed_command([packed])
-        return conn.read_response()
-    if conn._sock is None or conn.health_check_interval:
-        conn.send_packed_command([packed])  # connects, or runs a due health check, first
-    else:
-        send_raw(conn, packed)
-    return read_reply(conn)
+    if plain_io(conn) and not conn.health_check_interval:  # health checks: redis-py's
+        if conn._sock is None:
+            conn.send_packed_command([packed])  # connects first
+        else:
+            send_raw(conn, packed)
+        return read_reply(conn)
+    conn.send_packed_command([packed])
+    return conn.read_response()
 
 
 def _retried(conn: Any, packed: bytes, error: BaseException) -> Any:
@@ -268,7 +268,7 @@ class RedisSaver(SaverCore, BaseCheckpointSaver[str]):
         try:
             try:
                 reply = _exchange(conn, packed)
-            except (redis.ConnectionError, redis.TimeoutError, OSError) as error:
+            except Exception as error:  # the retry policy decides, as before
                 reply = _retried(conn, packed, error)
             clean = True
             return reply

@@ -105,11 +105,11 @@ def pack(args: Sequence[str | bytes | int], errors: str = "strict") -> bytes:
         elif kind is int:
             data = b"%d" % cast(int, arg)
         elif isinstance(arg, bytes):
-            data = bytes(arg)
+            data = arg
         elif isinstance(arg, str):
-            data = str(arg).encode("utf-8", errors)
+            data = arg.encode("utf-8", errors)
         elif isinstance(arg, int) and not isinstance(arg, bool):
-            data = b"%d" % int(arg)
+            data = b"%d" % arg
         else:
             raise TypeError(f"a script argument must be str, bytes or int, got {arg!r}")
         append(b"$%d\r\n%s\r\n" % (len(data), data))
@@ -128,7 +128,8 @@ class Replies:
     the next byte is. It resumes where it stopped, so a reply fed in many pieces is read
     once. Arrays and bulk strings come back as lists and bytes, integers as int, simple
     strings as bytes, a nil as None; an error reply as the exception `error(text)` makes,
-    in place (the caller raises one at the top).
+    in place (the caller raises one at the top), except that one of redis-py's
+    `ConnectionError`s (a server still loading, refused credentials) is raised at once.
     """
 
     __slots__ = ("buf", "error", "missing", "pos", "stack", "value")
@@ -177,6 +178,8 @@ class Replies:
                 value, pos = buf[pos + 1 : end], end + 2
             elif kind == 0x2D:  # - error
                 value, pos = self.error(buf[pos + 1 : end].decode("utf-8", "replace")), end + 2
+                if isinstance(value, redis.ConnectionError):  # LOADING, NOAUTH, too many clients
+                    raise value  # as redis-py's parser does: the connection is dropped
             else:
                 raise ValueError(f"not a RESP2 reply: {buf[pos : pos + 40]!r}")
             while stack:  # the value ends an element of the innermost open array
@@ -195,19 +198,27 @@ class Replies:
 
 
 _PLAIN_IO: dict[type, bool] = {}
+_IO_METHODS = ("send_packed_command", "read_response", "connect", "disconnect")
+# Where redis-py's plain connections (TCP, TLS, unix socket) get those methods; the
+# sentinel-managed and client-side-caching connections override them, so they are not.
+_IO_MODULES = ("redis.connection", "redis.asyncio.connection")
 
 
 def plain_io(conn: Any) -> bool:
     """Whether `send_raw` and `read_reply` may stand in for `conn`'s own sending and
     reading: it speaks RESP2 (a RESP3 connection may also carry push messages), and its
-    class does I/O as redis-py does (a subclass overriding it, to count, trace or drop
-    commands, is called instead)."""
+    class does I/O as redis-py's plain connections do (a subclass overriding it, to count,
+    trace or drop commands, or to fail over as a sentinel-managed one does, is called
+    instead)."""
     cls = type(conn)
     plain = _PLAIN_IO.get(cls)
     if plain is None:
-        methods = ("send_packed_command", "read_response", "connect", "disconnect")
-        modules = (getattr(getattr(cls, m, None), "__module__", None) or "" for m in methods)
-        plain = _PLAIN_IO[cls] = all(module.startswith("redis.") for module in modules)
+        methods = [getattr(cls, m, None) for m in _IO_METHODS]
+        plain = _PLAIN_IO[cls] = all(
+            getattr(m, "__module__", None) in _IO_MODULES
+            and (getattr(m, "__qualname__", None) or "").startswith("AbstractConnection.")
+            for m in methods
+        )
     return plain and getattr(conn, "protocol", 2) in (2, "2")
 
 
@@ -250,10 +261,8 @@ def read_reply(conn: Any) -> Any:
     except BaseException:
         conn.disconnect()
         raise
-    if conn.health_check_interval:
-        conn.next_health_check = time.monotonic() + conn.health_check_interval
     reply = replies.value
-    if isinstance(reply, redis.ResponseError):
+    if isinstance(reply, Exception):
         raise reply
     return reply
 
@@ -280,20 +289,24 @@ def send_raw(conn: Any, data: bytes) -> None:
     except OSError as error:
         conn.disconnect()
         raise redis.ConnectionError(f"Error while writing to socket: {error.args}") from error
+    except BaseException:  # interrupted half way: the rest of the command never follows
+        conn.disconnect()
+        raise
 
 
 async def aexchange(conn: Any, packed: bytes) -> Any:
     """`send_packed_command` then `read_response` of a redis.asyncio connection `conn`,
     for a script call on an open RESP2 connection with no health check due (see
     `plain_io`; the shell checks): one write, and the reply parsed straight off its
-    stream under the connection's `socket_timeout`, with redis-py's exceptions (a failed
+    stream, each under the connection's `socket_timeout`, with redis-py's exceptions (a failed
     or timed-out exchange disconnects `conn`; an error reply keeps it)."""
     writer, reader = conn._writer, conn._reader
     replies = Replies(conn._parser.parse_error)
     try:
+        writer.write(packed)
+        async with _async_timeout(conn.socket_timeout):  # the send and the reply each get
+            await writer.drain()  # the whole timeout, as in redis-py
         async with _async_timeout(conn.socket_timeout):
-            writer.write(packed)
-            await writer.drain()
             while True:
                 if replies.missing > _RECV:  # inside a long bulk string: wait for all of it
                     data = await reader.readexactly(replies.missing)
@@ -324,7 +337,7 @@ async def aexchange(conn: Any, packed: bytes) -> Any:
         await conn.disconnect(nowait=True)
         raise
     reply = replies.value
-    if isinstance(reply, redis.ResponseError):
+    if isinstance(reply, Exception):
         raise reply
     return reply
 
