@@ -961,3 +961,42 @@ def test_health_checks_stay_redis_pys_own(redis_url: str, prefix: str) -> None:
             assert saver.get_tuple(cfg("hc")) is not None
         assert pings() == before
     probe.close()
+
+
+@pytest.mark.standalone  # a cluster client always goes through execute_command
+def test_instrumentation_installed_after_the_first_calls_sees_the_next_ones(
+    monkeypatch: pytest.MonkeyPatch, redis_url: str, prefix: str
+) -> None:
+    """The saver remembers that its client may be served directly, and checks again when
+    anything that decides it changes: a patched `execute_command` (class or instance),
+    a script reply callback, redis-py's metrics switched on."""
+    calls: list[str] = []
+    with RedisSaver(redis_url, prefix=prefix, cluster=False) as saver:
+        saver.put(cfg("late"), checkpoint("x"), {}, {"m": 1})
+        assert saver.get_tuple(cfg("late")) is not None
+        patched = _recording(calls, redis.Redis.execute_command, wraps=True)
+        with monkeypatch.context() as patch:
+            patch.setattr(redis.Redis, "execute_command", patched)
+            assert saver.get_tuple(cfg("late")) is not None
+            assert calls == ["EVALSHA"]
+        bound = saver.client.execute_command
+
+        def on_the_instance(*args: Any, **options: Any) -> Any:
+            calls.append(args[0])
+            return bound(*args, **options)
+
+        with monkeypatch.context() as patch:
+            patch.setattr(saver.client, "execute_command", on_the_instance)
+            assert saver.get_tuple(cfg("late")) is not None
+            assert calls == ["EVALSHA"] * 2
+        assert saver._direct_pool() is not None
+        with monkeypatch.context() as patch:
+            patch.setattr(_wire, "_metrics_enabled", lambda: True)
+            assert saver._direct_pool() is None
+        assert saver._direct_pool() is not None
+        saver.client.set_response_callback("EVALSHA", lambda reply, **options: reply)
+        assert saver._direct_pool() is None
+        del saver.client.response_callbacks["EVALSHA"]
+        calls.clear()
+        assert saver.get_tuple(cfg("late")) is not None  # all undone: direct again
+        assert calls == []

@@ -41,9 +41,9 @@ from ._core import (
 from ._shell import check_serde, connect_options, validate_client, wire_args, wrong_side
 from ._wire import (
     POOL_ARGS,
+    Direct,
     Idle,
     aexchange,
-    direct_pool,
     gives_up,
     pack,
     plain_io,
@@ -142,6 +142,7 @@ class AsyncRedisSaver(SaverCore, BaseCheckpointSaver[str]):
         self._url = url or ""
         self._detect_lock = asyncio.Lock()
         self._idle: Idle | None = None  # only for a client of our own, with a large pool
+        self._direct: Direct | None = None  # see _direct_pool
         if client is not None:
             validate_client(client, "AsyncRedisSaver", "async")
             self._client, self._owns_client = client, False
@@ -229,7 +230,7 @@ class AsyncRedisSaver(SaverCore, BaseCheckpointSaver[str]):
             ]
         if len(plan) == 1:
             args = wire_args(plan[0], fallback)
-            pool = direct_pool(self._client, aioredis.Redis) if isinstance(plan[0], Eval) else None
+            pool = self._direct_pool() if isinstance(plan[0], Eval) else None
             if pool is not None:
                 return [await self._call_script(pool, args)]
             return [await self._client.execute_command(*args)]
@@ -237,6 +238,13 @@ class AsyncRedisSaver(SaverCore, BaseCheckpointSaver[str]):
         for cmd in plan:
             pipe.execute_command(*wire_args(cmd, fallback))
         return await pipe.execute()
+
+    def _direct_pool(self) -> Any | None:
+        """The pool to run a script call on directly, or None (see `_wire.direct_pool`)."""
+        direct = self._direct
+        if direct is None or not direct.serves(self._client):
+            direct = self._direct = Direct(self._client, aioredis.Redis)
+        return direct.pool()
 
     async def _borrow(self, pool: Any) -> Any:
         """A connection for one script call: a kept one (see `_wire.Idle`), else the pool's."""

@@ -39,6 +39,7 @@ except ImportError:  # pragma: no cover - older redis-py records no metrics
 
 __all__ = [
     "POOL_ARGS",
+    "Direct",
     "Idle",
     "Replies",
     "aexchange",
@@ -381,6 +382,43 @@ def direct_pool(client: Any, plain: type) -> Any | None:
     if codecs.lookup(options.get("encoding", "utf-8")).name != "utf-8":
         return None
     return pool
+
+
+class Direct:
+    """`direct_pool` of one client, its full check made again only when something it
+    depends on that a running program may change has changed: the client's class and
+    instance `execute_command` (instrumentation installed later), script reply callbacks,
+    redis-py's metrics, the pool and its connection class and that class's methods."""
+
+    __slots__ = ("_client", "_plain", "_pool", "_seen")
+
+    def __init__(self, client: Any, plain: type) -> None:
+        self._client, self._plain = client, plain
+        self._pool: Any = None
+        self._seen: tuple[Any, ...] | None = None
+
+    def serves(self, client: Any) -> bool:
+        return client is self._client
+
+    def pool(self) -> Any | None:
+        client = self._client
+        pool = getattr(client, "connection_pool", None)
+        cls = getattr(pool, "connection_class", None)
+        callbacks = getattr(client, "response_callbacks", None) or {}
+        seen = (
+            type(client),
+            getattr(self._plain, "execute_command", None),
+            vars(client).get("execute_command"),
+            _metrics_enabled(),
+            "EVALSHA" in callbacks or "EVAL" in callbacks,
+            pool,
+            cls,
+            getattr(cls, "send_command", None),
+            getattr(cls, "pack_command", None),
+        )
+        if seen != self._seen:
+            self._pool, self._seen = direct_pool(client, self._plain), seen
+        return self._pool
 
 
 def reconnects(conn: Any) -> bool:
