@@ -194,6 +194,24 @@ class Replies:
                 self.pos, self.value = pos, value
                 return True
 
+    def take(self, data: bytes) -> bool:
+        """Feeds what a read gave (nothing: the server closed the connection) and parses:
+        True once the reply is whole, which must end where the bytes do."""
+        if not data:
+            raise redis.ConnectionError("Connection closed by server.")
+        self.feed(data)
+        if not self.parse():
+            return False
+        if self.rest():
+            raise redis.ConnectionError(f"{self.rest()} bytes after a reply: out of step")
+        return True
+
+    def result(self) -> Any:
+        """The reply, or the error reply raised."""
+        if isinstance(self.value, Exception):
+            raise self.value
+        return self.value
+
     def rest(self) -> int:
         return len(self.buf) - self.pos
 
@@ -236,18 +254,11 @@ def read_reply(conn: Any) -> Any:
     sock = conn._sock
     replies = Replies(conn._parser.parse_error)
     try:
-        while True:
-            if replies.missing > _RECV:  # inside a long bulk string: read all of it at once
-                data = _recv_exactly(sock, replies.missing)
-            else:
-                data = sock.recv(_RECV)
-            if not data:
-                raise redis.ConnectionError("Connection closed by server.")
-            replies.feed(data)
-            if replies.parse():
-                break
-        if replies.rest():
-            raise redis.ConnectionError(f"{replies.rest()} bytes after a reply: out of step")
+        while not replies.take(
+            # inside a long bulk string, all the rest of it at once
+            _recv_exactly(sock, replies.missing) if replies.missing > _RECV else sock.recv(_RECV)
+        ):
+            pass
     except TimeoutError:
         conn.disconnect()
         raise redis.TimeoutError(f"Timeout reading from {_address(conn)}") from None
@@ -262,10 +273,7 @@ def read_reply(conn: Any) -> Any:
     except BaseException:
         conn.disconnect()
         raise
-    reply = replies.value
-    if isinstance(reply, Exception):
-        raise reply
-    return reply
+    return replies.result()
 
 
 def _recv_exactly(sock: Any, count: int) -> bytes:
@@ -308,18 +316,13 @@ async def aexchange(conn: Any, packed: bytes) -> Any:
         async with _async_timeout(conn.socket_timeout):  # the send and the reply each get
             await writer.drain()  # the whole timeout, as in redis-py
         async with _async_timeout(conn.socket_timeout):
-            while True:
-                if replies.missing > _RECV:  # inside a long bulk string: wait for all of it
-                    data = await reader.readexactly(replies.missing)
-                else:
-                    data = await reader.read(_RECV)
-                if not data:
-                    raise redis.ConnectionError("Connection closed by server.")
-                replies.feed(data)
-                if replies.parse():
-                    break
-            if replies.rest():
-                raise redis.ConnectionError(f"{replies.rest()} bytes after a reply: out of step")
+            while not replies.take(
+                # inside a long bulk string, all the rest of it at once
+                await reader.readexactly(replies.missing)
+                if replies.missing > _RECV
+                else await reader.read(_RECV)
+            ):
+                pass
     except asyncio.TimeoutError:
         await conn.disconnect(nowait=True)
         raise redis.TimeoutError(f"Timeout reading from {_address(conn)}") from None
@@ -337,10 +340,7 @@ async def aexchange(conn: Any, packed: bytes) -> Any:
     except BaseException:
         await conn.disconnect(nowait=True)
         raise
-    reply = replies.value
-    if isinstance(reply, Exception):
-        raise reply
-    return reply
+    return replies.result()
 
 
 def _address(conn: Any) -> str:
