@@ -1000,3 +1000,69 @@ def test_instrumentation_installed_after_the_first_calls_sees_the_next_ones(
         calls.clear()
         assert saver.get_tuple(cfg("late")) is not None  # all undone: direct again
         assert calls == []
+
+
+class _WraptLike:
+    """What wrapt's FunctionWrapper does that matters here: it compares equal to the
+    function it wraps, and read from a class it is a new object each time."""
+
+    def __init__(self, wrapped: Any, calls: list[str]) -> None:
+        self.__wrapped__, self.calls = wrapped, calls
+
+    def __eq__(self, other: object) -> bool:
+        return bool(self.__wrapped__ == other)
+
+    def __hash__(self) -> int:
+        return hash(self.__wrapped__)
+
+    def __get__(self, instance: Any, owner: Any = None) -> Any:
+        if instance is None:
+            return _WraptLike(self.__wrapped__, self.calls)
+
+        def bound(*args: Any, **options: Any) -> Any:
+            self.calls.append(args[0])
+            return self.__wrapped__(instance, *args, **options)
+
+        return bound
+
+
+@pytest.mark.standalone  # a cluster client always goes through execute_command
+def test_a_wrapper_that_compares_equal_to_what_it_wraps_is_still_seen(
+    monkeypatch: pytest.MonkeyPatch, redis_url: str, prefix: str
+) -> None:
+    calls: list[str] = []
+    with RedisSaver(redis_url, prefix=prefix, cluster=False) as saver:
+        saver.put(cfg("wrapt"), checkpoint("x"), {}, {"m": 1})
+        assert saver.get_tuple(cfg("wrapt")) is not None  # served directly, remembered
+        wrapper = _WraptLike(vars(redis.Redis)["execute_command"], calls)
+        monkeypatch.setattr(redis.Redis, "execute_command", wrapper)
+        assert saver.get_tuple(cfg("wrapt")) is not None
+        assert calls == ["EVALSHA"]
+
+
+class _Slotted:
+    """A client wrapper without a __dict__ (the saver accepts anything with
+    execute_command and pipeline): its calls go through its execute_command."""
+
+    __slots__ = ("inner",)
+
+    def __init__(self, inner: redis.Redis) -> None:
+        self.inner = inner
+
+    def execute_command(self, *args: Any, **options: Any) -> Any:
+        return self.inner.execute_command(*args, **options)
+
+    def pipeline(self, *args: Any, **options: Any) -> Any:
+        return self.inner.pipeline(*args, **options)
+
+    def scan_iter(self, *args: Any, **options: Any) -> Any:
+        return self.inner.scan_iter(*args, **options)
+
+
+@pytest.mark.standalone
+def test_a_client_without_a_dict_goes_through_execute_command(redis_url: str, prefix: str) -> None:
+    inner = redis.Redis.from_url(redis_url, protocol=2)
+    saver = RedisSaver(client=_Slotted(inner), prefix=prefix, cluster=False)  # type: ignore[arg-type]
+    saver.put(cfg("slots"), checkpoint("x"), {}, {"m": 1})
+    assert saver.get_tuple(cfg("slots")) is not None
+    inner.close()

@@ -386,29 +386,31 @@ def direct_pool(client: Any, plain: type) -> Any | None:
 
 class Direct:
     """`direct_pool` of one client, its full check made again only when something it
-    depends on that a running program may change has changed: the client's class and
-    instance `execute_command` (instrumentation installed later), script reply callbacks,
-    redis-py's metrics, the pool and its connection class and that class's methods."""
+    depends on that a running program may change is no longer the same object: the
+    client's class and instance `execute_command` (instrumentation installed later), script
+    reply callbacks, redis-py's metrics, the pool and its connection class and that class's
+    methods. Each is compared by identity (a wrapt wrapper compares equal to what it wraps;
+    read from the class it is a new object each time, so it is always checked in full)."""
 
-    __slots__ = ("_client", "_plain", "_pool", "_seen")
+    __slots__ = ("_client", "_memo", "_plain")
 
     def __init__(self, client: Any, plain: type) -> None:
         self._client, self._plain = client, plain
-        self._pool: Any = None
-        self._seen: tuple[Any, ...] | None = None
+        self._memo: tuple[tuple[Any, ...], Any] | None = None  # (what was seen, its pool)
 
     def serves(self, client: Any) -> bool:
         return client is self._client
 
     def pool(self) -> Any | None:
         client = self._client
+        if type(client) is not self._plain:
+            return None
         pool = getattr(client, "connection_pool", None)
         cls = getattr(pool, "connection_class", None)
         callbacks = getattr(client, "response_callbacks", None) or {}
         seen = (
-            type(client),
             getattr(self._plain, "execute_command", None),
-            vars(client).get("execute_command"),
+            (getattr(client, "__dict__", None) or {}).get("execute_command"),
             _metrics_enabled(),
             "EVALSHA" in callbacks or "EVAL" in callbacks,
             pool,
@@ -416,9 +418,15 @@ class Direct:
             getattr(cls, "send_command", None),
             getattr(cls, "pack_command", None),
         )
-        if seen != self._seen:
-            self._pool, self._seen = direct_pool(client, self._plain), seen
-        return self._pool
+        memo = self._memo
+        if memo is not None:
+            for now, then in zip(seen, memo[0], strict=True):
+                if now is not then:
+                    break
+            else:
+                return memo[1]
+        memo = self._memo = (seen, direct_pool(client, self._plain))  # one store: no tearing
+        return memo[1]
 
 
 def reconnects(conn: Any) -> bool:
