@@ -1040,6 +1040,19 @@ def test_a_wrapper_that_compares_equal_to_what_it_wraps_is_still_seen(
         assert calls == ["EVALSHA"]
 
 
+def test_the_remembered_check_sees_a_wrapper_that_compares_equal(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    client = redis.Redis(protocol=2)  # never connected to
+    direct = _wire.Direct(client, redis.Redis)
+    assert direct.pool() is client.connection_pool  # remembered
+    wrapper = _WraptLike(vars(redis.Redis)["execute_command"], [])
+    monkeypatch.setattr(redis.Redis, "execute_command", wrapper)
+    assert direct.pool() is None
+    monkeypatch.undo()
+    assert direct.pool() is client.connection_pool
+
+
 class _Slotted:
     """A client wrapper without a __dict__ (the saver accepts anything with
     execute_command and pipeline): its calls go through its execute_command."""
