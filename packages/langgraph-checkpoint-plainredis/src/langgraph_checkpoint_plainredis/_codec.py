@@ -55,7 +55,7 @@ def _netstring(data: bytes) -> bytes:
 
 def join_netstrings(parts: Sequence[bytes]) -> bytes:
     """Concatenates `parts` as netstrings."""
-    return b"".join(_netstring(p) for p in parts)
+    return b"".join([b"%d:%s," % (len(p), p) for p in parts])
 
 
 def _read(data: bytes, pos: int, key: str) -> tuple[bytes, int]:
@@ -114,7 +114,7 @@ def encode_checkpoint(
 ) -> bytes:
     """Encodes a checkpoint value. `run` is the escaped run id, or ``""``."""
     parent, run_b = (parent_id or "").encode(), run.encode()
-    refs_b = b"".join([b"%d:%s," % (len(r), r) for r in map(str.encode, refs)])
+    refs_b = join_netstrings([r.encode() for r in refs])
     ctype, mtype = checkpoint[0].encode(), metadata[0].encode()
     cdata, mdata = checkpoint[1], metadata[1]
     return b"\x01%d:%s,%d:%s,%d:%s,%d:%s,%d:%s,%d:%s,%d:%s," % (
