@@ -7,6 +7,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from langgraph_checkpoint_plainredis._keys import (
+    _KNOWN_ID_LENGTH,
+    _KNOWN_THREADS,
     EMPTY_THREAD_TAG,
     KeySpace,
     blob_channel,
@@ -113,3 +115,17 @@ def test_bad_prefix_is_refused_with_the_fix(prefix: object, error: type[Exceptio
 def test_thread_id_must_be_text() -> None:
     with pytest.raises(TypeError, match="str"):
         KeySpace("lg").thread(b"x")  # type: ignore[arg-type]
+
+
+def test_a_threads_keys_are_built_once_and_what_is_remembered_stays_bounded() -> None:
+    space = KeySpace("lg")
+    first = space.thread("t-1")
+    assert space.thread("t-1") is first
+    assert first.cp_prefix == space.thread("t-1").cp_prefix == "lg:cp:{t-1}:"
+    for i in range(_KNOWN_THREADS + 10):
+        assert space.thread(f"other-{i}").thread_id == f"other-{i}"
+    assert len(space._threads) <= _KNOWN_THREADS
+    long_id = "x" * (_KNOWN_ID_LENGTH + 1)
+    assert space.thread(long_id).component == long_id
+    assert long_id not in space._threads  # a 10 KB id is built each time, never kept
+    assert KeySpace("other").thread("t-1").cp_prefix == "other:cp:{t-1}:"

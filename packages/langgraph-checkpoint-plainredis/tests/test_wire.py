@@ -34,7 +34,13 @@ def checkpoint(text: str) -> Any:
 
 
 ARGS = st.lists(
-    st.one_of(st.text(), st.binary(), st.integers(min_value=-(2**63), max_value=2**63 - 1)),
+    st.one_of(
+        st.text(),
+        st.binary(),
+        st.integers(min_value=-(2**63), max_value=2**63 - 1),
+        st.binary(min_size=1020, max_size=1030),  # around the size pack stops formatting in
+        st.text(min_size=1020, max_size=1030),
+    ),
     min_size=1,
     max_size=12,
 )
@@ -687,9 +693,11 @@ def test_a_long_reply_in_small_pieces_is_read_once(piece: int) -> None:
 class _Stream:
     """An asyncio connection's reader and writer over `data`, in `piece`-byte pieces."""
 
-    def __init__(self, data: bytes, piece: int) -> None:
+    def __init__(self, data: bytes, piece: int, buffered: int = 0) -> None:
         self.reader = asyncio.StreamReader()
         self.data, self.piece, self.sent = data, piece, b""
+        self.transport = SimpleNamespace(get_write_buffer_size=lambda: buffered)
+        self.drained = 0
 
     def write(self, data: bytes) -> None:
         self.sent += data
@@ -699,7 +707,7 @@ class _Stream:
             )
 
     async def drain(self) -> None:
-        pass
+        self.drained += 1
 
 
 async def _async_conn_on(stream: _Stream) -> Any:
@@ -728,6 +736,24 @@ async def test_an_async_reply_reads_back_whole_however_the_stream_splits_it(
     conn = await _async_conn_on(stream)
     assert await _wire.aexchange(conn, b"PING") == value
     assert stream.sent == b"PING" and conn.disconnected == []
+
+
+async def test_an_async_send_is_drained_only_when_the_socket_left_some_of_it() -> None:
+    taken = _Stream(_resp(b"ok"), 64)
+    assert await _wire.aexchange(await _async_conn_on(taken), b"PING") == b"ok"
+    left = _Stream(_resp(b"ok"), 64, buffered=3)
+    assert await _wire.aexchange(await _async_conn_on(left), b"PING") == b"ok"
+    assert (taken.drained, left.drained) == (0, 1)
+
+
+async def test_an_async_send_that_never_drains_times_out_and_disconnects() -> None:
+    stuck = _Stream(b"", 64, buffered=3)
+    stuck.drain = lambda: asyncio.sleep(60)  # type: ignore[method-assign]
+    conn = await _async_conn_on(stuck)
+    conn.socket_timeout = 0.05
+    with pytest.raises(redis.TimeoutError):
+        await _wire.aexchange(conn, b"PING")
+    assert conn.disconnected == [True]
 
 
 @pytest.mark.parametrize("piece", [4096, 70_000])

@@ -202,6 +202,10 @@ def _str_blob_suffix(channel: str, version: str) -> str:
     return f"{escape(channel)}{SEP}{version_tag(version)}"
 
 
+_KNOWN_THREADS = 1024  # `KeySpace.thread` remembers at most this many threads' keys,
+_KNOWN_ID_LENGTH = 256  # of ids up to this long
+
+
 class KeySpace:
     """Builds and parses every key under one prefix."""
 
@@ -226,6 +230,8 @@ class KeySpace:
                 f"pass {prefix.rstrip(SEP)!r}"
             )
         self.prefix = prefix
+        # A graph makes several calls per step on one thread: its keys are built once.
+        self._threads: dict[str, ThreadKeys] = {}
 
     @property
     def threads(self) -> str:
@@ -259,7 +265,14 @@ class KeySpace:
                 f"thread_id must be a str, got {type(thread_id).__name__} {thread_id!r}; "
                 "convert it with str() before passing it in the config"
             )
-        return ThreadKeys(self.prefix, thread_id, _thread_component(thread_id))
+        known = self._threads.get(thread_id)
+        if known is None:
+            known = ThreadKeys(self.prefix, thread_id, _thread_component(thread_id))
+            if len(thread_id) <= _KNOWN_ID_LENGTH:  # bounded; dict operations are atomic
+                if len(self._threads) >= _KNOWN_THREADS:
+                    self._threads.clear()
+                self._threads[thread_id] = known
+        return known
 
     @property
     def ns_pattern(self) -> str:

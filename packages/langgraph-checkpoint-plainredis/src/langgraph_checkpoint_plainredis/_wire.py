@@ -18,7 +18,7 @@ import sys
 import threading
 import time
 from collections.abc import Sequence
-from typing import Any, cast
+from typing import Any
 
 import redis
 
@@ -70,6 +70,9 @@ def gives_up(conn: Any, error: BaseException) -> bool:
     return _RAISES_UNLISTED and (listed is None or not isinstance(error, tuple(listed)))
 
 
+_DROPPED = redis.ConnectionError("closed by the server")  # never raised: only classified
+
+
 def retries_drops(conn: Any) -> bool:
     """Whether a call on `conn` would be retried if the server had closed the connection:
     its `Retry` allows a retry, for `ConnectionError`, and (redis-py before 6) the
@@ -77,8 +80,7 @@ def retries_drops(conn: Any) -> bool:
     retry = getattr(conn, "retry", None)
     count = getattr(retry, "_retries", 0)  # redis-py before 6 has no get_retries()
     supported = tuple(getattr(retry, "_supported_errors", ()))
-    dropped = redis.ConnectionError("closed by the server")
-    return count != 0 and isinstance(dropped, supported) and not gives_up(conn, dropped)
+    return count != 0 and isinstance(_DROPPED, supported) and not gives_up(conn, _DROPPED)
 
 
 # Time that also runs while the machine sleeps (Linux), so that a suspended process does
@@ -90,6 +92,9 @@ _clock = (
 )
 
 
+_COPY_MAX = 1024  # `pack` formats shorter arguments into their header in one operation
+
+
 def pack(args: Sequence[str | bytes | int], errors: str = "strict") -> bytes:
     """One command as RESP: an array of bulk strings (the same in RESP2 and RESP3).
 
@@ -98,13 +103,13 @@ def pack(args: Sequence[str | bytes | int], errors: str = "strict") -> bytes:
     parts = [b"*%d\r\n" % len(args)]
     append = parts.append
     for arg in args:
-        kind = type(arg)  # exact types first: a put packs some thirty arguments
-        if kind is str:
-            data = cast(str, arg).encode("utf-8", errors)
-        elif kind is bytes:
-            data = cast(bytes, arg)
-        elif kind is int:
-            data = b"%d" % cast(int, arg)
+        # exact types first, without a call per argument: a put packs some thirty
+        if type(arg) is str:
+            data = arg.encode("utf-8", errors)
+        elif type(arg) is bytes:
+            data = arg
+        elif type(arg) is int:
+            data = b"%d" % arg
         elif isinstance(arg, bytes):
             data = arg
         elif isinstance(arg, str):
@@ -113,7 +118,10 @@ def pack(args: Sequence[str | bytes | int], errors: str = "strict") -> bytes:
             data = b"%d" % arg
         else:
             raise TypeError(f"a script argument must be str, bytes or int, got {arg!r}")
-        append(b"$%d\r\n%s\r\n" % (len(data), data))
+        if len(data) < _COPY_MAX:
+            append(b"$%d\r\n%s\r\n" % (len(data), data))
+        else:  # a channel value: copied once, by the join
+            parts += (b"$%d\r\n" % len(data), data, b"\r\n")
     return b"".join(parts)
 
 
@@ -313,8 +321,9 @@ async def aexchange(conn: Any, packed: bytes) -> Any:
     replies = Replies(conn._parser.parse_error)
     try:
         writer.write(packed)
-        async with _async_timeout(conn.socket_timeout):  # the send and the reply each get
-            await writer.drain()  # the whole timeout, as in redis-py
+        if writer.transport.get_write_buffer_size():  # else the socket took it all at once
+            async with _async_timeout(conn.socket_timeout):  # the send and the reply each
+                await writer.drain()  # get the whole timeout, as in redis-py
         async with _async_timeout(conn.socket_timeout):
             while not replies.take(
                 # inside a long bulk string, all the rest of it at once
