@@ -129,3 +129,19 @@ def test_a_threads_keys_are_built_once_and_what_is_remembered_stays_bounded() ->
     assert space.thread(long_id).component == long_id
     assert long_id not in space._threads  # a 10 KB id is built each time, never kept
     assert KeySpace("other").thread("t-1").cp_prefix == "other:cp:{t-1}:"
+
+
+def test_an_id_of_a_str_subclass_gets_keys_of_its_own_text() -> None:
+    """A subclass may call two different texts equal: each still gets its own keys."""
+
+    class Folded(str):
+        def __eq__(self, other: object) -> bool:
+            return isinstance(other, str) and self.lower() == other.lower()
+
+        def __hash__(self) -> int:
+            return hash(self.lower())
+
+    space = KeySpace("lg")
+    assert space.thread("alice").cp_prefix == "lg:cp:{alice}:"
+    assert space.thread(Folded("Alice")).cp_prefix == "lg:cp:{Alice}:"
+    assert space.thread("alice").cp_prefix == "lg:cp:{alice}:"

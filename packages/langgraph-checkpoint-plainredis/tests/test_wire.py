@@ -5,7 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import os
 import re
+import signal
+import threading
+import warnings
 from types import SimpleNamespace
 from typing import Any
 
@@ -417,6 +421,38 @@ def test_a_forked_child_keeps_none_of_its_parents_connections(
     assert idle.drain() == []  # the child's pool never lent it: nothing to give back
 
 
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork here")
+def test_a_child_forked_while_a_thread_held_the_kept_connections_lock_does_not_hang() -> None:
+    """The thread holding the lock does not exist in the child: the child's first call
+    gets a lock of its own instead of waiting for good (killed by SIGALRM before)."""
+    idle = _wire.Idle(_client_of(64))
+    assert idle.keep(_conn("parent's"))
+    held, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with idle._lock:
+            held.set()
+            release.wait()
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    held.wait()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)  # fork with threads, 3.12+
+            pid = os.fork()
+        if pid == 0:  # pragma: no cover - the child reports by its exit status only
+            signal.alarm(5)
+            ok = idle.take() is None and idle.keep(_conn("child's")) and len(idle) == 1
+            os._exit(0 if ok else 1)
+        _, status = os.waitpid(pid, 0)
+    finally:
+        release.set()
+        holder.join()
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
+    assert len(idle) == 1 and idle.take() is not None  # the parent's own is still there
+
+
 def test_a_kept_connection_is_polled_once_idle_for_fresh_seconds(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -476,6 +512,35 @@ async def test_more_concurrent_calls_than_connections_all_complete(
             assert _named(probe, name) <= 32
             assert saver._idle is not None and len(saver._idle) <= _wire.Idle.KEEP
     probe.close()
+
+
+@pytest.mark.standalone
+def test_kept_connections_go_back_to_the_pool_before_a_call_that_borrows_for_itself(
+    redis_url: str, prefix: str
+) -> None:
+    """A pipelined call (prune of several threads) takes its connection from the pool
+    directly: the connections kept for script calls are given back first, so a pool
+    sized for the program's own concurrency is never 4 short."""
+    with RedisSaver(redis_url, prefix=prefix, cluster=False, max_connections=32) as saver:
+        for t in ("k1", "k2"):
+            saver.put(cfg(t), checkpoint("x"), {}, {"m": 1})
+        assert saver._idle is not None and len(saver._idle) == 1
+        saver.prune(["k1", "k2"], strategy="keep_latest")
+        assert len(saver._idle) == 0
+        pool = saver.client.connection_pool
+        assert len(pool._in_use_connections) == 0
+
+
+@pytest.mark.standalone
+async def test_kept_connections_go_back_to_the_pool_before_an_async_call_that_borrows_for_itself(
+    redis_url: str, prefix: str
+) -> None:
+    async with AsyncRedisSaver(redis_url, prefix=prefix, cluster=False) as saver:
+        for t in ("k1", "k2"):
+            await saver.aput(cfg(t), checkpoint("x"), {}, {"m": 1})
+        assert saver._idle is not None and len(saver._idle) == 1
+        await saver.aprune(["k1", "k2"], strategy="keep_latest")
+        assert len(saver._idle) == 0
 
 
 def test_a_passed_in_client_lends_each_connection_back_to_its_pool() -> None:
@@ -751,7 +816,7 @@ async def test_an_async_send_that_never_drains_times_out_and_disconnects() -> No
     stuck.drain = lambda: asyncio.sleep(60)  # type: ignore[method-assign]
     conn = await _async_conn_on(stuck)
     conn.socket_timeout = 0.05
-    with pytest.raises(redis.TimeoutError):
+    with pytest.raises(redis.TimeoutError, match="writing"):  # as redis-py says it
         await _wire.aexchange(conn, b"PING")
     assert conn.disconnected == [True]
 
@@ -931,6 +996,37 @@ def test_a_send_interrupted_half_way_drops_the_connection() -> None:
 def test_only_redis_pys_plain_connections_are_read_by_the_saver(cls: type, plain: bool) -> None:
     conn = object.__new__(cls)
     assert _wire.plain_io(conn) is plain
+
+
+def test_reading_patched_into_the_connection_class_later_is_called_from_then_on(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Tracing installed after the first calls (wrapt-style: the wrapper compares equal to
+    what it wraps) takes over reading at once, and the saver reads again once it is gone."""
+
+    class Traced(Connection):
+        pass
+
+    conn = object.__new__(Traced)
+    assert _wire.plain_io(conn)
+    original = Connection.read_response
+
+    class Wrapper:
+        def __init__(self, wrapped: Any) -> None:
+            self.__wrapped__ = wrapped
+
+        def __eq__(self, other: object) -> bool:
+            return other == self.__wrapped__
+
+        __hash__ = None  # type: ignore[assignment]
+
+        def __call__(self, *args: Any, **kwargs: Any) -> Any:
+            return self.__wrapped__(*args, **kwargs)
+
+    monkeypatch.setattr(Connection, "read_response", Wrapper(original))
+    assert not _wire.plain_io(conn)
+    monkeypatch.setattr(Connection, "read_response", original)
+    assert _wire.plain_io(conn)
 
 
 @pytest.mark.standalone

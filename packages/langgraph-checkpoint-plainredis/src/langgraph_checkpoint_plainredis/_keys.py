@@ -265,13 +265,17 @@ class KeySpace:
                 f"thread_id must be a str, got {type(thread_id).__name__} {thread_id!r}; "
                 "convert it with str() before passing it in the config"
             )
+        # Only an exact `str` is remembered (and looked up): a subclass may define its own
+        # equality, and every id must get keys built from its own text. Bounded; dict
+        # operations are atomic.
+        if type(thread_id) is not str or len(thread_id) > _KNOWN_ID_LENGTH:
+            return ThreadKeys(self.prefix, thread_id, _thread_component(thread_id))
         known = self._threads.get(thread_id)
         if known is None:
             known = ThreadKeys(self.prefix, thread_id, _thread_component(thread_id))
-            if len(thread_id) <= _KNOWN_ID_LENGTH:  # bounded; dict operations are atomic
-                if len(self._threads) >= _KNOWN_THREADS:
-                    self._threads.clear()
-                self._threads[thread_id] = known
+            if len(self._threads) >= _KNOWN_THREADS:
+                self._threads.clear()
+            self._threads[thread_id] = known
         return known
 
     @property

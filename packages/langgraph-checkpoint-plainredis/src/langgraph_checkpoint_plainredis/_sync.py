@@ -223,14 +223,17 @@ class RedisSaver(SaverCore, BaseCheckpointSaver[str]):
     # -- running plans -------------------------------------------------------------------
 
     def _send(self, plan: Plan, fallback: bool) -> list[Any]:
+        if len(plan) == 1 and isinstance(plan[0], Eval):
+            pool = self._direct_pool()
+            if pool is not None:
+                return [self._call_script(pool, wire_args(plan[0], fallback))]
+        # Anything else borrows from the pool itself: kept connections go back to it first.
+        if self._idle:
+            self._release_idle()
         if len(plan) == 1 and isinstance(plan[0], Scan):
             return [list(self._client.scan_iter(match=plan[0].pattern, count=1000))]
         if len(plan) == 1:
-            args = wire_args(plan[0], fallback)
-            pool = self._direct_pool() if isinstance(plan[0], Eval) else None
-            if pool is not None:
-                return [self._call_script(pool, args)]
-            return [self._client.execute_command(*args)]  # type: ignore[no-untyped-call]
+            return [self._client.execute_command(*wire_args(plan[0], fallback))]  # type: ignore[no-untyped-call]
         pipe = self._client.pipeline(transaction=False)
         for cmd in plan:
             pipe.execute_command(*wire_args(cmd, fallback))

@@ -224,9 +224,10 @@ class Replies:
         return len(self.buf) - self.pos
 
 
-_PLAIN_IO: dict[type, bool] = {}
-_IO_METHODS = ("send_packed_command", "read_response", "connect", "disconnect")
-# Where redis-py's plain connections (TCP, TLS, unix socket) get those methods; the
+# Per connection class: the I/O methods it was judged by, and whether they are plain.
+_PLAIN_IO: dict[type, tuple[tuple[Any, ...], bool]] = {}
+_PLAIN_IO_CLASSES = 64  # classes remembered at most (test doubles come and go)
+# Where redis-py's plain connections (TCP, TLS, unix socket) get their I/O methods; the
 # sentinel-managed and client-side-caching connections override them, so they are not.
 _IO_MODULES = ("redis.connection", "redis.asyncio.connection")
 
@@ -236,17 +237,32 @@ def plain_io(conn: Any) -> bool:
     reading: it speaks RESP2 (a RESP3 connection may also carry push messages), and its
     class does I/O as redis-py's plain connections do (a subclass overriding it, to count,
     trace or drop commands, or to fail over as a sentinel-managed one does, is called
-    instead)."""
+    instead). The verdict per class holds while its methods stay the same objects: one
+    patched later (tracing installed after the first call) is called from then on."""
     cls = type(conn)
-    plain = _PLAIN_IO.get(cls)
-    if plain is None:
-        methods = [getattr(cls, m, None) for m in _IO_METHODS]
-        plain = _PLAIN_IO[cls] = all(
+    methods = (
+        getattr(cls, "send_packed_command", None),
+        getattr(cls, "read_response", None),
+        getattr(cls, "connect", None),
+        getattr(cls, "disconnect", None),
+    )
+    known = _PLAIN_IO.get(cls)
+    if (
+        known is None
+        or known[0][0] is not methods[0]
+        or known[0][1] is not methods[1]
+        or known[0][2] is not methods[2]
+        or known[0][3] is not methods[3]
+    ):
+        plain = all(
             getattr(m, "__module__", None) in _IO_MODULES
             and (getattr(m, "__qualname__", None) or "").startswith("AbstractConnection.")
             for m in methods
         )
-    return plain and getattr(conn, "protocol", 2) in (2, "2")
+        if len(_PLAIN_IO) >= _PLAIN_IO_CLASSES:
+            _PLAIN_IO.clear()
+        known = _PLAIN_IO[cls] = (methods, plain)
+    return known[1] and getattr(conn, "protocol", 2) in (2, "2")
 
 
 def read_reply(conn: Any) -> Any:
@@ -319,11 +335,14 @@ async def aexchange(conn: Any, packed: bytes) -> Any:
     or timed-out exchange disconnects `conn`; an error reply keeps it)."""
     writer, reader = conn._writer, conn._reader
     replies = Replies(conn._parser.parse_error)
+    sending = False
     try:
         writer.write(packed)
-        if writer.transport.get_write_buffer_size():  # else the socket took it all at once
+        if writer.transport.get_write_buffer_size():  # else nothing waits in the transport
+            sending = True
             async with _async_timeout(conn.socket_timeout):  # the send and the reply each
                 await writer.drain()  # get the whole timeout, as in redis-py
+        sending = False
         async with _async_timeout(conn.socket_timeout):
             while not replies.take(
                 # inside a long bulk string, all the rest of it at once
@@ -334,6 +353,8 @@ async def aexchange(conn: Any, packed: bytes) -> Any:
                 pass
     except asyncio.TimeoutError:
         await conn.disconnect(nowait=True)
+        if sending:
+            raise redis.TimeoutError("Timeout writing to socket") from None
         raise redis.TimeoutError(f"Timeout reading from {_address(conn)}") from None
     except redis.RedisError:
         await conn.disconnect(nowait=True)
@@ -444,6 +465,18 @@ def reconnects(conn: Any) -> bool:
     return bool(getattr(conn, "should_reconnect", bool)())
 
 
+_FORK_LOCK = threading.Lock()  # replaced in every forked child, so never inherited held
+
+
+def _renew_fork_lock() -> None:
+    global _FORK_LOCK
+    _FORK_LOCK = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):  # POSIX; elsewhere no process forks
+    os.register_at_fork(after_in_child=_renew_fork_lock)
+
+
 class Idle:
     """Connections a saver keeps between its script calls, for a pool only it uses.
 
@@ -463,10 +496,11 @@ class Idle:
 
     Kept connections stay "in use" to the pool, so they must not starve anyone of it: at
     most `KEEP` are kept, none from a pool of fewer than `8 * KEEP` connections, and none
-    while one of the saver's calls waits for the pool. Nothing is kept with a credential
-    provider either: redis-py re-authenticates a connection when it returns to the pool. A
-    forked child starts empty, as the pool itself does after a fork: the parent's sockets
-    are not its to use.
+    while one of the saver's calls waits for the pool; the shells give them all back before
+    a call that borrows from the pool itself (a pipeline, a scan, any other command).
+    Nothing is kept with a credential provider either: redis-py re-authenticates a
+    connection when it returns to the pool. A forked child starts empty, as the pool itself
+    does after a fork: the parent's sockets are not its to use.
     """
 
     KEEP = 4
@@ -490,11 +524,17 @@ class Idle:
         return idle if idle._limit else None
 
     def _forked(self) -> bool:
-        """Forgets the parent's connections in a forked child (without closing them)."""
+        """Forgets the parent's connections in a forked child (without closing them).
+
+        The child gets a lock of its own: the parent's may have been held by a thread that
+        does not exist in the child, and would stay locked for good. One thread of the
+        child resets, under a lock that is new in every child."""
         if self._pid == os.getpid():
             return False
-        with self._lock:
-            self._pid, self._kept, self._waiting = os.getpid(), [], 0
+        with _FORK_LOCK:
+            if self._pid != os.getpid():
+                self._lock = threading.Lock()
+                self._pid, self._kept, self._waiting = os.getpid(), [], 0
         return True
 
     def take(self) -> tuple[Any, bool] | None:
