@@ -354,3 +354,52 @@ FORBIDDEN = [
 def test_scripts_use_only_redis_5_commands(pattern: str) -> None:
     for script in SCRIPTS.values():
         assert not re.search(pattern, script.source, re.IGNORECASE), (script.name, pattern)
+
+
+async def test_growing_messages_are_compressed_and_inflated_by_what_changed(
+    saver: Any, redis_url: str, prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A put compresses only the messages a step appended; a read of the version this saver
+    just wrote inflates nothing, and another saver (another process) inflates it whole."""
+    from langchain_core.messages import AIMessage
+
+    from langgraph_checkpoint_plainredis import _codec, _deflate
+
+    compressed: list[int] = []
+    inflated: list[int] = []
+    real_segment, real_decompress = _deflate._segment, _codec.zlib.decompress
+
+    def segment(data: bytes, start: int, dictionary: bytes = b"") -> bytes:
+        compressed.append(len(data) - start)
+        return real_segment(data, start, dictionary)
+
+    class Zlib:
+        error = _codec.zlib.error
+
+        @staticmethod
+        def decompress(data: bytes) -> bytes:
+            inflated.append(len(data))
+            return real_decompress(data)
+
+    monkeypatch.setattr(_deflate, "_segment", segment)
+    monkeypatch.setattr(_codec, "zlib", Zlib)
+    messages = [AIMessage(content=f"reply {n} " + "word " * 60, id=f"m{n}") for n in range(6)]
+    parent: str | None = None
+    for step in (3, 4, 5, 6):
+        cp = empty_checkpoint()
+        cp["id"] = f"{step:06d}"
+        cp["channel_values"] = {"messages": messages[:step]}
+        cp["channel_versions"] = {"messages": f"{step:032}.0"}
+        config = await saver.aput(cfg("t", parent), cp, {}, {"messages": f"{step:032}.0"})
+        parent = config["configurable"]["checkpoint_id"]
+        got = await saver.aget_tuple(cfg("t"))
+        assert got.checkpoint["channel_values"]["messages"] == messages[:step]
+    listed = [t async for t in saver.alist(cfg("t"), limit=1)]
+    assert listed[0].checkpoint["channel_values"]["messages"] == messages
+    assert inflated == []
+    first = len(saver.serde.dumps_typed(messages[:3])[1]) - 1  # all but the array head
+    appended = [len(saver.serde.dumps_typed([m])[1]) - 1 for m in messages[3:]]
+    assert compressed == [first, *appended]
+    with RedisSaver(redis_url, prefix=prefix) as other:
+        assert other.get_tuple(cfg("t")).checkpoint["channel_values"]["messages"] == messages
+    assert len(inflated) == 1

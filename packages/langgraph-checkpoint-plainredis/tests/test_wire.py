@@ -7,9 +7,6 @@ import asyncio
 import functools
 import os
 import re
-import signal
-import threading
-import warnings
 from types import SimpleNamespace
 from typing import Any
 
@@ -21,6 +18,7 @@ from hypothesis import strategies as st
 from langgraph.checkpoint.base import empty_checkpoint
 from redis.connection import Connection
 
+from agentstate_testkit.forking import child_passes_while_held
 from agentstate_testkit.savers import counting_client, wire_commands
 from langgraph_checkpoint_plainredis import AsyncRedisSaver, RedisSaver, _wire
 from langgraph_checkpoint_plainredis._wire import direct_pool, gives_up, pack
@@ -427,28 +425,10 @@ def test_a_child_forked_while_a_thread_held_the_kept_connections_lock_does_not_h
     gets a lock of its own instead of waiting for good (killed by SIGALRM before)."""
     idle = _wire.Idle(_client_of(64))
     assert idle.keep(_conn("parent's"))
-    held, release = threading.Event(), threading.Event()
-
-    def hold() -> None:
-        with idle._lock:
-            held.set()
-            release.wait()
-
-    holder = threading.Thread(target=hold)
-    holder.start()
-    held.wait()
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", DeprecationWarning)  # fork with threads, 3.12+
-            pid = os.fork()
-        if pid == 0:  # pragma: no cover - the child reports by its exit status only
-            signal.alarm(5)
-            ok = idle.take() is None and idle.keep(_conn("child's")) and len(idle) == 1
-            os._exit(0 if ok else 1)
-        _, status = os.waitpid(pid, 0)
-    finally:
-        release.set()
-        holder.join()
+    status = child_passes_while_held(
+        idle._lock,
+        lambda: idle.take() is None and idle.keep(_conn("child's")) and len(idle) == 1,
+    )
     assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
     assert len(idle) == 1 and idle.take() is not None  # the parent's own is still there
 

@@ -14,9 +14,10 @@ scripts can also read. Format version 1:
 from __future__ import annotations
 
 import zlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
+from ._deflate import COMPRESS_MIN
 from ._errors import CorruptDataError
 
 __all__ = [
@@ -35,7 +36,6 @@ __all__ = [
 V1 = b"\x01"
 V1_NAMED_TYPE = b"\x02"
 _ZLIB = 0x10  # flag on the first byte of a blob: the data is zlib-compressed
-COMPRESS_MIN = 512
 # One-byte codes for the types LangGraph's serializers emit; anything else is spelled out.
 _TYPE_CODES = {
     "msgpack": b"m",
@@ -138,44 +138,56 @@ def decode_checkpoint(data: bytes, key: str) -> StoredCheckpoint:
         raise CorruptDataError(key, f"invalid UTF-8: {exc}") from None
 
 
-def encode_blob(typed: tuple[str, bytes], compress: bool = False) -> bytes:
+def encode_blob(
+    typed: tuple[str, bytes], compress: bool = False, stream: bytes | None = None
+) -> bytes:
     """Encodes one channel value as returned by ``serde.dumps_typed``.
 
     With `compress`, values of at least `COMPRESS_MIN` bytes are zlib-compressed when
-    that saves an eighth or more.
+    that saves an eighth or more. `stream` is the value compressed already (a zlib
+    stream, see `_deflate`), used on the same condition.
     """
     data = typed[1]
     flag = 0
-    if compress and len(data) >= COMPRESS_MIN:
-        packed = zlib.compress(data, 1)
-        if len(packed) <= len(data) - len(data) // 8:
-            data, flag = packed, _ZLIB
+    if stream is None and compress and len(data) >= COMPRESS_MIN:
+        stream = zlib.compress(data, 1)
+    if stream is not None and len(stream) <= len(data) - len(data) // 8:
+        data, flag = stream, _ZLIB
     code = _TYPE_CODES.get(typed[0])
     if code is not None:
         return bytes((V1[0] | flag,)) + code + data
     return bytes((V1_NAMED_TYPE[0] | flag,)) + _netstring(typed[0].encode()) + data
 
 
-def decode_blob(data: bytes, key: str) -> tuple[str, bytes]:
-    """Decodes a blob value read from `key` into ``(type, bytes)``."""
+def decode_blob(
+    data: bytes, key: str, known: Callable[[bytes], bytes | None] | None = None
+) -> tuple[str, bytes]:
+    """Decodes a blob value read from `key` into ``(type, bytes)``.
+
+    `known` may give the bytes of a compressed value without inflating it (or None).
+    """
     head = data[0] if data else -1
     if head & ~_ZLIB == V1[0] and len(data) >= 2:
         name = _CODE_TYPES.get(data[1])
         if name is None:
             raise CorruptDataError(key, f"unknown type code {data[1:2]!r}")
-        return name, _inflate(data[2:], head, key)
+        return name, _inflate(data[2:], head, key, known)
     if head & ~_ZLIB == V1_NAMED_TYPE[0]:
         type_, pos = _read(data, 1, key)
         try:
-            return type_.decode(), _inflate(data[pos:], head, key)
+            return type_.decode(), _inflate(data[pos:], head, key, known)
         except UnicodeDecodeError:
             raise CorruptDataError(key, "type name is not UTF-8") from None
     raise CorruptDataError(key, f"not a version-1 blob (first bytes {data[:2]!r})")
 
 
-def _inflate(data: bytes, head: int, key: str) -> bytes:
+def _inflate(
+    data: bytes, head: int, key: str, known: Callable[[bytes], bytes | None] | None
+) -> bytes:
     if not head & _ZLIB:
         return data
+    if known is not None and (value := known(data)) is not None:
+        return value
     try:
         return zlib.decompress(data)
     except zlib.error as exc:

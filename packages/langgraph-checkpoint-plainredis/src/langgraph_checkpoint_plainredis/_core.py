@@ -8,6 +8,7 @@ shells only run plans (one round trip each) and feed the replies back.
 
 from __future__ import annotations
 
+import functools
 import math
 import random
 import time
@@ -37,6 +38,7 @@ from ._codec import (
     encode_checkpoint,
     encode_write,
 )
+from ._deflate import COMPRESS_MIN, ValueMemo
 from ._errors import (
     ArgumentTypeError,
     CorruptDataError,
@@ -247,6 +249,9 @@ class SaverCore:
         if not isinstance(compress, bool):
             raise TypeError(f"compress must be True or False, got {compress!r}")
         self.compress = compress
+        # The last value written per channel, to compress the next from it and read it
+        # back without inflating it (see `_deflate`).
+        self._memo = ValueMemo() if compress else None
         # Set by the shell once it knows the server. On a cluster, scripts touch only the
         # thread's hash slot: run sets are written by plain commands, and the registry is
         # not kept (a cross-slot write cannot be atomic with the thread's own keys, so a
@@ -305,18 +310,24 @@ class SaverCore:
         if not isinstance(checkpoint, dict):
             raise CorruptDataError(cp_key, "checkpoint is not a mapping")
         values: dict[str, Any] = {}
+        memo = self._memo
         for suffix, raw in zip(stored.refs, entry[3] or (), strict=False):
             if raw is None or raw is False:
                 continue
             blob_key = tk.blob_at(ns, suffix)
-            if shared is None:
-                typed = decode_blob(_b(raw), blob_key)
-            elif raw == b"" and blob_key in shared:
+            channel = blob_channel(suffix)
+            if shared is not None and raw == b"" and blob_key in shared:
                 typed = shared[blob_key]  # each tuple still gets objects of its own
             else:
-                typed = shared[blob_key] = decode_blob(_b(raw), blob_key)
+                known = None
+                if memo is not None:
+                    slot = (tk.thread_id, ns, channel)
+                    known = functools.partial(memo.decompressed, slot, suffix)
+                typed = decode_blob(_b(raw), blob_key, known)
+                if shared is not None:
+                    shared[blob_key] = typed
             if typed[0] != "empty":
-                values[blob_channel(suffix)] = self._loads(typed, blob_key)
+                values[channel] = self._loads(typed, blob_key)
         wr_key = tk.wr(ns, cid)
         writes = sorted(
             (decode_write(value, wr_key) for _, value in _pairs(entry[2])),
@@ -390,12 +401,19 @@ class SaverCore:
         run = escape_run(str(run_id)) if run_id is not None else ""  # "" and 0 are runs too
 
         written: dict[str, bytes] = {}
+        memo = self._memo
         for channel, version in new_versions.items():
+            suffix = blob_suffix(channel, version)
             if channel in values:
                 typed = self.serde.dumps_typed(values[channel])
-                written[blob_suffix(channel, version)] = encode_blob(typed, self.compress)
+                if memo is not None and len(typed[1]) >= COMPRESS_MIN:
+                    slot = (thread_id, ns, channel)
+                    stream = memo.compress(slot, suffix, typed[0], typed[1])
+                    written[suffix] = encode_blob(typed, stream=stream)
+                else:
+                    written[suffix] = encode_blob(typed)
             else:  # absent at this version: no key, which reads back as absent
-                written[blob_suffix(channel, version)] = ABSENT
+                written[suffix] = ABSENT
         refs = [blob_suffix(ch, v) for ch, v in checkpoint["channel_versions"].items()]
         payload = encode_checkpoint(
             parent_id,

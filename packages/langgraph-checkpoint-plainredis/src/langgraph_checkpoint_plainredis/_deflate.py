@@ -1,0 +1,192 @@
+"""zlib streams for channel values, each built on the last value of its channel. No I/O.
+
+A chat thread's messages channel grows by a message or two per step, and every version is
+stored whole. Compressing each one from scratch costs time in proportion to the thread's
+length: 85 µs for 20 messages, 480 µs for 100, twice per turn. `ValueMemo` remembers, per
+(thread, namespace, channel), the last value this process wrote and its compressed body; a
+new value that extends it (the same msgpack array with items appended, or the same bytes
+with more after them) compresses only what was added, at a near-constant cost.
+
+The result is an ordinary zlib stream, read back by `zlib.decompress` like any other:
+
+- the zlib header;
+- the value's leading array header as a stored block, when it has one (its length field is
+  the one part that changes as items are appended);
+- the body: raw deflate segments, each ending in a sync flush (byte-aligned). The first is
+  compressed alone; each later one is compressed with the bytes before it, from the body
+  only, as its dictionary, so its back-references fall inside the body, which every later
+  value repeats unchanged;
+- an empty final block and the Adler-32 of the whole value.
+
+Segments cost some ratio: about 1.25x the bytes of one-shot compression on chat messages
+(2.7x with no dictionary). Appends so small that their segments would cost more than that
+(a list of short strings, say) make the body compressed in one go again once it takes over
+`SLACK` times the bytes it took then. A read of the last value written to a channel skips
+decompression when the stored bytes are the ones written.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import weakref
+import zlib
+from typing import NamedTuple
+
+__all__ = ["COMPRESS_MIN", "ValueMemo", "array_head"]
+
+COMPRESS_MIN = 512  # values shorter than this are stored as they are
+LEVEL = 1  # zlib's fastest: values are written far more often than read back
+DICTIONARY = 4096  # bytes of the body before a new segment that it may refer to
+SLACK = 1.5  # segments may take this much more than the body compressed in one go
+_HEADER = b"\x78\x01"  # zlib header: deflate, 32 KiB window, fastest level
+_END = b"\x03\x00"  # an empty final block (fixed Huffman codes)
+_MAX_ENTRIES = 1024
+_MAX_BYTES = 32 << 20  # bytes remembered (raw plus compressed), at most
+_MAX_ENTRY = _MAX_BYTES // 16  # a longer value is compressed, not remembered
+
+
+def array_head(type_: str, data: bytes) -> int:
+    """The length of `data`'s leading msgpack array header, or 0 when it has none."""
+    if type_ != "msgpack" or not data:
+        return 0
+    first = data[0]
+    if 0x90 <= first <= 0x9F:  # fixarray
+        return 1
+    if first == 0xDC and len(data) >= 3:  # array 16
+        return 3
+    if first == 0xDD and len(data) >= 5:  # array 32
+        return 5
+    return 0
+
+
+def _adler32_combine(first: int, second: int, second_length: int) -> int:
+    """The Adler-32 of two byte strings joined, from theirs (zlib's ``adler32_combine``)."""
+    base = 65521
+    rem = second_length % base
+    low = first & 0xFFFF
+    high = (rem * low + (first >> 16) + (second >> 16) + base - rem) % base
+    low = (low + (second & 0xFFFF) + base - 1) % base
+    return low | (high << 16)
+
+
+def _stored(data: bytes) -> bytes:
+    """`data` as one stored deflate block, not the last."""
+    size = len(data)
+    return b"\x00" + size.to_bytes(2, "little") + (size ^ 0xFFFF).to_bytes(2, "little") + data
+
+
+def _segment(data: bytes, start: int, dictionary: bytes = b"") -> bytes:
+    """Raw deflate of `data[start:]`, sync-flushed."""
+    deflater = zlib.compressobj(LEVEL, zlib.DEFLATED, -15, 8, zlib.Z_DEFAULT_STRATEGY, dictionary)
+    return deflater.compress(memoryview(data)[start:]) + deflater.flush(zlib.Z_SYNC_FLUSH)
+
+
+class _Last(NamedTuple):
+    """The last value written to one channel."""
+
+    suffix: str  # its blob key suffix (channel and version)
+    type_: str
+    data: bytes  # uncompressed
+    head: int  # the length of its array header
+    check: int  # the Adler-32 of ``data[head:]``
+    ratio: float  # compressed / raw size of the body when it was last compressed in one go
+    stream: bytes  # the zlib stream stored (`data` compressed)
+
+    def body(self) -> bytes:
+        """The raw deflate segments of ``data[head:]``."""
+        start = len(_HEADER) + (5 + self.head if self.head else 0)
+        return self.stream[start : len(self.stream) - len(_END) - 4]
+
+
+_MEMOS: weakref.WeakSet[ValueMemo] = weakref.WeakSet()
+
+
+def _renew_locks() -> None:
+    """In a forked child: a thread that held a memo's lock at the fork does not exist there
+    (and may have left its byte count half updated)."""
+    for memo in list(_MEMOS):
+        memo._lock = threading.Lock()
+        memo._bytes = sum(len(x.data) + len(x.stream) for x in memo._last.values())
+
+
+if hasattr(os, "register_at_fork"):  # POSIX; elsewhere no process forks
+    os.register_at_fork(after_in_child=_renew_locks)
+
+
+class ValueMemo:
+    """Compresses channel values, building on the last one written per channel, and reads
+    those back without decompressing them. Safe to share between threads, and across a
+    fork (the child keeps what the parent remembered, under a lock of its own).
+
+    At most `_MAX_ENTRIES` channels and `_MAX_BYTES` bytes are remembered, the least
+    recently written forgotten first.
+    """
+
+    def __init__(self) -> None:
+        self._last: dict[tuple[str, str, str], _Last] = {}
+        self._bytes = 0
+        self._lock = threading.Lock()
+        _MEMOS.add(self)
+
+    def __len__(self) -> int:
+        return len(self._last)
+
+    def compress(self, slot: tuple[str, str, str], suffix: str, type_: str, data: bytes) -> bytes:
+        """A zlib stream of `data`, the value of channel `slot` (thread, namespace,
+        channel) at blob suffix `suffix`; remembered as the channel's last value."""
+        if type(data) is not bytes:  # a serializer may hand over any bytes-like object
+            data = bytes(data)
+        head = array_head(type_, data)
+        last = self._last.get(slot)
+        body = None
+        if last is not None and last.type_ == type_:
+            seen = len(last.data) - last.head
+            end = head + seen
+            if seen > 0 and data.startswith(memoryview(last.data)[last.head :], head):
+                body, check, ratio = last.body(), last.check, last.ratio
+                if end < len(data):
+                    body += _segment(data, end, data[max(head, end - DICTIONARY) : end])
+                    check = zlib.adler32(memoryview(data)[end:], check)
+                    # Each segment costs a few bytes of its own: many small appends would
+                    # outgrow compressing the whole body again, which resets the count.
+                    if len(body) > SLACK * ratio * (len(data) - head) + 64:
+                        body = None
+        if body is None:
+            body = _segment(data, head)
+            check = zlib.adler32(memoryview(data)[head:])
+            ratio = min(len(body) / max(len(data) - head, 1), 1.0)
+        whole = _adler32_combine(zlib.adler32(data[:head]), check, len(data) - head)
+        stream = b"".join(
+            (
+                _HEADER,
+                _stored(data[:head]) if head else b"",
+                body,
+                _END,
+                whole.to_bytes(4, "big"),
+            )
+        )
+        self._remember(slot, _Last(suffix, type_, data, head, check, ratio, stream))
+        return stream
+
+    def decompressed(self, slot: tuple[str, str, str], suffix: str, stream: bytes) -> bytes | None:
+        """The value of channel `slot` at `suffix` when `stream` is exactly what this memo
+        last compressed for it, else None (decompress it then)."""
+        last = self._last.get(slot)
+        if last is not None and last.suffix == suffix and last.stream == stream:
+            return last.data
+        return None
+
+    def _remember(self, slot: tuple[str, str, str], last: _Last) -> None:
+        size = len(last.data) + len(last.stream)
+        with self._lock:
+            old = self._last.pop(slot, None)
+            if old is not None:
+                self._bytes -= len(old.data) + len(old.stream)
+            if size > _MAX_ENTRY:
+                return
+            self._last[slot] = last
+            self._bytes += size
+            while len(self._last) > _MAX_ENTRIES or self._bytes > _MAX_BYTES:
+                oldest = self._last.pop(next(iter(self._last)))
+                self._bytes -= len(oldest.data) + len(oldest.stream)

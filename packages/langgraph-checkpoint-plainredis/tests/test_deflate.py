@@ -1,0 +1,260 @@
+"""Compressing a channel value from the last one written: always a valid zlib stream of
+exactly the value, only the appended bytes compressed, and bounded memory."""
+
+from __future__ import annotations
+
+import os
+import random
+import threading
+import zlib
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from langchain_core.messages import AIMessage, HumanMessage
+from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+
+from agentstate_testkit.forking import child_passes_while_held
+from langgraph_checkpoint_plainredis import _deflate
+from langgraph_checkpoint_plainredis._codec import decode_blob, encode_blob
+from langgraph_checkpoint_plainredis._deflate import COMPRESS_MIN, ValueMemo, array_head
+
+SLOT = ("thread", "", "messages")
+
+
+def _array(items: list[bytes]) -> bytes:
+    """A msgpack array header for len(items), then the items as they are."""
+    n = len(items)
+    if n < 16:
+        head = bytes([0x90 + n])
+    elif n < 1 << 16:
+        head = b"\xdc" + n.to_bytes(2, "big")
+    else:
+        head = b"\xdd" + n.to_bytes(4, "big")
+    return head + b"".join(items)
+
+
+def _segments(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Records how many bytes each deflate segment compresses."""
+    sizes: list[int] = []
+    real = _deflate._segment
+
+    def counted(data: bytes, start: int, dictionary: bytes = b"") -> bytes:
+        sizes.append(len(data) - start)
+        return real(data, start, dictionary)
+
+    monkeypatch.setattr(_deflate, "_segment", counted)
+    return sizes
+
+
+def test_array_heads() -> None:
+    assert array_head("msgpack", b"\x93abc") == 1
+    assert array_head("msgpack", b"\xdc\x00\x10" + b"x" * 16) == 3
+    assert array_head("msgpack", b"\xdd\x00\x01\x00\x00") == 5
+    assert array_head("msgpack", b"\x81\xa1a\x01") == 0  # a map
+    assert array_head("json", b"\x93abc") == 0
+    assert array_head("msgpack", b"") == 0
+    assert array_head("msgpack", b"\xdc\x00") == 0  # shorter than its own header
+    assert array_head("msgpack", b"\xdd\x00\x00\x00") == 0
+
+
+@pytest.mark.parametrize(
+    "value", [b"\xdc", b"\xdc\x00", b"\xdd", b"\xdd\x00\x00\x00", b"\x90", b""]
+)
+def test_values_shorter_than_an_array_header(value: bytes) -> None:
+    memo = ValueMemo()
+    for n, data in enumerate((value, value + b"\x00", value)):
+        assert zlib.decompress(memo.compress(SLOT, str(n), "msgpack", data)) == data
+
+
+def test_any_bytes_like_value() -> None:
+    memo = ValueMemo()
+    for n, data in enumerate((bytearray(b"\x92" + b"ab" * 400), memoryview(b"\x93" + b"ab" * 500))):
+        assert zlib.decompress(memo.compress(SLOT, str(n), "msgpack", data)) == bytes(data)
+
+
+steps = st.lists(
+    st.tuples(
+        st.sampled_from(["append", "append", "append", "replace", "same", "retype"]),
+        st.lists(st.binary(max_size=700), max_size=3),
+    ),
+    min_size=1,
+    max_size=25,
+)
+
+
+@given(steps, st.sampled_from([1, 14, 15, 65534]))
+def test_every_stream_inflates_to_its_value(ops: list[tuple[str, list[bytes]]], start: int) -> None:
+    """Appends across array-header sizes (fixarray -> array 16 -> array 32), replacements,
+    repeats and type changes: the stream always inflates to the value and checks out."""
+    memo = ValueMemo()
+    items = [b"\xa1x"] * start
+    type_ = "msgpack"
+    for n, (op, added) in enumerate(ops):
+        if op == "append":
+            items = items + added
+        elif op == "replace":
+            items = added
+        elif op == "retype":
+            type_ = "pickle" if type_ == "msgpack" else "msgpack"
+        data = _array(items)
+        stream = memo.compress(SLOT, f"v{n}", type_, data)
+        assert zlib.decompress(stream) == data
+        assert memo.decompressed(SLOT, f"v{n}", stream) == data
+
+
+@given(st.lists(st.binary(min_size=1, max_size=3000), min_size=2, max_size=8))
+def test_values_that_grow_without_a_head(parts: list[bytes]) -> None:
+    memo = ValueMemo()
+    data = b""
+    for n, part in enumerate(parts):
+        data += part
+        stream = memo.compress(SLOT, str(n), "bytes", data)
+        assert zlib.decompress(stream) == data
+
+
+def test_an_extension_compresses_only_what_was_appended(monkeypatch: pytest.MonkeyPatch) -> None:
+    sizes = _segments(monkeypatch)
+    memo = ValueMemo()
+    rng = random.Random(7)
+    items = [b"\xa7message" + rng.randbytes(40) for _ in range(15)]
+    memo.compress(SLOT, "a", "msgpack", _array(items))
+    assert sizes == [len(_array(items)) - 1]  # everything but the one-byte head
+    added = [b"\xa7message" + rng.randbytes(40) for _ in range(3)]
+    value = _array(items + added)  # 18 items: the head grows to three bytes
+    stream = memo.compress(SLOT, "b", "msgpack", value)
+    assert sizes[1:] == [sum(map(len, added))]
+    assert zlib.decompress(stream) == value
+    # Another channel, or a value that does not extend the last, starts over.
+    memo.compress(("thread", "", "other"), "c", "msgpack", value)
+    other = _array(added + items)
+    memo.compress(SLOT, "d", "msgpack", other)
+    assert sizes[2:] == [len(value) - 3, len(other) - 3]
+
+
+def test_chat_messages_compress_almost_as_well_as_in_one_go() -> None:
+    """A 100-message thread through LangGraph's serializer: under 1.4x the bytes of
+    one-shot zlib per version (1.25x measured; 2.7x without the dictionary)."""
+    words = (
+        "the of and to in is that it for on with as was be by this are or from at an but not "
+        "have they which you one were all we when there can been has more if will would who "
+        "so no what state graph message thread model tool call result answer question reply"
+    ).split()
+    serde = JsonPlusSerializer()
+    rng = random.Random(3)
+    memo = ValueMemo()
+    messages: list[Any] = []
+    ours = one_shot = 0
+    for n in range(100):
+        text = " ".join(rng.choice(words) for _ in range(rng.randint(12, 70)))
+        messages.append((AIMessage if n % 2 else HumanMessage)(content=text, id=f"m{n}"))
+        type_, value = serde.dumps_typed(messages)
+        ours += len(memo.compress(SLOT, str(n), type_, value))
+        one_shot += len(zlib.compress(value, 1))
+    assert ours < 1.4 * one_shot
+
+
+def test_small_appends_stay_close_to_compressing_in_one_go() -> None:
+    """A list growing by a short string per step: each segment costs more than it adds, so
+    the body is compressed in one go again whenever it outgrows SLACK times the bytes that
+    took, measured then (the ratio improves as a list grows: hence 2x per value)."""
+    serde = JsonPlusSerializer()
+    memo = ValueMemo()
+    items: list[str] = []
+    recompressed = ours = one_shots = 0
+    for n in range(400):
+        items.append(f"step-{n}")
+        type_, value = serde.dumps_typed(items)
+        if len(value) < COMPRESS_MIN:  # the saver stores shorter values as they are
+            continue
+        before = memo._last.get(SLOT)
+        stream = memo.compress(SLOT, str(n), type_, value)
+        one_shot = len(zlib.compress(value, 1))
+        assert zlib.decompress(stream) == value
+        assert len(stream) <= 2 * one_shot + 80, n
+        assert len(stream) <= len(value) - len(value) // 8  # so stored compressed
+        ours, one_shots = ours + len(stream), one_shots + one_shot
+        after = memo._last[SLOT]
+        recompressed += before is not None and len(after.body()) < len(before.body())
+    assert 0 < recompressed < 100
+    assert ours < _deflate.SLACK * one_shots
+
+
+def test_a_read_skips_inflating_only_the_stream_it_wrote() -> None:
+    memo = ValueMemo()
+    value = _array([b"\xa4text" * 200])
+    stream = memo.compress(SLOT, "v1", "msgpack", value)
+    assert memo.decompressed(SLOT, "v1", stream) == value
+    assert memo.decompressed(SLOT, "v0", stream) is None  # another version
+    assert memo.decompressed(SLOT, "v1", zlib.compress(value)) is None  # another writer's
+    assert memo.decompressed(("thread", "ns", "messages"), "v1", stream) is None
+
+
+def test_blobs_carry_the_stream_when_it_pays() -> None:
+    memo = ValueMemo()
+    value = ("msgpack", _array([b"\xa4text" * 300]))
+    blob = encode_blob(value, stream=memo.compress(SLOT, "v", *value))
+    assert len(blob) < len(value[1]) // 4
+    assert decode_blob(blob, "k") == value
+    hits: list[bytes] = []
+    assert decode_blob(blob, "k", lambda s: hits.append(s) or value[1]) == value
+    assert len(hits) == 1
+    noise = ("msgpack", random.Random(1).randbytes(900))
+    assert encode_blob(noise, stream=memo.compress(SLOT, "w", *noise)) == b"\x01m" + noise[1]
+
+
+def test_memory_stays_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_deflate, "_MAX_ENTRIES", 8)
+    monkeypatch.setattr(_deflate, "_MAX_BYTES", 64_000)
+    monkeypatch.setattr(_deflate, "_MAX_ENTRY", 16_000)
+    memo = ValueMemo()
+    rng = random.Random(5)
+    for n in range(40):
+        memo.compress(("t", str(n), "c"), "v", "bytes", rng.randbytes(3000) * 2)
+        assert len(memo) <= 8
+        assert memo._bytes <= 64_000
+    assert sum(len(x.data) + len(x.stream) for x in memo._last.values()) == memo._bytes
+    assert ("t", "39", "c") in memo._last and ("t", "0", "c") not in memo._last
+    memo.compress(("t", "39", "c"), "w", "bytes", b"y" * 20_000)  # too long to remember
+    assert ("t", "39", "c") not in memo._last
+    assert sum(len(x.data) + len(x.stream) for x in memo._last.values()) == memo._bytes
+
+
+def test_threads_sharing_a_memo_get_valid_streams() -> None:
+    memo = ValueMemo()
+    failures: list[Any] = []
+
+    def writer(seed: int) -> None:
+        rng = random.Random(seed)
+        items: list[bytes] = []
+        for n in range(60):
+            items.append(rng.randbytes(rng.randint(1, 300)))
+            value = _array(items)
+            slot = ("thread", "", "messages" if n % 2 else "shared")
+            if zlib.decompress(memo.compress(slot, str(n), "msgpack", value)) != value:
+                failures.append((seed, n))
+
+    threads = [threading.Thread(target=writer, args=(seed,)) for seed in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert failures == []
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork here")
+def test_a_child_forked_while_a_thread_held_the_lock_does_not_hang() -> None:
+    """The child gets a lock of its own (killed by SIGALRM if it waited for the parent's)."""
+    memo = ValueMemo()
+    value = _array([b"\xa4text" * 200])
+    stream = memo.compress(SLOT, "v1", "msgpack", value)
+    longer = _array([b"\xa4text" * 200, b"\xa4more" * 50])
+    status = child_passes_while_held(
+        memo._lock,
+        lambda: (
+            memo.decompressed(SLOT, "v1", stream) == value
+            and zlib.decompress(memo.compress(SLOT, "v2", "msgpack", longer)) == longer
+        ),
+    )
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
