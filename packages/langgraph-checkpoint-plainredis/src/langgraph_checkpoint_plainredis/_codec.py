@@ -17,7 +17,6 @@ import zlib
 from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
-from ._deflate import COMPRESS_MIN
 from ._errors import CorruptDataError
 
 __all__ = [
@@ -138,19 +137,14 @@ def decode_checkpoint(data: bytes, key: str) -> StoredCheckpoint:
         raise CorruptDataError(key, f"invalid UTF-8: {exc}") from None
 
 
-def encode_blob(
-    typed: tuple[str, bytes], compress: bool = False, stream: bytes | None = None
-) -> bytes:
+def encode_blob(typed: tuple[str, bytes], stream: bytes | None = None) -> bytes:
     """Encodes one channel value as returned by ``serde.dumps_typed``.
 
-    With `compress`, values of at least `COMPRESS_MIN` bytes are zlib-compressed when
-    that saves an eighth or more. `stream` is the value compressed already (a zlib
-    stream, see `_deflate`), used on the same condition.
+    `stream` is the value zlib-compressed (see `_deflate`), stored instead when that
+    saves an eighth or more.
     """
     data = typed[1]
     flag = 0
-    if stream is None and compress and len(data) >= COMPRESS_MIN:
-        stream = zlib.compress(data, 1)
     if stream is not None and len(stream) <= len(data) - len(data) // 8:
         data, flag = stream, _ZLIB
     code = _TYPE_CODES.get(typed[0])
