@@ -7,9 +7,6 @@ import asyncio
 import functools
 import os
 import re
-import socket
-import struct
-import sys
 from types import SimpleNamespace
 from typing import Any
 
@@ -899,68 +896,6 @@ def test_a_reply_that_comes_too_late_times_out_and_loses_nothing(
         assert got is not None and got.checkpoint["channel_values"]["m"] in ("kept", "late")
         assert len(list(saver.list(cfg("late")))) in (1, 2)  # the late put ran whole or not
     probe.close()
-
-
-def _kernel_timeouts(sock: socket.socket) -> tuple[float, float]:
-    """The socket's SO_RCVTIMEO and SO_SNDTIMEO, in seconds (0: none)."""
-
-    def seconds(option: int) -> float:
-        whole, micros = struct.unpack("@ll", sock.getsockopt(socket.SOL_SOCKET, option, 16))
-        return whole + micros / 1e6
-
-    return seconds(socket.SO_RCVTIMEO), seconds(socket.SO_SNDTIMEO)
-
-
-@pytest.mark.standalone
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="kernel timeouts: Linux")
-def test_a_script_call_reads_and_writes_its_socket_once_each_with_the_timeout_in_the_kernel(
-    redis_url: str, prefix: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A socket with a timeout polls before each send and receive; the saver's script calls
-    make one system call each instead, on the descriptor in blocking mode with the same
-    timeout set in the kernel, and set it up again when something changes it: redis-py's
-    own poll (non-blocking again), or a new timeout (relaxed during maintenance)."""
-    used: list[str] = []
-    for method in ("recv", "recv_into", "send", "sendall"):
-        original = getattr(socket.socket, method)
-
-        def counted(self: Any, *args: Any, _name: str = method, _f: Any = original) -> Any:
-            used.append(_name)
-            return _f(self, *args)
-
-        monkeypatch.setattr(socket.socket, method, counted)
-    with RedisSaver(redis_url, prefix=prefix, cluster=False, socket_timeout=2.5) as saver:
-        saver.put(cfg("direct"), checkpoint("x"), {}, {"m": 1})  # loads the scripts
-        assert saver.get_tuple(cfg("direct")) is not None
-        used.clear()
-        for _ in range(3):
-            saver.put(cfg("direct"), checkpoint("y"), {}, {"m": 1})
-            assert saver.get_tuple(cfg("direct")) is not None
-        assert used == []  # neither the socket's polling methods nor redis-py's reads
-        assert saver._idle is not None and len(saver._idle) == 1
-        conn = saver._idle.take()[0]  # type: ignore[index]
-        sock = conn._sock
-        assert sock.gettimeout() == 2.5  # redis-py's own calls keep their timeout
-        assert os.get_blocking(sock.fileno())
-        assert _kernel_timeouts(sock) == pytest.approx((2.5, 2.5), abs=0.011)  # in ticks
-        assert not conn.can_read()  # redis-py's poll: the descriptor is non-blocking again
-        assert not os.get_blocking(sock.fileno())
-        used.clear()
-        sock.settimeout(7.25)  # as redis-py relaxes a timeout
-        assert saver._idle.keep(conn)
-        written = saver.put(cfg("direct"), checkpoint("z"), {}, {"m": 1})
-        got = saver.get_tuple(cfg("direct"))
-        assert got is not None and got.config == written
-        assert os.get_blocking(sock.fileno()) and _kernel_timeouts(sock) == pytest.approx(
-            (7.25, 7.25), abs=0.011
-        )
-        assert used == []
-    with RedisSaver(redis_url, prefix=prefix, cluster=False, socket_timeout=None) as untimed:
-        untimed.put(cfg("direct"), checkpoint("w"), {}, {"m": 4})
-        assert untimed.get_tuple(cfg("direct")) is not None
-        assert untimed._idle is not None
-        sock = untimed._idle.take()[0]._sock  # type: ignore[index]
-        assert os.get_blocking(sock.fileno()) and _kernel_timeouts(sock) == (0, 0)
 
 
 def _unpauses(client: redis.Redis) -> bool:

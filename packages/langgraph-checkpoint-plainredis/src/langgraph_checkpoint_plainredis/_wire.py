@@ -5,9 +5,7 @@ than planning it: redis-py encodes each argument through its encoder, records me
 builds closures for its retry loop. For a plain client the shells pack the request here
 and run it on a connection of the client's own pool, under that connection's retry
 policy, the way `execute_command` does. Any other client, and every command that is not
-a script call, goes through `execute_command`. On Linux a blocking call reads and writes
-the socket's descriptor itself, one system call each, with the socket's timeout set in the
-kernel (see `_direct_fd`).
+a script call, goes through `execute_command`.
 """
 
 from __future__ import annotations
@@ -16,8 +14,6 @@ import asyncio
 import codecs
 import functools
 import os
-import socket
-import struct
 import sys
 import threading
 import time
@@ -269,62 +265,6 @@ def plain_io(conn: Any) -> bool:
     return known[1] and getattr(conn, "protocol", 2) in (2, "2")
 
 
-# Linux: a plain socket's timeout can live in the kernel (SO_RCVTIMEO, SO_SNDTIMEO on a
-# blocking descriptor), where a read or a write is one system call. Python keeps a socket's
-# timeout itself, and then polls before every send and receive: two more system calls per
-# exchange, and two more times the GIL is let go for another thread to take.
-_KERNEL_TIMEOUTS = sys.platform.startswith("linux")
-_DIRECT = "_plainredis_direct"  # per redis-py connection: (socket, timeout, descriptor)
-
-
-def _direct_fd(conn: Any, sock: Any) -> int:
-    """The descriptor of `conn`'s socket `sock` set up for `_read` and `send_raw`, or -1 to
-    use the socket's own methods (not a plain TCP or unix socket, not Linux, or
-    non-blocking: a timeout of 0).
-
-    The socket keeps its own timeout too, so redis-py's reads and writes on it (pipelines,
-    other commands) poll as before; the descriptor in blocking mode changes nothing for
-    them. The setup is made again for a new socket (a reconnect) or a new timeout
-    (redis-py relaxes timeouts while a server is under maintenance)."""
-    if not _KERNEL_TIMEOUTS or type(sock) is not socket.socket:
-        return -1
-    timeout = sock.gettimeout()
-    known = getattr(conn, _DIRECT, None)
-    if known is not None and known[0] is sock and known[1] == timeout:
-        return known[2]  # type: ignore[no-any-return]
-    fd = -1
-    if timeout != 0:
-        fd = sock.fileno()
-        if timeout is not None:
-            seconds = int(timeout)
-            micros = max(1, round((timeout - seconds) * 1e6)) if timeout > seconds else 0
-            limit = struct.pack("@ll", seconds, micros)  # struct timeval
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, limit)
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, limit)
-            os.set_blocking(fd, True)
-    setattr(conn, _DIRECT, (sock, timeout, fd))
-    return fd
-
-
-def _stalled(fd: int) -> None:
-    """After EAGAIN on a descriptor `_direct_fd` set up: a timeout if it is still blocking,
-    else something reset it (a poll of redis-py's sets the socket non-blocking): blocking
-    again, and the caller tries once more."""
-    if os.get_blocking(fd):
-        raise TimeoutError
-    os.set_blocking(fd, True)
-
-
-def _read(sock: Any, fd: int, count: int) -> bytes:
-    if fd < 0:
-        return sock.recv(count)  # type: ignore[no-any-return]
-    while True:
-        try:
-            return os.read(fd, count)
-        except BlockingIOError:
-            _stalled(fd)
-
-
 def read_reply(conn: Any) -> Any:
     """One reply read straight off the socket of redis-py connection `conn` (RESP2).
 
@@ -338,12 +278,9 @@ def read_reply(conn: Any) -> Any:
     sock = conn._sock
     replies = Replies(conn._parser.parse_error)
     try:
-        fd = _direct_fd(conn, sock)
         while not replies.take(
             # inside a long bulk string, all the rest of it at once
-            _recv_exactly(sock, fd, replies.missing)
-            if replies.missing > _RECV
-            else _read(sock, fd, _RECV)
+            _recv_exactly(sock, replies.missing) if replies.missing > _RECV else sock.recv(_RECV)
         ):
             pass
     except TimeoutError:
@@ -363,10 +300,10 @@ def read_reply(conn: Any) -> Any:
     return replies.result()
 
 
-def _recv_exactly(sock: Any, fd: int, count: int) -> bytes:
+def _recv_exactly(sock: Any, count: int) -> bytes:
     chunks: list[bytes] = []
     while count > 0:
-        chunk = _read(sock, fd, min(count, 1 << 20))
+        chunk: bytes = sock.recv(min(count, 1 << 20))
         if not chunk:
             raise redis.ConnectionError("Connection closed by server.")
         chunks.append(chunk)
@@ -377,18 +314,8 @@ def _recv_exactly(sock: Any, fd: int, count: int) -> bytes:
 def send_raw(conn: Any, data: bytes) -> None:
     """Sends `data` on the open socket of `conn`, as `send_packed_command` does once
     connected and with no health check due (the same exceptions)."""
-    sock = conn._sock
     try:
-        fd = _direct_fd(conn, sock)
-        if fd < 0:
-            sock.sendall(data)
-        else:
-            view = memoryview(data)
-            while view:
-                try:
-                    view = view[os.write(fd, view) :]
-                except BlockingIOError:
-                    _stalled(fd)
+        conn._sock.sendall(data)
     except TimeoutError:
         conn.disconnect()
         raise redis.TimeoutError("Timeout writing to socket") from None
