@@ -335,3 +335,18 @@ def test_an_appended_segment_is_compressed_by_a_small_compressor() -> None:
         tracemalloc.stop()
     assert zlib.decompress(stream) == value
     assert peak < 96 * 1024, peak  # 300 KiB and more with zlib's defaults
+
+
+def test_a_long_append_keeps_the_whole_window() -> None:
+    """A segment over `SMALL_SEGMENT` bytes (a long tool result) is compressed with zlib's
+    32 KiB window: here repeats 8 KiB apart, which a 4 KiB window would not find."""
+    memo = ValueMemo()
+    items = [b"\xa7message" + b"some words of a reply " * 40 for _ in range(8)]
+    memo.compress(SLOT, "a", "msgpack", _array(items))
+    block = random.Random(5).randbytes(8192)
+    long_result = b"\xc5" + (5 * len(block)).to_bytes(2, "big") + block * 5  # bin 16
+    assert 5 * len(block) > _deflate.SMALL_SEGMENT
+    value = _array([*items, long_result])
+    stream = memo.compress(SLOT, "b", "msgpack", value)
+    assert zlib.decompress(stream) == value
+    assert len(stream) < len(block) + 4096  # each repeat a back-reference, not 8 KiB again

@@ -50,9 +50,12 @@ DICTIONARY = 4096  # bytes of the body before a new segment that it may refer to
 # for it: a window of DICTIONARY bytes and zlib's memory level 4 take about 60 KiB at the
 # peak, where zlib's defaults (32 KiB window, level 8) take 300 KiB, most of it cleared and
 # set up anew per segment. On a 100-message chat thread that stores 0.9 % more bytes.
-# Distances stay under 4 KiB, which any reader resolves (the header says 32 KiB).
+# Distances stay under 4 KiB, which any reader resolves (the header says 32 KiB). A segment
+# over SMALL_SEGMENT bytes (a long tool result) gets zlib's defaults, and repeats that far
+# apart within it.
 _SEGMENT_WBITS = -12
 _SEGMENT_MEMLEVEL = 4
+SMALL_SEGMENT = 4 * DICTIONARY
 SLACK = 1.5  # segments may take this much more than the body compressed in one go
 SEGMENTS = 32  # appended segments at most, then the body is compressed in one go again
 _HEADER = b"\x78\x01"  # zlib header: deflate, 32 KiB window, fastest level
@@ -93,12 +96,14 @@ def _stored(data: bytes) -> bytes:
 
 
 def _deflate(data: bytes, start: int, strategy: int, dictionary: bytes) -> bytes:
-    if dictionary:  # an appended segment: a small compressor, see _SEGMENT_WBITS
+    if not dictionary:  # the first segment
+        deflater = zlib.compressobj(LEVEL, zlib.DEFLATED, -15, 8, strategy)
+    elif len(data) - start <= SMALL_SEGMENT:  # see _SEGMENT_WBITS
         deflater = zlib.compressobj(
             LEVEL, zlib.DEFLATED, _SEGMENT_WBITS, _SEGMENT_MEMLEVEL, strategy, dictionary
         )
     else:
-        deflater = zlib.compressobj(LEVEL, zlib.DEFLATED, -15, 8, strategy)
+        deflater = zlib.compressobj(LEVEL, zlib.DEFLATED, -15, 8, strategy, dictionary)
     return deflater.compress(memoryview(data)[start:]) + deflater.flush(zlib.Z_SYNC_FLUSH)
 
 
