@@ -318,10 +318,14 @@ def test_appends_that_barely_repeat_keep_codes_of_their_own() -> None:
     assert ours < 1.05 * one_shot
 
 
+@pytest.mark.skipif(
+    "zlib-ng" in zlib.ZLIB_RUNTIME_VERSION or hasattr(zlib, "ZLIBNG_VERSION"),
+    reason="zlib-ng sizes its hash table whatever the memory level",
+)
 def test_an_appended_segment_is_compressed_by_a_small_compressor() -> None:
-    """zlib's default compressor takes about 300 KiB, set up anew for each segment of a few
-    hundred bytes; one with a window of `DICTIONARY` bytes and memory level 4 takes a fifth
-    (tracemalloc sees zlib's allocations), for 0.9 % more bytes on a chat thread."""
+    """zlib's default compressor takes about 270 KiB, set up anew for each segment of a few
+    hundred bytes; one with a window of `DICTIONARY` bytes and memory level 4 takes about
+    30 KiB (tracemalloc sees zlib's allocations; the peak also holds a 32 KiB output block)."""
     memo = ValueMemo()
     items = [b"\xa7message" + b"some words of a reply " * 40 for _ in range(8)]
     memo.compress(SLOT, "a", "msgpack", _array(items))
@@ -341,12 +345,15 @@ def test_a_long_append_keeps_the_whole_window() -> None:
     """A segment over `SMALL_SEGMENT` bytes (a long tool result) is compressed with zlib's
     32 KiB window: here repeats 8 KiB apart, which a 4 KiB window would not find."""
     memo = ValueMemo()
-    items = [b"\xa7message" + b"some words of a reply " * 40 for _ in range(8)]
+    rng = random.Random(5)
+    # barely compressible items: the segment is kept, not outgrown (see SLACK)
+    items = [b"\xc5\x03\x20" + rng.randbytes(800) for _ in range(8)]
     memo.compress(SLOT, "a", "msgpack", _array(items))
-    block = random.Random(5).randbytes(8192)
+    block = rng.randbytes(8192)
     long_result = b"\xc5" + (5 * len(block)).to_bytes(2, "big") + block * 5  # bin 16
-    assert 5 * len(block) > _deflate.SMALL_SEGMENT
     value = _array([*items, long_result])
     stream = memo.compress(SLOT, "b", "msgpack", value)
     assert zlib.decompress(stream) == value
-    assert len(stream) < len(block) + 4096  # each repeat a back-reference, not 8 KiB again
+    assert memo._last[SLOT].segments == 1  # appended, not compressed in one go again
+    # each repeat a back-reference: the items and one block, not the block five times
+    assert len(stream) < 8 * 800 + len(block) + 4096
