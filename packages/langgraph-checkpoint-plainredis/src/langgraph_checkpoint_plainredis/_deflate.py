@@ -96,14 +96,9 @@ def _stored(data: bytes) -> bytes:
 
 
 def _deflate(data: bytes, start: int, strategy: int, dictionary: bytes) -> bytes:
-    if not dictionary:  # the first segment
-        deflater = zlib.compressobj(LEVEL, zlib.DEFLATED, -15, 8, strategy)
-    elif len(data) - start <= SMALL_SEGMENT:  # see _SEGMENT_WBITS
-        deflater = zlib.compressobj(
-            LEVEL, zlib.DEFLATED, _SEGMENT_WBITS, _SEGMENT_MEMLEVEL, strategy, dictionary
-        )
-    else:
-        deflater = zlib.compressobj(LEVEL, zlib.DEFLATED, -15, 8, strategy, dictionary)
+    small = dictionary and len(data) - start <= SMALL_SEGMENT  # see _SEGMENT_WBITS
+    wbits, memory = (_SEGMENT_WBITS, _SEGMENT_MEMLEVEL) if small else (-15, 8)
+    deflater = zlib.compressobj(LEVEL, zlib.DEFLATED, wbits, memory, strategy, dictionary)
     return deflater.compress(memoryview(data)[start:]) + deflater.flush(zlib.Z_SYNC_FLUSH)
 
 
