@@ -221,6 +221,37 @@ async def server_work(redis_url: str, call: Awaitable[Any]) -> dict[str, int]:
     return delta
 
 
+async def test_a_put_writes_its_new_keys_in_bulk(
+    counted: tuple[Any, RoundTrips], redis_url: str
+) -> None:
+    """A put of a fresh checkpoint without a TTL: one EXISTS for the keys it creates (no
+    type check or read of each), one MSET for the payload and the values, one ZADD for the
+    key index, however many channels it writes. Writing a checkpoint again checks and reads
+    what is there."""
+    saver, _ = counted
+    await warm(saver)
+    work = []
+    for channels in (1, 6):
+        cp = empty_checkpoint()
+        cp["id"] = "000000"
+        cp["channel_values"] = {f"c{i}": "x" * (i * 300) for i in range(channels)}
+        cp["channel_versions"] = {f"c{i}": 1 for i in range(channels)} | {"gone": 1}
+        new = dict(cp["channel_versions"])
+        put = saver.aput(cfg(f"bulk-{channels}"), cp, {"run_id": "r"}, new)
+        work.append(await server_work(redis_url, put))
+    assert work[0] == work[1]
+    # the timeline's three zsets, the registry and the run set checked; ZCOUNT: whether a
+    # key of the timeline has a TTL; ZADDs: timeline, key index, namespace, registry
+    assert work[0] == {
+        "evalsha": 1, "exists": 1, "type": 5, "zcount": 1, "mset": 1, "zadd": 4, "sadd": 1,
+        "persist": 2,
+    }  # fmt: skip
+    again = await server_work(redis_url, saver.aput(cfg("bulk-6"), cp, {"run_id": "r"}, new))
+    # each key the put writes (payload, six values, the absent channel's) checked, the old
+    # payload read, and the absent channel's key deleted in case it was there
+    assert again["type"] == 5 + 1 + 7 and again["get"] == 1 and again["del"] == 1
+
+
 async def test_reads_run_the_same_commands_on_a_long_timeline(
     counted: tuple[Any, RoundTrips], redis_url: str
 ) -> None:
@@ -403,3 +434,12 @@ async def test_growing_messages_are_compressed_and_inflated_by_what_changed(
     with RedisSaver(redis_url, prefix=prefix) as other:
         assert other.get_tuple(cfg("t")).checkpoint["channel_values"]["messages"] == messages
     assert len(inflated) == 1
+
+
+@pytest.mark.parametrize("script", SCRIPTS.values(), ids=lambda s: s.name)
+def test_scripts_define_only_the_functions_they_call(script: Any) -> None:
+    """Redis makes every local function of a script anew on each call: a script carries
+    only the part of the shared prelude it can reach."""
+    for name in re.findall(r"^local function (\w+)", script.source, re.MULTILINE):
+        uses = re.findall(rf"\b{name}\b", script.source)
+        assert len(uses) > 1, (script.name, name)
