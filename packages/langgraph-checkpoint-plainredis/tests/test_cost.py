@@ -7,6 +7,7 @@ each (the cluster keeps no registry).
 
 from __future__ import annotations
 
+import asyncio
 import re
 import uuid
 from collections.abc import AsyncIterator, Awaitable
@@ -24,7 +25,7 @@ from agentstate_testkit.savers import (
 )
 from langgraph_checkpoint_plainredis import AsyncRedisSaver, RedisSaver
 from langgraph_checkpoint_plainredis._keys import KeySpace
-from langgraph_checkpoint_plainredis._scripts import SCRIPTS
+from langgraph_checkpoint_plainredis._scripts import _PRELUDE, SCRIPTS, _definitions
 
 pytestmark = pytest.mark.standalone
 
@@ -252,6 +253,25 @@ async def test_a_put_writes_its_new_keys_in_bulk(
     assert again["type"] == 5 + 1 + 7 and again["get"] == 1 and again["del"] == 1
 
 
+def test_a_put_with_a_ttl_checks_only_what_it_refreshes(redis_url: str, prefix: str) -> None:
+    """With a TTL a put also names the blobs its checkpoint reads but does not write, to
+    refresh them: those exist, so they are type-checked; what it writes is new (one EXISTS)."""
+    saver = RedisSaver(redis_url, prefix=prefix, ttl=3600)
+    cp = empty_checkpoint()
+    cp["id"] = "000000"
+    cp["channel_values"] = {"a": 1, "b": 2, "c": 3}
+    cp["channel_versions"] = {"a": 1, "b": 1, "c": 1}
+    first = saver.put(cfg("t"), cp, {}, dict(cp["channel_versions"]))
+    cp = {**cp, "id": "000001", "channel_values": {"a": 2, "b": 2, "c": 3}}
+    cp["channel_versions"] = {"a": 2, "b": 1, "c": 1}
+    work = asyncio.run(
+        server_work(redis_url, asyncio.to_thread(saver.put, first, cp, {}, {"a": 2}))
+    )
+    # the timeline's three zsets, its writes hash, the registry, the two refreshed blobs
+    assert work["exists"] == 1 and work["type"] == 3 + 1 + 1 + 2 and "get" not in work
+    saver.close()
+
+
 async def test_reads_run_the_same_commands_on_a_long_timeline(
     counted: tuple[Any, RoundTrips], redis_url: str
 ) -> None:
@@ -436,10 +456,27 @@ async def test_growing_messages_are_compressed_and_inflated_by_what_changed(
     assert len(inflated) == 1
 
 
+def _code(lua: str) -> str:
+    return re.sub(r"--[^\n]*", "", lua)
+
+
+PRELUDE_NAMES = {name for name, _ in _definitions(_PRELUDE)}
+
+
 @pytest.mark.parametrize("script", SCRIPTS.values(), ids=lambda s: s.name)
 def test_scripts_define_only_the_functions_they_call(script: Any) -> None:
     """Redis makes every local function of a script anew on each call: a script carries
-    only the part of the shared prelude it can reach."""
-    for name in re.findall(r"^local function (\w+)", script.source, re.MULTILINE):
-        uses = re.findall(rf"\b{name}\b", script.source)
-        assert len(uses) > 1, (script.name, name)
+    only the part of the shared prelude its code can reach (comments left out)."""
+    code = _code(script.source)
+    for name in re.findall(r"^local function (\w+)", code, re.MULTILINE):
+        assert len(re.findall(rf"\b{name}\b", code)) > 1, (script.name, name)
+
+
+@pytest.mark.parametrize("script", SCRIPTS.values(), ids=lambda s: s.name)
+def test_scripts_define_every_prelude_name_they_use(script: Any) -> None:
+    """A prelude function or variable left out of a script would fail only on the path
+    that calls it: every one the script's code names is defined in it."""
+    code = _code(script.source)
+    defined = set(re.findall(r"^local (?:function )?(\w+)", code, re.MULTILINE))
+    used = PRELUDE_NAMES & set(re.findall(r"\w+", code))
+    assert used <= defined, (script.name, used - defined)

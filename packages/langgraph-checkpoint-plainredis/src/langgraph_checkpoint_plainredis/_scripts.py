@@ -525,9 +525,12 @@ if ARGV[14] == '1' then REGISTRY = KEYS[#KEYS] end
 local p = {cp = ARGV[12], wr = ARGV[11], blob = ARGV[13], run = ARGV[16]}
 -- The checkpoint and blob keys a put writes are new as a rule (a fresh checkpoint id, blob
 -- versions with a random tail): one EXISTS says so, and only when one is there already are
--- their types checked one by one and the old payload read.
+-- their types checked one by one and the old payload read. Blobs it only refreshes (a
+-- TTL's '' entries) are there by design: always checked.
 local written = {KEYS[1]}
-for i = 1, nb do written[i + 1] = KEYS[4 + i] end
+for i = 1, nb do
+  if ARGV[16 + 2 * i] ~= '' then written[#written + 1] = KEYS[4 + i] end
+end
 local existing = false
 for i = 1, #written, 500 do
   existing = existing
@@ -546,8 +549,8 @@ if REGISTRY then
   err = check_registry(REGISTRY)
   if err then return err end
 end
-if existing then
-  for i = 1, nb do
+for i = 1, nb do
+  if existing or ARGV[16 + 2 * i] == '' then
     err = check(KEYS[4 + i], 'string')
     if err then return err end
   end
@@ -1065,33 +1068,51 @@ class Script:
         object.__setattr__(self, "sha", hashlib.sha1(self.source.encode()).hexdigest())
 
 
-# A top-level definition of the prelude: a local function or variable, with the comment
-# lines right above it.
-_DEFINITION = re.compile(r"^((?:--.*\n)*)local (?:function )?(\w+)", re.MULTILINE)
+# A top-level definition of the prelude: a local function or a local variable, with the
+# comment lines right above it.
+_DEFINITION = re.compile(r"^((?:--.*\n)*)local (?:function (\w+)\(|(\w+) = )", re.MULTILINE)
+_COMMENT = re.compile(r"--[^\n]*")
+
+
+def _names(lua: str) -> set[str]:
+    """The words of `lua`'s code, its comments left out."""
+    return set(re.findall(r"\w+", _COMMENT.sub("", lua)))
 
 
 def _definitions(prelude: str) -> list[tuple[str, str]]:
-    """The prelude's top-level definitions in order, as (name, source)."""
+    """The prelude's top-level definitions in order, as (name, source).
+
+    Every line the prelude starts at its left margin must begin a definition of one name,
+    end a function, or be a comment: anything else (``local a, b``, a forward declaration,
+    a statement) would be cut into the wrong piece, so it fails here, on import.
+    """
     found = list(_DEFINITION.finditer(prelude))
+    top = [line for line in prelude.splitlines() if line[:1] not in ("", " ")]
+    starts = [line for line in top if not line.startswith(("end", "--"))]
+    if len(starts) != len(found):
+        raise AssertionError(f"the prelude has top-level lines of another shape: {starts}")
     ends = [m.start() for m in found[1:]] + [len(prelude)]
-    return [(m.group(2), prelude[m.start() : end]) for m, end in zip(found, ends, strict=True)]
+    return [
+        (m.group(2) or m.group(3), prelude[m.start() : end])
+        for m, end in zip(found, ends, strict=True)
+    ]
 
 
 def _prelude_for(body: str) -> str:
-    """The part of the prelude `body` uses: each definition its text names, and theirs.
+    """The part of the prelude `body` uses: each definition its code names, and theirs.
 
     Redis runs the whole chunk on every call, so every local function of the prelude is
     made anew each time (5-7 us per call on Redis 7 for all of them): a script carries
-    only those it can call. A name that only appears in a comment brings its definition
-    along, which costs a closure but never breaks a script.
+    only those it can call. Definitions use only earlier ones, so one pass from the last
+    to the first finds them all.
     """
     definitions = _definitions(_PRELUDE)
-    words = set(re.findall(r"\w+", body))
+    words = _names(body)
     needed: set[str] = set()
-    for name, source in reversed(definitions):  # a definition uses only earlier ones
+    for name, source in reversed(definitions):
         if name in words:
             needed.add(name)
-            words |= set(re.findall(r"\w+", source))
+            words |= _names(source)
     return "\n" + "".join(source for name, source in definitions if name in needed)
 
 
