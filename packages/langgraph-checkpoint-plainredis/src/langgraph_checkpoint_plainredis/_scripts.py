@@ -596,11 +596,7 @@ else
   sets[#sets + 1] = KEYS[1]
   sets[#sets + 1] = payload
 end
-if existing then  -- else none of them is there
-  for i = 1, #absent, 500 do
-    redis.call('DEL', unpack(absent, i, math.min(i + 499, #absent)))
-  end
-end
+if existing then del_all(absent) end  -- else none of them is there
 for i = 1, #sets, 1000 do
   redis.call('MSET', unpack(sets, i, math.min(i + 999, #sets)))
 end
@@ -1106,14 +1102,17 @@ def _prelude_for(body: str) -> str:
     only those it can call. Definitions use only earlier ones, so one pass from the last
     to the first finds them all.
     """
-    definitions = _definitions(_PRELUDE)
     words = _names(body)
     needed: set[str] = set()
-    for name, source in reversed(definitions):
+    for name, _, uses in reversed(_PIECES):
         if name in words:
             needed.add(name)
-            words |= _names(source)
-    return "\n" + "".join(source for name, source in definitions if name in needed)
+            words |= uses
+    return "\n" + "".join(source for name, source, _ in _PIECES if name in needed)
+
+
+# Each definition of the prelude with the names its code uses, read once for all scripts.
+_PIECES = [(name, source, _names(source)) for name, source in _definitions(_PRELUDE)]
 
 
 def _script(name: str, body: str) -> Script:
