@@ -7,6 +7,9 @@ import asyncio
 import functools
 import os
 import re
+import socket
+import struct
+import sys
 from types import SimpleNamespace
 from typing import Any
 
@@ -18,6 +21,7 @@ from hypothesis import strategies as st
 from langgraph.checkpoint.base import empty_checkpoint
 from redis.connection import Connection
 
+from agentstate_testkit import servers
 from agentstate_testkit.forking import child_passes_while_held
 from agentstate_testkit.savers import counting_client, wire_commands
 from langgraph_checkpoint_plainredis import AsyncRedisSaver, RedisSaver, _wire
@@ -511,6 +515,80 @@ def test_kept_connections_go_back_to_the_pool_before_a_call_that_borrows_for_its
         assert len(pool._in_use_connections) == 0
 
 
+def _kernel_timeouts(sock: Any) -> tuple[float, float]:
+    """SO_RCVTIMEO and SO_SNDTIMEO of `sock`, in seconds (0: none)."""
+
+    def read(option: int) -> float:
+        seconds, micros = struct.unpack("@ll", sock.getsockopt(socket.SOL_SOCKET, option, 16))
+        return float(seconds + micros / 1_000_000)
+
+    return read(socket.SO_RCVTIMEO), read(socket.SO_SNDTIMEO)
+
+
+linux_only = pytest.mark.skipif(
+    not sys.platform.startswith("linux"), reason="held sockets: Linux only"
+)
+
+
+@pytest.mark.standalone
+@linux_only
+def test_a_kept_connection_waits_in_the_kernel_and_returns_to_the_pool_as_it_came(
+    redis_url: str, prefix: str
+) -> None:
+    """A kept connection's socket blocks, its socket_timeout set in the kernel: a send and
+    a read are one system call each, not a poll and the call. Given back to the pool it
+    has its Python timeout again and no kernel one, as redis-py left it."""
+    with RedisSaver(
+        redis_url, prefix=prefix, cluster=False, socket_timeout=2.5, max_connections=32
+    ) as saver:
+        for t in ("k1", "k2"):
+            saver.put(cfg(t), checkpoint("x"), {}, {"m": 1})
+        assert saver._idle is not None and len(saver._idle) == 1
+        conn = saver._idle._kept[0][0]
+        sock = conn._sock
+        assert sock.gettimeout() is None and _kernel_timeouts(sock) == (2.5, 2.5)
+        assert saver.get_tuple(cfg("k1")) is not None  # served on the held socket
+        assert conn._sock is sock and sock.gettimeout() is None
+        saver.prune(["k1", "k2"], strategy="keep_latest")  # borrows from the pool itself
+        assert len(saver._idle) == 0
+        assert conn._sock is sock and sock.gettimeout() == 2.5
+        assert _kernel_timeouts(sock) == (0.0, 0.0)
+        assert saver.get_tuple(cfg("k2")) is not None  # held again once kept
+        assert conn._sock is sock and sock.gettimeout() is None
+
+
+@pytest.mark.standalone
+def test_a_socket_without_a_timeout_is_left_as_it_is(redis_url: str, prefix: str) -> None:
+    """socket_timeout=None: redis-py's socket blocks already, and waits for ever."""
+    with RedisSaver(redis_url, prefix=prefix, cluster=False, socket_timeout=None) as saver:
+        saver.put(cfg("t"), checkpoint("x"), {}, {"m": 1})
+        assert saver._idle is not None and len(saver._idle) == 1
+        sock = saver._idle._kept[0][0]._sock
+        assert sock.gettimeout() is None and _kernel_timeouts(sock) == (0.0, 0.0)
+
+
+@pytest.mark.standalone
+@linux_only
+def test_a_saver_on_a_unix_socket_holds_it_and_times_out(redis_kind: str, tmp_path: Any) -> None:
+    """unix:// URLs take the same path: a held socket, and a late reply times out."""
+    path = tmp_path / "redis.sock"
+    with servers.start(redis_kind, extra_args=["--unixsocket", str(path)]) as server:
+        url = f"unix://{path}"
+        no_retry = redis.retry.Retry(redis.backoff.NoBackoff(), 0)
+        with RedisSaver(url, prefix="unix", socket_timeout=0.2, retry=no_retry) as saver:
+            saver.put(cfg("u"), checkpoint("x"), {}, {"m": 1})
+            assert saver._idle is not None and len(saver._idle) == 1
+            sock = saver._idle._kept[0][0]._sock
+            assert sock.family == socket.AF_UNIX and sock.gettimeout() is None
+            got = saver.get_tuple(cfg("u"))
+            assert got is not None and got.checkpoint["channel_values"]["m"] == "x"
+            probe = redis.Redis.from_url(server.url, protocol=2)
+            probe.execute_command("CLIENT", "PAUSE", 1000)
+            with pytest.raises(redis.TimeoutError, match="Timeout reading from"):
+                saver.get_tuple(cfg("u"))
+            probe.close()
+
+
 @pytest.mark.standalone
 async def test_kept_connections_go_back_to_the_pool_before_an_async_call_that_borrows_for_itself(
     redis_url: str, prefix: str
@@ -881,13 +959,16 @@ def test_a_reply_that_comes_too_late_times_out_and_loses_nothing(
     redis_url: str, prefix: str
 ) -> None:
     """A server that stops answering (here CLIENT PAUSE) makes the read time out with
-    redis-py's TimeoutError; with retries off the call fails, and the thread is intact."""
+    redis-py's TimeoutError, the held socket's kernel timeout as a Python one; with retries
+    off the call fails, and the thread is intact."""
     probe = redis.Redis.from_url(redis_url, protocol=2)
     no_retry = redis.retry.Retry(redis.backoff.NoBackoff(), 0)
     with RedisSaver(
         redis_url, prefix=prefix, cluster=False, socket_timeout=0.2, retry=no_retry
     ) as saver:
         saver.put(cfg("late"), checkpoint("kept"), {}, {"m": 1})
+        if sys.platform.startswith("linux"):  # the wait is the kernel's (see hold)
+            assert saver._idle is not None and saver._idle._kept[0][0]._sock.gettimeout() is None
         probe.execute_command("CLIENT", "PAUSE", 1000)
         with pytest.raises(redis.TimeoutError, match="Timeout reading from"):
             saver.put(cfg("late"), checkpoint("late"), {}, {"m": 1})

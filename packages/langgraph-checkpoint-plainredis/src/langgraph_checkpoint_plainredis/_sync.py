@@ -45,11 +45,13 @@ from ._wire import (
     Direct,
     Idle,
     gives_up,
+    hold,
     pack,
     plain_io,
     read_reply,
     reconnects,
     send_raw,
+    unhold,
 )
 
 __all__ = ["RedisSaver"]
@@ -210,6 +212,7 @@ class RedisSaver(SaverCore, BaseCheckpointSaver[str]):
     def _release_idle(self) -> None:
         kept = self._idle.drain() if self._idle is not None else []
         for conn in kept:  # only a plain client's pool lends connections to keep
+            unhold(conn)
             self._client.connection_pool.release(conn)  # type: ignore[union-attr]
 
     def setup(self) -> None:
@@ -256,6 +259,7 @@ class RedisSaver(SaverCore, BaseCheckpointSaver[str]):
                 if reconnects(conn) or (poll and _stale(conn)):
                     conn.disconnect()
             except BaseException:
+                unhold(conn)
                 pool.release(conn)
                 raise
             return conn
@@ -288,7 +292,11 @@ class RedisSaver(SaverCore, BaseCheckpointSaver[str]):
                 if reconnects(conn):
                     conn.disconnect()
             finally:
-                if not (clean and self._idle is not None and self._idle.keep(conn)):
+                keep = clean and self._idle is not None
+                if keep:
+                    hold(conn)  # before another thread can take it
+                if not (keep and self._idle.keep(conn)):  # type: ignore[union-attr]
+                    unhold(conn)
                     pool.release(conn)
 
     def _run(self, plan: Plan) -> list[Any]:

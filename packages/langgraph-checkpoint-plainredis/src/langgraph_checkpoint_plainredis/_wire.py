@@ -14,6 +14,8 @@ import asyncio
 import codecs
 import functools
 import os
+import socket
+import struct
 import sys
 import threading
 import time
@@ -45,12 +47,14 @@ __all__ = [
     "aexchange",
     "direct_pool",
     "gives_up",
+    "hold",
     "pack",
     "plain_io",
     "read_reply",
     "reconnects",
     "retries_drops",
     "send_raw",
+    "unhold",
 ]
 
 # redis-py before 5.3 needs a command name to hand out a connection; later ones warn on it.
@@ -283,7 +287,7 @@ def read_reply(conn: Any) -> Any:
             _recv_exactly(sock, replies.missing) if replies.missing > _RECV else sock.recv(_RECV)
         ):
             pass
-    except TimeoutError:
+    except (TimeoutError, BlockingIOError):  # BlockingIOError: a held socket's timeout
         conn.disconnect()
         raise redis.TimeoutError(f"Timeout reading from {_address(conn)}") from None
     except redis.RedisError:
@@ -316,7 +320,7 @@ def send_raw(conn: Any, data: bytes) -> None:
     connected and with no health check due (the same exceptions)."""
     try:
         conn._sock.sendall(data)
-    except TimeoutError:
+    except (TimeoutError, BlockingIOError):  # BlockingIOError: a held socket's timeout
         conn.disconnect()
         raise redis.TimeoutError("Timeout writing to socket") from None
     except OSError as error:
@@ -463,6 +467,67 @@ def reconnects(conn: Any) -> bool:
     """Whether redis-py 7+ marked `conn` to reconnect before its next command (its server
     is moving); older redis-py never does."""
     return bool(getattr(conn, "should_reconnect", bool)())
+
+
+# A kept connection's socket is "held": blocking, with the connection's `socket_timeout`
+# enforced by the kernel (SO_RCVTIMEO, SO_SNDTIMEO) instead of by Python. A socket with a
+# Python timeout polls before every send and every read, two system calls where one does,
+# and each lets another thread take the GIL; a saver's worker threads and the graph's own
+# thread trade it at every one. Linux only (the option's layout is its `struct timeval`),
+# plain TCP and unix sockets only (TLS reads through OpenSSL, which reports a kernel timeout
+# as a want-read). A timeout raises BlockingIOError there, mapped to redis-py's TimeoutError.
+_HOLDS = sys.platform.startswith("linux") and hasattr(socket, "SO_RCVTIMEO")
+_TIMEVAL = struct.Struct("@ll")
+_HELD = "_plainredis_held"  # set on a connection: the socket object it holds
+
+
+def _timeval(seconds: float) -> bytes:
+    micros = max(1, round(seconds * 1_000_000))  # zero would mean "no timeout"
+    return _TIMEVAL.pack(micros // 1_000_000, micros % 1_000_000)
+
+
+def hold(conn: Any) -> None:
+    """Holds the socket of `conn`, a connection about to be kept, when it can be: a plain
+    socket with a positive `socket_timeout`. Costs nothing once held; a socket redis-py
+    itself set back to its timeout (a poll of an idle connection does) is held again."""
+    sock = getattr(conn, "_sock", None)
+    if not _HOLDS or type(sock) is not socket.socket:
+        return
+    held = getattr(conn, _HELD, None) is sock
+    if held and sock.gettimeout() is None:
+        return
+    timeout = getattr(conn, "socket_timeout", None)
+    if not isinstance(timeout, (int, float)) or timeout <= 0:
+        return  # none (blocking already), or not one a kernel timeout can express
+    try:
+        if not held:
+            limit = _timeval(timeout)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, limit)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, limit)
+            setattr(conn, _HELD, sock)
+        sock.settimeout(None)
+    except OSError:
+        conn.disconnect()  # the next call connects afresh
+
+
+def unhold(conn: Any) -> None:
+    """Gives the socket of `conn` back its Python timeout, and the kernel none, before the
+    connection returns to the pool (whose other users expect redis-py's socket)."""
+    held = getattr(conn, _HELD, None)
+    if held is None:
+        return
+    setattr(conn, _HELD, None)
+    if held is getattr(conn, "_sock", None):  # else reconnected since: that one is closed
+        try:
+            _restore(held, conn.socket_timeout)
+        except OSError:
+            conn.disconnect()
+
+
+def _restore(sock: Any, timeout: float) -> None:
+    sock.settimeout(timeout)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, _TIMEVAL.pack(0, 0))
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, _TIMEVAL.pack(0, 0))
 
 
 _FORK_LOCK = threading.Lock()  # replaced in every forked child, so never inherited held
