@@ -578,10 +578,14 @@ def test_a_saver_on_a_unix_socket_holds_it_and_times_out(redis_kind: str, tmp_pa
         with RedisSaver(url, prefix="unix", socket_timeout=0.2, retry=no_retry) as saver:
             saver.put(cfg("u"), checkpoint("x"), {}, {"m": 1})
             assert saver._idle is not None and len(saver._idle) == 1
-            sock = saver._idle._kept[0][0]._sock
+            conn = saver._idle._kept[0][0]
+            sock = conn._sock
             assert sock.family == socket.AF_UNIX and sock.gettimeout() is None
             got = saver.get_tuple(cfg("u"))
             assert got is not None and got.checkpoint["channel_values"]["m"] == "x"
+            if conn.socket_timeout is None:  # redis-py 5.0 leaves it out of unix:// URLs
+                return
+            assert _kernel_timeouts(sock) == (0.2, 0.2)
             probe = redis.Redis.from_url(server.url, protocol=2)
             probe.execute_command("CLIENT", "PAUSE", 1000)
             with pytest.raises(redis.TimeoutError, match="Timeout reading from"):
@@ -1088,6 +1092,41 @@ def test_reading_patched_into_the_connection_class_later_is_called_from_then_on(
     assert not _wire.plain_io(conn)
     monkeypatch.setattr(Connection, "read_response", original)
     assert _wire.plain_io(conn)
+
+
+@pytest.mark.standalone
+@linux_only
+def test_a_held_connection_read_by_redis_py_gets_its_python_timeout_back(
+    monkeypatch: pytest.MonkeyPatch, redis_url: str, prefix: str
+) -> None:
+    """Reading patched in after a connection was kept (tracing installed later): redis-py
+    reads that connection with its own timeout again, so a late reply is its TimeoutError,
+    not an error of a socket it does not expect."""
+    probe = redis.Redis.from_url(redis_url, protocol=2)
+    no_retry = redis.retry.Retry(redis.backoff.NoBackoff(), 0)
+    with RedisSaver(
+        redis_url, prefix=prefix, cluster=False, socket_timeout=0.2, retry=no_retry
+    ) as saver:
+        saver.put(cfg("traced"), checkpoint("x"), {}, {"m": 1})
+        assert saver.get_tuple(cfg("traced")) is not None  # the server learns the script
+        assert saver._idle is not None
+        sock = saver._idle._kept[0][0]._sock
+        assert sock.gettimeout() is None  # held
+        reads = [0]
+        original = Connection.read_response
+
+        def traced(self: Any, *args: Any, **kwargs: Any) -> Any:
+            reads[0] += 1
+            return original(self, *args, **kwargs)
+
+        monkeypatch.setattr(Connection, "read_response", traced)
+        assert saver.get_tuple(cfg("traced")) is not None and reads == [1]
+        probe.execute_command("CLIENT", "PAUSE", 1000)
+        with pytest.raises(redis.TimeoutError):
+            saver.get_tuple(cfg("traced"))
+        assert reads[0] >= 2  # redis-py read it (and may call itself again inside)
+        probe.execute_command("CLIENT", "UNPAUSE") if _unpauses(probe) else _wait_pause()
+    probe.close()
 
 
 @pytest.mark.standalone

@@ -82,6 +82,7 @@ def _exchange(conn: Any, packed: bytes) -> Any:
         else:
             send_raw(conn, packed)
         return read_reply(conn)
+    unhold(conn)  # redis-py reads with its own timeout (instrumentation installed later)
     conn.send_packed_command([packed])
     return conn.read_response()
 
