@@ -414,12 +414,12 @@ def test_a_forked_child_keeps_none_of_its_parents_connections(
     idle = _wire.Idle(_client_of(64))
     parents, childs = _conn("parent's"), _conn("child's")
     assert idle.keep(parents)
-    monkeypatch.setattr(_wire.os, "getpid", lambda: -1)  # now in another process
+    monkeypatch.setattr(_wire, "_FORKS", _wire._FORKS + 1)  # now in a forked child
     assert idle.take() is None
     assert idle.keep(childs)
     assert idle.take() == (childs, False) and idle.take() is None
     assert idle.keep(parents)
-    monkeypatch.setattr(_wire.os, "getpid", lambda: -2)  # its child closes its saver
+    monkeypatch.setattr(_wire, "_FORKS", _wire._FORKS + 1)  # its child closes its saver
     assert idle.drain() == []  # the child's pool never lent it: nothing to give back
 
 

@@ -96,15 +96,17 @@ _clock = (
 )
 
 
-_COPY_MAX = 1024  # `pack` formats shorter arguments into their header in one operation
+_HEADS = [b"$%d" % n for n in range(4096)]  # bulk-string headers, without their CRLF
 
 
 def pack(args: Sequence[str | bytes | int], errors: str = "strict") -> bytes:
     """One command as RESP: an array of bulk strings (the same in RESP2 and RESP3).
 
     `str` goes as UTF-8 (`errors` as the client's ``encoding_errors``), `int` in decimal.
+    Every header and argument is one item of a CRLF join: no formatting per argument, and
+    a long value (a channel's) is copied once, by the join.
     """
-    parts = [b"*%d\r\n" % len(args)]
+    parts = [b"*%d" % len(args)]
     append = parts.append
     for arg in args:
         # exact types first, without a call per argument: a put packs some thirty
@@ -122,11 +124,11 @@ def pack(args: Sequence[str | bytes | int], errors: str = "strict") -> bytes:
             data = b"%d" % arg
         else:
             raise TypeError(f"a script argument must be str, bytes or int, got {arg!r}")
-        if len(data) < _COPY_MAX:
-            append(b"$%d\r\n%s\r\n" % (len(data), data))
-        else:  # a channel value: copied once, by the join
-            parts += (b"$%d\r\n" % len(data), data, b"\r\n")
-    return b"".join(parts)
+        size = len(data)
+        append(_HEADS[size] if size < 4096 else b"$%d" % size)
+        append(data)
+    append(b"")  # the last argument's CRLF
+    return b"\r\n".join(parts)
 
 
 _RECV = 65536
@@ -531,11 +533,13 @@ def _restore(sock: Any, timeout: float) -> None:
 
 
 _FORK_LOCK = threading.Lock()  # replaced in every forked child, so never inherited held
+_FORKS = 0  # forks this process descends from: a child sees a count its parent never had
 
 
 def _renew_fork_lock() -> None:
-    global _FORK_LOCK
+    global _FORK_LOCK, _FORKS
     _FORK_LOCK = threading.Lock()
+    _FORKS += 1
 
 
 if hasattr(os, "register_at_fork"):  # POSIX; elsewhere no process forks
@@ -576,7 +580,7 @@ class Idle:
         size = getattr(pool, "max_connections", 0) or 0
         reauth = (getattr(pool, "connection_kwargs", None) or {}).get("credential_provider")
         self._limit = self.KEEP if size >= 8 * self.KEEP and reauth is None else 0
-        self._pid = os.getpid()
+        self._forks = _FORKS
         self._kept: list[tuple[Any, float]] = []  # (connection, when its last call ended)
         self._waiting = 0
         self._lock = threading.Lock()
@@ -594,12 +598,12 @@ class Idle:
         The child gets a lock of its own: the parent's may have been held by a thread that
         does not exist in the child, and would stay locked for good. One thread of the
         child resets, under a lock that is new in every child."""
-        if self._pid == os.getpid():
+        if self._forks == _FORKS:  # no system call: a call takes this on every call
             return False
         with _FORK_LOCK:
-            if self._pid != os.getpid():
+            if self._forks != _FORKS:
                 self._lock = threading.Lock()
-                self._pid, self._kept, self._waiting = os.getpid(), [], 0
+                self._forks, self._kept, self._waiting = _FORKS, [], 0
         return True
 
     def take(self) -> tuple[Any, bool] | None:
