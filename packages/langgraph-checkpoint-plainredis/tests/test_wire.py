@@ -24,7 +24,7 @@ from redis.connection import Connection
 from agentstate_testkit import servers
 from agentstate_testkit.forking import child_passes_while_held
 from agentstate_testkit.savers import counting_client, wire_commands
-from langgraph_checkpoint_plainredis import AsyncRedisSaver, RedisSaver, _wire
+from langgraph_checkpoint_plainredis import AsyncRedisSaver, RedisSaver, _sync, _wire
 from langgraph_checkpoint_plainredis._wire import direct_pool, gives_up, pack
 
 
@@ -530,6 +530,14 @@ linux_only = pytest.mark.skipif(
 )
 
 
+def _drops_only() -> Any:
+    """A retry of dropped connections only: kept connections are not polled before use
+    (see Idle.take), so they stay held; a timeout is raised as it comes."""
+    return redis.retry.Retry(
+        redis.backoff.NoBackoff(), 1, supported_errors=(redis.ConnectionError,)
+    )
+
+
 @pytest.mark.standalone
 @linux_only
 def test_a_kept_connection_waits_in_the_kernel_and_returns_to_the_pool_as_it_came(
@@ -569,13 +577,205 @@ def test_a_socket_without_a_timeout_is_left_as_it_is(redis_url: str, prefix: str
 
 @pytest.mark.standalone
 @linux_only
+def test_a_late_reply_on_a_held_socket_times_out_in_the_kernel(
+    monkeypatch: pytest.MonkeyPatch, redis_url: str, prefix: str
+) -> None:
+    """The kept connection is not polled (its drops are retried), so the paused call reads
+    the held socket: the kernel's timeout, raised as redis-py's TimeoutError."""
+    probe = redis.Redis.from_url(redis_url, protocol=2)
+    polls: list[Any] = []
+    real_stale = _sync._stale
+    monkeypatch.setattr(_sync, "_stale", lambda conn: polls.append(conn) or real_stale(conn))
+    with RedisSaver(
+        redis_url, prefix=prefix, cluster=False, socket_timeout=0.2, retry=_drops_only()
+    ) as saver:
+        saver.put(cfg("held"), checkpoint("x"), {}, {"m": 1})
+        assert saver.get_tuple(cfg("held")) is not None
+        assert saver._idle is not None and saver._idle._kept[0][0]._sock.gettimeout() is None
+        probe.execute_command("CLIENT", "PAUSE", 1000)
+        with pytest.raises(redis.TimeoutError, match="Timeout reading from"):
+            saver.get_tuple(cfg("held"))
+        assert polls == []
+        probe.execute_command("CLIENT", "UNPAUSE") if _unpauses(probe) else _wait_pause()
+        got = saver.get_tuple(cfg("held"))
+        assert got is not None and got.checkpoint["channel_values"]["m"] == "x"
+    probe.close()
+
+
+def _held_pair(timeout: float) -> tuple[Any, socket.socket]:
+    """A redis-py connection on one end of a socket pair, held; and the other end."""
+    mine, peer = socket.socketpair()
+    conn = redis.Connection(
+        socket_timeout=timeout,
+        retry=redis.retry.Retry(redis.backoff.NoBackoff(), 3),
+        retry_on_error=[redis.ConnectionError],
+        protocol=2,
+    )
+    mine.settimeout(timeout)  # as redis-py leaves a socket it connected
+    conn._sock = mine
+    _wire.hold(conn)
+    return conn, peer
+
+
+@linux_only
+def test_a_held_read_with_nothing_to_read_raises_redis_pys_timeout() -> None:
+    conn, peer = _held_pair(0.1)
+    assert conn._sock.gettimeout() is None and _kernel_timeouts(conn._sock) == (0.1, 0.1)
+    with pytest.raises(redis.TimeoutError, match="Timeout reading from"):
+        _wire.read_reply(conn)
+    assert conn._sock is None  # disconnected
+    peer.close()
+
+
+@linux_only
+def test_a_held_send_to_a_server_that_reads_slowly_times_out_as_a_whole() -> None:
+    """The kernel limits each send; the request as a whole is limited too, as Python's
+    sendall limits it: a peer that keeps reading, slowly, cannot stretch it for ever."""
+    import threading
+
+    conn, peer = _held_pair(0.2)
+    stop = threading.Event()
+
+    def drain() -> None:  # 64 KiB every 50 ms: each send of ours makes some progress
+        peer.settimeout(0.05)
+        while not stop.is_set():
+            try:
+                peer.recv(65536)
+            except OSError:
+                pass
+            stop.wait(0.05)
+
+    reader = threading.Thread(target=drain)
+    reader.start()
+    try:
+        with pytest.raises(redis.TimeoutError, match="Timeout writing to socket"):
+            _wire.send_raw(conn, b"x" * (64 << 20))  # minutes at that pace
+    finally:
+        stop.set()
+        reader.join()
+        peer.close()
+
+
+@linux_only
+def test_a_held_send_of_a_short_request_is_one_system_call() -> None:
+    conn, peer = _held_pair(1.0)
+    calls: list[int] = []
+
+    class Counted:
+        def __init__(self, sock: socket.socket) -> None:
+            self.sock = sock
+
+        def gettimeout(self) -> Any:
+            return self.sock.gettimeout()
+
+        def send(self, data: Any) -> int:
+            calls.append(len(data))
+            return self.sock.send(data)
+
+    counted = Counted(conn._sock)
+    setattr(conn, _wire._HELD, counted)
+    conn._sock = counted
+    _wire.send_raw(conn, b"*1\r\n$4\r\nPING\r\n")
+    assert calls == [14] and peer.recv(100) == b"*1\r\n$4\r\nPING\r\n"
+    peer.close()
+
+
+@linux_only
+def test_the_rest_of_a_held_send_goes_out_under_pythons_timeout() -> None:
+    """A send the kernel took only part of: the rest is sent by sendall, with the socket's
+    Python timeout for the time it takes, then the socket is held again."""
+    conn, peer = _held_pair(1.0)
+    real = conn._sock
+    seen: list[Any] = []
+
+    class Partial:
+        def gettimeout(self) -> Any:
+            return real.gettimeout()
+
+        def settimeout(self, value: Any) -> None:
+            seen.append(("timeout", value))
+            real.settimeout(value)
+
+        def send(self, data: Any) -> int:
+            seen.append(("send", len(data)))
+            return real.send(bytes(data[:5]))
+
+        def sendall(self, data: Any) -> None:
+            seen.append(("sendall", len(data), real.gettimeout()))
+            real.sendall(data)
+
+    partial = Partial()
+    setattr(conn, _wire._HELD, partial)
+    conn._sock = partial
+    _wire.send_raw(conn, b"*1\r\n$4\r\nPING\r\n")
+    assert seen == [
+        ("send", 14),
+        ("timeout", 1.0),
+        ("sendall", 9, 1.0),
+        ("timeout", None),
+    ]
+    assert peer.recv(100) == b"*1\r\n$4\r\nPING\r\n" and real.gettimeout() is None
+    peer.close()
+
+
+class _GreenLike(socket.socket):
+    """A socket class from another module, as gevent's and eventlet's are."""
+
+
+@pytest.mark.parametrize(
+    ("change", "held"),
+    [
+        ({}, True),
+        ({"socket_timeout": None}, False),  # blocking already, and for ever
+        ({"health_check_interval": 30}, False),  # redis-py reads it: see _exchange
+        ({"protocol": 3}, False),  # RESP3: redis-py reads it
+        ({"retry": redis.retry.Retry(redis.backoff.NoBackoff(), 0)}, False),  # polled
+        ({"green": True}, False),  # its hub waits, not the kernel
+    ],
+)
+@linux_only
+def test_only_a_connection_the_saver_reads_itself_unpolled_is_held(
+    change: dict[str, Any], held: bool
+) -> None:
+    mine, peer = socket.socketpair()
+    if change.pop("green", False):
+        mine = _GreenLike(fileno=mine.detach())
+    options: dict[str, Any] = {
+        "socket_timeout": 0.5,
+        "retry": redis.retry.Retry(redis.backoff.NoBackoff(), 3),
+        "retry_on_error": [redis.ConnectionError],
+        "protocol": 2,
+        **change,
+    }
+    conn = redis.Connection(**options)
+    mine.settimeout(options["socket_timeout"])  # as redis-py leaves a socket it connected
+    conn._sock = mine
+    _wire.hold(conn)
+    assert (getattr(conn, _wire._HELD, None) is mine) is held
+    assert (mine.gettimeout() is None) is (held or options["socket_timeout"] is None)
+    assert _kernel_timeouts(mine) == ((0.5, 0.5) if held else (0.0, 0.0))
+    _wire.unhold(conn)
+    assert mine.gettimeout() == options["socket_timeout"] and _kernel_timeouts(mine) == (0, 0)
+    mine.close()
+    peer.close()
+
+
+def test_a_connection_is_prepared_only_when_it_is_kept() -> None:
+    idle = _wire.Idle(_client_of(64))
+    prepared: list[Any] = []
+    for n in range(idle.KEEP + 2):
+        idle.keep(_conn(f"c{n}"), prepared.append)
+    assert [c.label for c in prepared] == [f"c{n}" for n in range(idle.KEEP)]
+
+
+@pytest.mark.standalone
+@linux_only
 def test_a_saver_on_a_unix_socket_holds_it_and_times_out(redis_kind: str, tmp_path: Any) -> None:
     """unix:// URLs take the same path: a held socket, and a late reply times out."""
     path = tmp_path / "redis.sock"
     with servers.start(redis_kind, extra_args=["--unixsocket", str(path)]) as server:
         url = f"unix://{path}"
-        no_retry = redis.retry.Retry(redis.backoff.NoBackoff(), 0)
-        with RedisSaver(url, prefix="unix", socket_timeout=0.2, retry=no_retry) as saver:
+        with RedisSaver(url, prefix="unix", socket_timeout=0.2, retry=_drops_only()) as saver:
             saver.put(cfg("u"), checkpoint("x"), {}, {"m": 1})
             assert saver._idle is not None and len(saver._idle) == 1
             conn = saver._idle._kept[0][0]
@@ -963,16 +1163,13 @@ def test_a_reply_that_comes_too_late_times_out_and_loses_nothing(
     redis_url: str, prefix: str
 ) -> None:
     """A server that stops answering (here CLIENT PAUSE) makes the read time out with
-    redis-py's TimeoutError, the held socket's kernel timeout as a Python one; with retries
-    off the call fails, and the thread is intact."""
+    redis-py's TimeoutError; with retries off the call fails, and the thread is intact."""
     probe = redis.Redis.from_url(redis_url, protocol=2)
     no_retry = redis.retry.Retry(redis.backoff.NoBackoff(), 0)
     with RedisSaver(
         redis_url, prefix=prefix, cluster=False, socket_timeout=0.2, retry=no_retry
     ) as saver:
         saver.put(cfg("late"), checkpoint("kept"), {}, {"m": 1})
-        if sys.platform.startswith("linux"):  # the wait is the kernel's (see hold)
-            assert saver._idle is not None and saver._idle._kept[0][0]._sock.gettimeout() is None
         probe.execute_command("CLIENT", "PAUSE", 1000)
         with pytest.raises(redis.TimeoutError, match="Timeout reading from"):
             saver.put(cfg("late"), checkpoint("late"), {}, {"m": 1})
@@ -1101,11 +1298,10 @@ def test_a_held_connection_read_by_redis_py_gets_its_python_timeout_back(
 ) -> None:
     """Reading patched in after a connection was kept (tracing installed later): redis-py
     reads that connection with its own timeout again, so a late reply is its TimeoutError,
-    not an error of a socket it does not expect."""
+    not the ConnectionError it makes of a held socket's EAGAIN; and it is not held again."""
     probe = redis.Redis.from_url(redis_url, protocol=2)
-    no_retry = redis.retry.Retry(redis.backoff.NoBackoff(), 0)
     with RedisSaver(
-        redis_url, prefix=prefix, cluster=False, socket_timeout=0.2, retry=no_retry
+        redis_url, prefix=prefix, cluster=False, socket_timeout=0.2, retry=_drops_only()
     ) as saver:
         saver.put(cfg("traced"), checkpoint("x"), {}, {"m": 1})
         assert saver.get_tuple(cfg("traced")) is not None  # the server learns the script
@@ -1125,6 +1321,7 @@ def test_a_held_connection_read_by_redis_py_gets_its_python_timeout_back(
         with pytest.raises(redis.TimeoutError):
             saver.get_tuple(cfg("traced"))
         assert reads[0] >= 2  # redis-py read it (and may call itself again inside)
+        assert saver._idle._kept == [] or saver._idle._kept[0][0]._sock is None
         probe.execute_command("CLIENT", "UNPAUSE") if _unpauses(probe) else _wait_pause()
     probe.close()
 

@@ -293,10 +293,7 @@ class RedisSaver(SaverCore, BaseCheckpointSaver[str]):
                 if reconnects(conn):
                     conn.disconnect()
             finally:
-                keep = clean and self._idle is not None
-                if keep:
-                    hold(conn)  # before another thread can take it
-                if not (keep and self._idle.keep(conn)):  # type: ignore[union-attr]
+                if not (clean and self._idle is not None and self._idle.keep(conn, hold)):
                     unhold(conn)
                     pool.release(conn)
 

@@ -317,11 +317,33 @@ def _recv_exactly(sock: Any, count: int) -> bytes:
     return b"".join(chunks)
 
 
+_ONE_SEND = 1 << 16  # a held socket sends a request up to this long in one system call
+
+
 def send_raw(conn: Any, data: bytes) -> None:
     """Sends `data` on the open socket of `conn`, as `send_packed_command` does once
-    connected and with no health check due (the same exceptions)."""
+    connected and with no health check due (the same exceptions).
+
+    A held socket sends a request of up to `_ONE_SEND` bytes in one system call, which the
+    kernel's limit bounds; a longer request, or the rest of one the kernel took only part
+    of, goes out under Python's own timeout, which bounds the whole `sendall` (a server that
+    keeps reading, slowly, cannot stretch it), as on a socket that is not held."""
+    sock: Any = conn._sock
+    held: Any = getattr(conn, _HELD, None)
     try:
-        conn._sock.sendall(data)
+        if held is None or held is not sock or sock.gettimeout() is not None:
+            sock.sendall(data)
+            return
+        if len(data) <= _ONE_SEND:
+            sent = sock.send(data)
+            if sent == len(data):
+                return
+            data = memoryview(data)[sent:]  # type: ignore[assignment]
+        sock.settimeout(conn.socket_timeout)
+        try:
+            sock.sendall(data)
+        finally:
+            sock.settimeout(None)
     except (TimeoutError, BlockingIOError):  # BlockingIOError: a held socket's timeout
         conn.disconnect()
         raise redis.TimeoutError("Timeout writing to socket") from None
@@ -472,15 +494,22 @@ def reconnects(conn: Any) -> bool:
 
 
 # A kept connection's socket is "held": blocking, with the connection's `socket_timeout`
-# enforced by the kernel (SO_RCVTIMEO, SO_SNDTIMEO) instead of by Python. A socket with a
-# Python timeout polls before every send and every read, two system calls where one does,
-# and each lets another thread take the GIL; a saver's worker threads and the graph's own
-# thread trade it at every one. Linux only (the option's layout is its `struct timeval`),
-# plain TCP and unix sockets only (TLS reads through OpenSSL, which reports a kernel timeout
-# as a want-read). A timeout raises BlockingIOError there, mapped to redis-py's TimeoutError.
-_HOLDS = sys.platform.startswith("linux") and hasattr(socket, "SO_RCVTIMEO")
+# enforced by the kernel (SO_RCVTIMEO, SO_SNDTIMEO), as hiredis enforces its timeouts, instead
+# of by Python. A socket with a Python timeout polls before every send and every read, two
+# system calls where one does, and each lets another thread take the GIL; a saver's worker
+# threads and the graph's own thread trade it at every one. The limit then bounds each system
+# call: a read that gets nothing for `socket_timeout` fails, as with Python's timeout, but a
+# signal that interrupts it restarts the wait, where Python waits only for what was left
+# (`send_raw` sends a long request under Python's own timeout).
+#
+# Linux only (the option is its `struct timeval`, whose layout is checked once on a socket of
+# our own before any is held), and only the standard library's own socket class for TCP and
+# unix sockets: TLS reads through OpenSSL, which reports a kernel timeout as a want-read, and
+# gevent's or eventlet's sockets (monkey-patched) wait in their hub, not in the kernel. A
+# kernel timeout raises BlockingIOError, mapped to redis-py's TimeoutError.
 _TIMEVAL = struct.Struct("@ll")
 _HELD = "_plainredis_held"  # set on a connection: the socket object it holds
+_holds: bool | None = None  # whether sockets can be held here; None: not checked yet
 
 
 def _timeval(seconds: float) -> bytes:
@@ -488,19 +517,54 @@ def _timeval(seconds: float) -> bytes:
     return _TIMEVAL.pack(micros // 1_000_000, micros % 1_000_000)
 
 
+def _can_hold() -> bool:
+    """Whether this system takes a kernel timeout in our layout: set and read back on a
+    throwaway socket (a 32-bit system with a 64-bit time_t wants another)."""
+    global _holds
+    if _holds is None:
+        works = False
+        if sys.platform.startswith("linux") and hasattr(socket, "SO_RCVTIMEO"):
+            try:
+                with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+                    limit = _timeval(2.0)  # whole seconds: kernels round to their tick
+                    probe.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, limit)
+                    back = probe.getsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, len(limit))
+                    works = back == limit
+            except OSError:
+                pass
+        _holds = works
+    return _holds
+
+
+def _plain_socket(sock: Any) -> bool:
+    cls = type(sock)
+    return cls.__module__ == "socket" and cls.__name__ == "socket"  # not TLS, not green
+
+
 def hold(conn: Any) -> None:
-    """Holds the socket of `conn`, a connection about to be kept, when it can be: a plain
-    socket with a positive `socket_timeout`. Costs nothing once held; a socket redis-py
-    itself set back to its timeout (a poll of an idle connection does) is held again."""
+    """Holds the socket of `conn`, a connection being kept, when that saves anything: its
+    calls take the direct path (`plain_io`, no health checks), it is not polled before every
+    use (see `Idle.take`: the poll gives the socket its Python timeout back), and it is a
+    plain socket with a positive `socket_timeout`. Costs nothing once held; a socket redis-py
+    set back to its timeout (a poll of an idle connection does) is held again. A socket the
+    system refuses to hold keeps its Python timeout."""
     sock = getattr(conn, "_sock", None)
-    if not _HOLDS or type(sock) is not socket.socket:
+    if sock is None:
         return
     held = getattr(conn, _HELD, None) is sock
     if held and sock.gettimeout() is None:
         return
     timeout = getattr(conn, "socket_timeout", None)
-    if not isinstance(timeout, (int, float)) or timeout <= 0:
-        return  # none (blocking already), or not one a kernel timeout can express
+    if (
+        not isinstance(timeout, (int, float))
+        or timeout <= 0  # none (blocking already), or one a kernel timeout cannot express
+        or not _plain_socket(sock)
+        or not plain_io(conn)
+        or bool(getattr(conn, "health_check_interval", None))
+        or not retries_drops(conn)
+        or not _can_hold()
+    ):
+        return
     try:
         if not held:
             limit = _timeval(timeout)
@@ -509,7 +573,7 @@ def hold(conn: Any) -> None:
             setattr(conn, _HELD, sock)
         sock.settimeout(None)
     except OSError:
-        conn.disconnect()  # the next call connects afresh
+        unhold(conn)
 
 
 def unhold(conn: Any) -> None:
@@ -621,12 +685,15 @@ class Idle:
         with self._lock:
             self._waiting += change
 
-    def keep(self, conn: Any) -> bool:
+    def keep(self, conn: Any, prepare: Any = None) -> bool:
         """Keeps `conn` unless enough are kept or a call waits for the pool; False: the
-        caller gives it back to the pool."""
+        caller gives it back to the pool. `prepare(conn)` runs first, only when it is kept
+        (before another thread can take it)."""
         with self._lock:
             if self._waiting or len(self._kept) >= self._limit:
                 return False
+            if prepare is not None:
+                prepare(conn)
             self._kept.append((conn, _clock()))
             return True
 
