@@ -87,6 +87,13 @@ def _exchange(conn: Any, packed: bytes) -> Any:
     return conn.read_response()
 
 
+def _give_back(pool: Any, conn: Any) -> None:
+    """Returns a borrowed connection to the pool, its socket as redis-py left it (see
+    `_wire.hold`): every path that gives one back goes through here."""
+    unhold(conn)
+    pool.release(conn)
+
+
 def _retried(conn: Any, packed: bytes, error: BaseException) -> Any:
     """The rest of a call whose first attempt on `conn` failed with `error`, under the
     connection's retry policy: it is handed that failure first, then retries as usual."""
@@ -213,8 +220,7 @@ class RedisSaver(SaverCore, BaseCheckpointSaver[str]):
     def _release_idle(self) -> None:
         kept = self._idle.drain() if self._idle is not None else []
         for conn in kept:  # only a plain client's pool lends connections to keep
-            unhold(conn)
-            self._client.connection_pool.release(conn)  # type: ignore[union-attr]
+            _give_back(self._client.connection_pool, conn)  # type: ignore[union-attr]
 
     def setup(self) -> None:
         """Learns whether the server is a cluster node, if `cluster=` was not given.
@@ -260,8 +266,7 @@ class RedisSaver(SaverCore, BaseCheckpointSaver[str]):
                 if reconnects(conn) or (poll and _stale(conn)):
                     conn.disconnect()
             except BaseException:
-                unhold(conn)
-                pool.release(conn)
+                _give_back(pool, conn)
                 raise
             return conn
         if idle is None:
@@ -294,8 +299,7 @@ class RedisSaver(SaverCore, BaseCheckpointSaver[str]):
                     conn.disconnect()
             finally:
                 if not (clean and self._idle is not None and self._idle.keep(conn, hold)):
-                    unhold(conn)
-                    pool.release(conn)
+                    _give_back(pool, conn)
 
     def _run(self, plan: Plan) -> list[Any]:
         if not self._cluster:
