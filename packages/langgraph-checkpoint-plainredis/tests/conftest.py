@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import uuid
+import zlib
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
@@ -9,7 +10,7 @@ import redis
 from redis.cluster import RedisCluster
 
 from agentstate_testkit.savers import SyncAsAsync
-from langgraph_checkpoint_plainredis import AsyncRedisSaver, RedisSaver
+from langgraph_checkpoint_plainredis import AsyncRedisSaver, RedisSaver, _deflate
 
 
 @pytest.fixture
@@ -48,3 +49,42 @@ async def saver(request: pytest.FixtureRequest, redis_url: str, prefix: str) -> 
     else:
         with RedisSaver(redis_url, prefix=prefix) as s:
             yield SyncAsAsync(s)
+
+
+class _CountingInflater:
+    """A raw inflater that adds the bytes it is fed to `fed` (its copies too)."""
+
+    def __init__(self, real: Any, fed: list[int]) -> None:
+        self.real, self.fed = real, fed
+
+    def decompress(self, data: bytes) -> bytes:
+        self.fed.append(len(data))
+        out: bytes = self.real.decompress(data)
+        return out
+
+    def copy(self) -> _CountingInflater:
+        return _CountingInflater(self.real.copy(), self.fed)
+
+    @property
+    def eof(self) -> bool:
+        return bool(self.real.eof)
+
+    @property
+    def unused_data(self) -> bytes:
+        return bytes(self.real.unused_data)
+
+
+@pytest.fixture
+def fed(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The sizes of the pieces of deflate data `_deflate.inflate_related` inflates."""
+    sizes: list[int] = []
+
+    class Zlib:
+        def __getattr__(self, name: str) -> Any:
+            return getattr(zlib, name)
+
+        def decompressobj(self, *args: Any) -> _CountingInflater:
+            return _CountingInflater(zlib.decompressobj(*args), sizes)
+
+    monkeypatch.setattr(_deflate, "zlib", Zlib())
+    return sizes

@@ -4,6 +4,7 @@ exactly the value, only the appended bytes compressed, and bounded memory."""
 from __future__ import annotations
 
 import base64
+import functools
 import os
 import random
 import threading
@@ -19,8 +20,9 @@ from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
 from agentstate_testkit.forking import child_passes_while_held
 from langgraph_checkpoint_plainredis import _deflate
-from langgraph_checkpoint_plainredis._codec import decode_blob, encode_blob
+from langgraph_checkpoint_plainredis._codec import decode_blob, decode_blobs, encode_blob
 from langgraph_checkpoint_plainredis._deflate import COMPRESS_MIN, ValueMemo, array_head
+from langgraph_checkpoint_plainredis._errors import CorruptDataError
 
 SLOT = ("thread", "", "messages")
 
@@ -357,3 +359,98 @@ def test_a_long_append_keeps_the_whole_window() -> None:
     assert memo._last[SLOT].segments == 1  # appended, not compressed in one go again
     # each repeat a back-reference: the items and one block, not the block five times
     assert len(stream) < 8 * 800 + len(block) + 4096
+
+
+# -- inflating related streams together --------------------------------------------------
+
+
+def _versions(count: int, seed: int = 3) -> list[bytes]:
+    """The streams of `count` versions of one channel, a message more each."""
+    memo = ValueMemo()
+    rng = random.Random(seed)
+    items: list[bytes] = []
+    streams = []
+    for n in range(count):
+        items.append(b"\xda\x01\x00" + bytes(rng.choice(b"abcdefgh ") for _ in range(256)))
+        streams.append(memo.compress(SLOT, f"v{n}", "msgpack", _array(items)))
+    return streams
+
+
+@given(steps, st.randoms(use_true_random=False))
+def test_related_streams_inflate_as_zlib_does(
+    ops: list[tuple[str, list[bytes]]], rng: random.Random
+) -> None:
+    """Versions that extend, replace, repeat or retype, from two memos, in any order: each
+    stream inflates to what zlib.decompress gives."""
+    memos = [ValueMemo(), ValueMemo()]
+    items: list[bytes] = []
+    type_ = "msgpack"
+    streams = []
+    for n, (op, added) in enumerate(ops):
+        if op == "append":
+            items = items + added
+        elif op == "replace":
+            items = added
+        elif op == "retype":
+            type_ = "pickle" if type_ == "msgpack" else "msgpack"
+        streams.append(memos[n % 3 == 2].compress(SLOT, f"v{n}", type_, _array(items)))
+    rng.shuffle(streams)
+    assert _deflate.inflate_related(streams) == [zlib.decompress(s) for s in streams]
+
+
+def test_a_page_of_versions_inflates_their_shared_body_once(fed: list[int]) -> None:
+    """Ten versions, newest first as a list reads them: the inflaters are fed the longest
+    body once, then each stream's final block and Adler-32 (6 bytes), nothing more."""
+    streams = _versions(12)[-10:][::-1]
+    assert _deflate.inflate_related(streams) == [zlib.decompress(s) for s in streams]
+    # zlib header, the stored block of a one-byte array header, final block and Adler-32
+    longest_body = len(streams[0]) - len(_deflate._HEADER) - (5 + 1) - 6
+    assert sum(fed) == longest_body + 6 * 10
+    assert sum(map(len, streams)) > 6 * sum(fed)  # inflated one by one: all of them
+
+
+def test_streams_it_cannot_share_are_left_to_the_caller() -> None:
+    """Another writer's header, a damaged stream, one cut short: None, so the caller
+    inflates it alone and reports the damage; the rest still inflate."""
+    good = _versions(3)
+    foreign = zlib.compress(b"x" * 2000)
+    damaged = bytearray(good[1])
+    damaged[len(damaged) // 2] ^= 0xFF
+    cut = good[2][:-3]
+    got = _deflate.inflate_related([good[2], foreign, bytes(damaged), cut, good[0]])
+    assert got == [zlib.decompress(good[2]), None, None, None, zlib.decompress(good[0])]
+
+
+def test_trailing_bytes_after_the_checksum_are_ignored_as_by_zlib() -> None:
+    stream = _versions(1)[0] + b"more"
+    assert _deflate.inflate_related([stream]) == [zlib.decompress(stream)]
+
+
+def test_a_body_that_refers_into_its_stored_head_is_left_to_the_caller() -> None:
+    """Deflate data that reaches back into the stored block before it needs that block in
+    its window: not inflated from after it (None), and zlib still reads the stream."""
+    head = bytes(random.Random(5).randbytes(300))
+    deflater = zlib.compressobj(1, zlib.DEFLATED, -15, 8, zlib.Z_DEFAULT_STRATEGY, head)
+    body = deflater.compress(head * 3) + deflater.flush()
+    value = head + head * 3
+    stream = (
+        _deflate._HEADER + _deflate._stored(head) + body + zlib.adler32(value).to_bytes(4, "big")
+    )
+    assert zlib.decompress(stream) == value
+    assert _deflate.inflate_related([stream]) == [None]
+
+
+def test_blobs_decode_together_as_one_by_one() -> None:
+    """decode_blobs: compressed and plain blobs, a repeat the memo knows, a damaged one
+    named by its key."""
+    memo = ValueMemo()
+    values = [("msgpack", _array([b"\xa4text" * 100] * n)) for n in range(1, 6)]
+    blobs = [encode_blob(v, stream=memo.compress(SLOT, f"v{i}", *v)) for i, v in enumerate(values)]
+    plain = encode_blob(("json", b"{}"))
+    known = functools.partial(memo.decompressed, SLOT, "v4")
+    items = [(b, f"k{i}", known if i == 4 else None) for i, b in enumerate(blobs)]
+    assert decode_blobs([*items, (plain, "p", None)]) == [*values, ("json", b"{}")]
+    damaged = bytearray(blobs[2])
+    damaged[-1] ^= 0xFF
+    with pytest.raises(CorruptDataError, match="k2"):
+        decode_blobs([items[0], (bytes(damaged), "k2", None)])

@@ -14,6 +14,7 @@ from langgraph.graph.message import add_messages
 
 from langgraph_checkpoint_plainredis import RedisSaver
 from langgraph_checkpoint_plainredis._codec import decode_blob, decode_checkpoint, decode_write
+from langgraph_checkpoint_plainredis._keys import KeySpace, blob_suffix
 
 
 class State(TypedDict):
@@ -62,3 +63,36 @@ def test_a_50_turn_thread_stores_at_most_three_quarters_of_the_wrapped_format(
                 theirs += wrapped(decode_write(value, name).value)
     assert theirs > 0
     assert ours <= 0.75 * theirs, (ours, theirs, ours / theirs)
+
+
+def test_a_page_of_history_inflates_the_messages_they_share_once(
+    redis_url: str, prefix: str, client: redis.Redis, fed: list[int]
+) -> None:
+    """`list` of a chat thread read by a process that did not write it (nothing remembered):
+    every checkpoint reads back as a read by id gives it, and the page's messages, stored
+    as one growing body, are inflated about once instead of once per checkpoint."""
+    config = {"configurable": {"thread_id": "chat"}}
+    with RedisSaver(redis_url, prefix=prefix) as writer:
+        app = StateGraph(State).add_node("reply", reply).add_edge(START, "reply")
+        graph = app.compile(checkpointer=writer)
+        for turn in range(8):
+            graph.invoke(
+                {"messages": [HumanMessage(f"question number {turn} about Redis")]}, config
+            )
+    with RedisSaver(redis_url, prefix=prefix) as reader:
+        page = list(reader.list(config, limit=10))
+        inflated = sum(fed)
+        for tup in page:
+            alone = reader.get_tuple(tup.config)
+            assert alone is not None
+            assert alone.checkpoint == tup.checkpoint
+            assert alone.metadata == tup.metadata
+            assert alone.pending_writes == tup.pending_writes
+    assert len(page) == 10
+    keys = KeySpace(prefix).thread("chat")
+    streams = 0  # the compressed bytes of the page's distinct message versions
+    for version in {tup.checkpoint["channel_versions"]["messages"] for tup in page}:
+        raw = client.get(keys.blob_at("", blob_suffix("messages", version)))
+        assert raw is not None and raw[0] & 0x10  # compressed: all but 2 bytes a stream
+        streams += len(raw) - 2
+    assert 0 < inflated * 3 < streams, (inflated, streams)

@@ -17,12 +17,14 @@ import zlib
 from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
+from ._deflate import inflate_related
 from ._errors import CorruptDataError
 
 __all__ = [
     "StoredCheckpoint",
     "StoredWrite",
     "decode_blob",
+    "decode_blobs",
     "decode_checkpoint",
     "decode_write",
     "encode_blob",
@@ -153,31 +155,58 @@ def encode_blob(typed: tuple[str, bytes], stream: bytes | None = None) -> bytes:
     return bytes((V1_NAMED_TYPE[0] | flag,)) + _netstring(typed[0].encode()) + data
 
 
-def decode_blob(
-    data: bytes, key: str, known: Callable[[bytes], bytes | None] | None = None
-) -> tuple[str, bytes]:
-    """Decodes a blob value read from `key` into ``(type, bytes)``.
-
-    `known` may give the bytes of a compressed value without inflating it (or None).
-    """
+def _blob_parts(data: bytes, key: str) -> tuple[str, int, bytes]:
+    """A blob value's type, its first byte and its data (still compressed when flagged)."""
     head = data[0] if data else -1
     if head & ~_ZLIB == V1[0] and len(data) >= 2:
         name = _CODE_TYPES.get(data[1])
         if name is None:
             raise CorruptDataError(key, f"unknown type code {data[1:2]!r}")
-        return name, _inflate(data[2:], head, key, known)
+        return name, head, data[2:]
     if head & ~_ZLIB == V1_NAMED_TYPE[0]:
         type_, pos = _read(data, 1, key)
         try:
-            return type_.decode(), _inflate(data[pos:], head, key, known)
+            return type_.decode(), head, data[pos:]
         except UnicodeDecodeError:
             raise CorruptDataError(key, "type name is not UTF-8") from None
     raise CorruptDataError(key, f"not a version-1 blob (first bytes {data[:2]!r})")
 
 
-def _inflate(
-    data: bytes, head: int, key: str, known: Callable[[bytes], bytes | None] | None
-) -> bytes:
+Known = Callable[[bytes], "bytes | None"]
+
+
+def decode_blob(data: bytes, key: str, known: Known | None = None) -> tuple[str, bytes]:
+    """Decodes a blob value read from `key` into ``(type, bytes)``.
+
+    `known` may give the bytes of a compressed value without inflating it (or None).
+    """
+    name, head, body = _blob_parts(data, key)
+    return name, _inflate(body, head, key, known)
+
+
+def decode_blobs(blobs: Sequence[tuple[bytes, str, Known | None]]) -> list[tuple[str, bytes]]:
+    """`decode_blob` of each ``(data, key, known)``, the compressed ones inflated together
+    (`inflate_related`: versions of one channel share the work)."""
+    parts = [_blob_parts(data, key) for data, key, _ in blobs]
+    values: list[bytes | None] = [None] * len(blobs)
+    pending: list[int] = []
+    for i, (_, head, body) in enumerate(parts):
+        known = blobs[i][2]
+        if not head & _ZLIB:
+            values[i] = body
+        elif known is not None and (value := known(body)) is not None:
+            values[i] = value
+        else:
+            pending.append(i)
+    for i, value in zip(pending, inflate_related([parts[i][2] for i in pending]), strict=True):
+        values[i] = value
+    return [
+        (name, value if value is not None else _inflate(body, head, blobs[i][1], None))
+        for i, ((name, head, body), value) in enumerate(zip(parts, values, strict=True))
+    ]
+
+
+def _inflate(data: bytes, head: int, key: str, known: Known | None) -> bytes:
     if not head & _ZLIB:
         return data
     if known is not None and (value := known(data)) is not None:

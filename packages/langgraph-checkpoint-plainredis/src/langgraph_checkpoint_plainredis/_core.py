@@ -31,7 +31,10 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 from redis.exceptions import AskError, ClusterCrossSlotError, MovedError
 
 from ._codec import (
+    Known,
+    StoredCheckpoint,
     decode_blob,
+    decode_blobs,
     decode_checkpoint,
     decode_write,
     encode_blob,
@@ -296,36 +299,31 @@ class SaverCore:
         entry: Sequence[Any],
         shared: dict[str, tuple[str, bytes]] | None = None,
         asked: RunnableConfig | None = None,
+        stored: StoredCheckpoint | None = None,
     ) -> CheckpointTuple:
         """Builds a `CheckpointTuple` from one entry ``[id, payload, writes, blobs]``.
 
-        `shared` holds the blobs decoded from earlier entries of the same list reply, by
-        key: the script sends each blob once per reply, and ``b""`` where it repeats.
-        `asked` is the config of a read by id, which comes back as given (as from
-        `InMemorySaver`).
+        `shared` holds the blobs of a list reply decoded already, by key (`_decode_page`):
+        the script sends each blob once per reply, and ``b""`` where it repeats; `stored`
+        is the entry's payload decoded already. `asked` is the config of a read by id,
+        which comes back as given (as from `InMemorySaver`).
         """
         cp_key = tk.cp(ns, cid)
-        stored = decode_checkpoint(_b(entry[1]), cp_key)
+        if stored is None:
+            stored = decode_checkpoint(_b(entry[1]), cp_key)
         checkpoint = cast(Checkpoint, self._loads(stored.checkpoint, cp_key))
         if not isinstance(checkpoint, dict):
             raise CorruptDataError(cp_key, "checkpoint is not a mapping")
         values: dict[str, Any] = {}
-        memo = self._memo
         for suffix, raw in zip(stored.refs, entry[3] or (), strict=False):
             if raw is None or raw is False:
                 continue
             blob_key = tk.blob_at(ns, suffix)
             channel = blob_channel(suffix)
-            if shared is not None and raw == b"" and blob_key in shared:
+            if shared is not None and blob_key in shared:
                 typed = shared[blob_key]  # each tuple still gets objects of its own
             else:
-                known = None
-                if memo is not None:
-                    slot = (tk.thread_id, ns, channel)
-                    known = functools.partial(memo.decompressed, slot, suffix)
-                typed = decode_blob(_b(raw), blob_key, known)
-                if shared is not None:
-                    shared[blob_key] = typed
+                typed = decode_blob(_b(raw), blob_key, self._memo_reader(tk, ns, suffix))
             if typed[0] != "empty":
                 values[channel] = self._loads(typed, blob_key)
         wr_key = tk.wr(ns, cid)
@@ -361,6 +359,37 @@ class SaverCore:
             ),
             pending_writes=pending,
         )
+
+    def _memo_reader(self, tk: ThreadKeys, ns: str, suffix: str) -> Known | None:
+        """What the memo can tell of the stored bytes of blob `suffix` without inflating."""
+        if self._memo is None:
+            return None
+        return functools.partial(
+            self._memo.decompressed, (tk.thread_id, ns, blob_channel(suffix)), suffix
+        )
+
+    def _decode_page(
+        self, tk: ThreadKeys, entries: Sequence[Any]
+    ) -> tuple[list[tuple[str, StoredCheckpoint]], dict[str, tuple[str, bytes]]]:
+        """The payloads of a list reply's entries ``[N, [id, payload, writes, blobs]]``
+        decoded, with every blob the reply carries, by key: decoded together, so versions
+        of one channel inflate their shared bytes once (see `decode_blobs`)."""
+        decoded: list[tuple[str, StoredCheckpoint]] = []
+        blobs: list[tuple[bytes, str, Known | None]] = []
+        seen: set[str] = set()
+        for ns_e, entry in entries:
+            ns = unescape(_s(ns_e))
+            stored = decode_checkpoint(_b(entry[1]), tk.cp(ns, _s(entry[0])))
+            decoded.append((ns, stored))
+            for suffix, raw in zip(stored.refs, entry[3] or (), strict=False):
+                if raw is None or raw is False or raw == b"":
+                    continue
+                blob_key = tk.blob_at(ns, suffix)
+                if blob_key not in seen:
+                    seen.add(blob_key)
+                    blobs.append((_b(raw), blob_key, self._memo_reader(tk, ns, suffix)))
+        typed = decode_blobs(blobs)
+        return decoded, {key: t for (_, key, _), t in zip(blobs, typed, strict=True)}
 
     # -- versions ------------------------------------------------------------------------
 
@@ -672,9 +701,9 @@ class SaverCore:
                     (full,) = yield [Eval("entries", (tk.ns,), fetch)]
                 else:
                     full, todo = todo, []
-                shared: dict[str, tuple[str, bytes]] = {}
-                for ns_e, entry in full:
-                    tup = self._tuple(tk, unescape(_s(ns_e)), _s(entry[0]), entry, shared)
+                decoded, shared = self._decode_page(tk, full)
+                for (_, entry), (ns_d, stored) in zip(full, decoded, strict=True):
+                    tup = self._tuple(tk, ns_d, _s(entry[0]), entry, shared, stored=stored)
                     if filter and not _passes(tup.metadata, filter):
                         continue  # rewritten since the page was read
                     yield tup
