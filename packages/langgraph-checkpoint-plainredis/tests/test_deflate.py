@@ -409,6 +409,17 @@ def test_a_page_of_versions_inflates_their_shared_body_once(fed: list[int]) -> N
     assert sum(map(len, streams)) > 6 * sum(fed)  # inflated one by one: all of them
 
 
+def test_versions_of_two_channels_share_within_each(fed: list[int]) -> None:
+    """Two channels growing side by side, their versions interleaved by length: grouped by
+    channel, each inflates its longest body once (one chain would break at every step)."""
+    first, second = _versions(6, seed=1), _versions(6, seed=2)
+    streams = [s for pair in zip(first, second, strict=True) for s in pair]
+    groups = ["a", "b"] * 6
+    assert _deflate.inflate_related(streams, groups) == [zlib.decompress(s) for s in streams]
+    bodies = [len(s[-1]) - len(_deflate._HEADER) - (5 + 1) - 6 for s in (first, second)]
+    assert sum(fed) == sum(bodies) + 6 * 12
+
+
 def test_streams_it_cannot_share_are_left_to_the_caller() -> None:
     """Another writer's header, a damaged stream, one cut short: None, so the caller
     inflates it alone and reports the damage; the rest still inflate."""
@@ -448,9 +459,9 @@ def test_blobs_decode_together_as_one_by_one() -> None:
     blobs = [encode_blob(v, stream=memo.compress(SLOT, f"v{i}", *v)) for i, v in enumerate(values)]
     plain = encode_blob(("json", b"{}"))
     known = functools.partial(memo.decompressed, SLOT, "v4")
-    items = [(b, f"k{i}", known if i == 4 else None) for i, b in enumerate(blobs)]
-    assert decode_blobs([*items, (plain, "p", None)]) == [*values, ("json", b"{}")]
+    items = [(b, f"k{i}", known if i == 4 else None, "m") for i, b in enumerate(blobs)]
+    assert decode_blobs([*items, (plain, "p", None, "j")]) == [*values, ("json", b"{}")]
     damaged = bytearray(blobs[2])
     damaged[-1] ^= 0xFF
     with pytest.raises(CorruptDataError, match="k2"):
-        decode_blobs([items[0], (bytes(damaged), "k2", None)])
+        decode_blobs([items[0], (bytes(damaged), "k2", None, "m")])

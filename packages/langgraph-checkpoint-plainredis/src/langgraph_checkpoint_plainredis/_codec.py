@@ -14,7 +14,7 @@ scripts can also read. Format version 1:
 from __future__ import annotations
 
 import zlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from typing import NamedTuple
 
 from ._deflate import inflate_related
@@ -184,10 +184,12 @@ def decode_blob(data: bytes, key: str, known: Known | None = None) -> tuple[str,
     return name, _inflate(body, head, key, known)
 
 
-def decode_blobs(blobs: Sequence[tuple[bytes, str, Known | None]]) -> list[tuple[str, bytes]]:
-    """`decode_blob` of each ``(data, key, known)``, the compressed ones inflated together
-    (`inflate_related`: versions of one channel share the work)."""
-    parts = [_blob_parts(data, key) for data, key, _ in blobs]
+def decode_blobs(
+    blobs: Sequence[tuple[bytes, str, Known | None, Hashable]],
+) -> list[tuple[str, bytes]]:
+    """`decode_blob` of each ``(data, key, known, group)``, the compressed ones of a group
+    (the versions of one channel) inflated together: `inflate_related`."""
+    parts = [_blob_parts(data, key) for data, key, _, _ in blobs]
     values: list[bytes | None] = [None] * len(blobs)
     pending: list[int] = []
     for i, (_, head, body) in enumerate(parts):
@@ -198,7 +200,8 @@ def decode_blobs(blobs: Sequence[tuple[bytes, str, Known | None]]) -> list[tuple
             values[i] = value
         else:
             pending.append(i)
-    for i, value in zip(pending, inflate_related([parts[i][2] for i in pending]), strict=True):
+    related = inflate_related([parts[i][2] for i in pending], [blobs[i][3] for i in pending])
+    for i, value in zip(pending, related, strict=True):
         values[i] = value
     return [
         (name, value if value is not None else _inflate(body, head, blobs[i][1], None))

@@ -375,7 +375,7 @@ class SaverCore:
         decoded, with every blob the reply carries, by key: decoded together, so versions
         of one channel inflate their shared bytes once (see `decode_blobs`)."""
         decoded: list[tuple[str, StoredCheckpoint]] = []
-        blobs: list[tuple[bytes, str, Known | None]] = []
+        blobs: list[tuple[bytes, str, Known | None, tuple[str, str]]] = []
         seen: set[str] = set()
         for ns_e, entry in entries:
             ns = unescape(_s(ns_e))
@@ -387,9 +387,10 @@ class SaverCore:
                 blob_key = tk.blob_at(ns, suffix)
                 if blob_key not in seen:
                     seen.add(blob_key)
-                    blobs.append((_b(raw), blob_key, self._memo_reader(tk, ns, suffix)))
+                    group = (ns, blob_channel(suffix))  # versions of one channel
+                    blobs.append((_b(raw), blob_key, self._memo_reader(tk, ns, suffix), group))
         typed = decode_blobs(blobs)
-        return decoded, {key: t for (_, key, _), t in zip(blobs, typed, strict=True)}
+        return decoded, {item[1]: t for item, t in zip(blobs, typed, strict=True)}
 
     # -- versions ------------------------------------------------------------------------
 
