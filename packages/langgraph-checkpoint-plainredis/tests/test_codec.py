@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from langgraph_checkpoint_plainredis import CorruptDataError
 from langgraph_checkpoint_plainredis._codec import (
     decode_blob,
+    decode_blobs,
     decode_checkpoint,
     decode_write,
     encode_blob,
@@ -65,6 +66,15 @@ def test_decoders_raise_only_corrupt_data_error(data: bytes) -> None:
         except CorruptDataError as exc:
             assert exc.key == "lg:cp:{t}::x"
             assert "lg:cp:{t}::x" in str(exc)
+
+
+@given(st.lists(st.binary(max_size=200), max_size=4))
+def test_blobs_decoded_together_never_raise(blobs: list[bytes]) -> None:
+    """A damaged blob decodes to None (its reader decodes it again, and reports it)."""
+    got = decode_blobs([(data, f"k{i}", None, "g") for i, data in enumerate(blobs)])
+    for data, value in zip(blobs, got, strict=True):
+        if value is not None:
+            assert value == decode_blob(data, "k")
 
 
 @given(typed, st.integers(min_value=1, max_value=40))

@@ -376,12 +376,54 @@ def _versions(count: int, seed: int = 3) -> list[bytes]:
     return streams
 
 
-@given(steps, st.randoms(use_true_random=False))
+def _as_zlib(streams: list[bytes], got: list[bytes | None]) -> None:
+    """Each result is None or what zlib.decompress gives; None where zlib refuses."""
+    for stream, value in zip(streams, got, strict=True):
+        try:
+            expected = zlib.decompress(stream)
+        except zlib.error:
+            assert value is None
+        else:
+            assert value is None or value == expected
+
+
+def _mutated(stream: bytes, how: str, at: int) -> bytes:
+    if len(stream) < 7:
+        return stream + b"tail"
+    at %= len(stream)
+    if how == "flip":
+        return stream[:at] + bytes([stream[at] ^ 0x5A]) + stream[at + 1 :]
+    if how == "cut":
+        return stream[:at]
+    if how == "drop":
+        return stream[:at] + stream[at + 3 :]
+    if how == "insert":
+        return stream[:at] + b"\x00\xff" + stream[at:]
+    if how == "garbage":
+        return stream + b"tail"
+    return stream[:5] + bytes([stream[5] ^ 1]) + stream[6:]  # the stored block's NLEN
+
+
+@given(
+    steps,
+    st.lists(
+        st.tuples(
+            st.sampled_from(["flip", "cut", "drop", "insert", "garbage", "nlen", "twice"]),
+            st.integers(min_value=0),
+            st.integers(min_value=0),
+        ),
+        max_size=4,
+    ),
+    st.randoms(use_true_random=False),
+)
 def test_related_streams_inflate_as_zlib_does(
-    ops: list[tuple[str, list[bytes]]], rng: random.Random
+    ops: list[tuple[str, list[bytes]]],
+    damage: list[tuple[str, int, int]],
+    rng: random.Random,
 ) -> None:
-    """Versions that extend, replace, repeat or retype, from two memos, in any order: each
-    stream inflates to what zlib.decompress gives."""
+    """Versions that extend, replace, repeat or retype, from two memos, some damaged or
+    repeated, in any order and groups: each result is None or exactly what zlib.decompress
+    gives (None where zlib refuses the stream)."""
     memos = [ValueMemo(), ValueMemo()]
     items: list[bytes] = []
     type_ = "msgpack"
@@ -394,7 +436,17 @@ def test_related_streams_inflate_as_zlib_does(
         elif op == "retype":
             type_ = "pickle" if type_ == "msgpack" else "msgpack"
         streams.append(memos[n % 3 == 2].compress(SLOT, f"v{n}", type_, _array(items)))
+    for how, which, at in damage:
+        stream = streams[which % len(streams)]
+        streams.append(stream if how == "twice" else _mutated(stream, how, at))
     rng.shuffle(streams)
+    _as_zlib(streams, _deflate.inflate_related(streams))
+    _as_zlib(streams, _deflate.inflate_related(streams, [len(s) % 2 for s in streams]))
+
+
+def test_the_versions_of_a_chain_all_inflate_together() -> None:
+    streams = _versions(12)
+    random.Random(4).shuffle(streams)
     assert _deflate.inflate_related(streams) == [zlib.decompress(s) for s in streams]
 
 
@@ -420,21 +472,58 @@ def test_versions_of_two_channels_share_within_each(fed: list[int]) -> None:
     assert sum(fed) == sum(bodies) + 6 * 12
 
 
-def test_streams_it_cannot_share_are_left_to_the_caller() -> None:
-    """Another writer's header, a damaged stream, one cut short: None, so the caller
-    inflates it alone and reports the damage; the rest still inflate."""
+def test_streams_that_share_nothing_are_left_to_the_caller(fed: list[int]) -> None:
+    """Another writer's header, versions of other channels, a damaged or cut stream: None,
+    untouched (zlib.decompress alone is faster; the caller reports damage), while the
+    versions of one channel inflate together."""
     good = _versions(3)
     foreign = zlib.compress(b"x" * 2000)
     damaged = bytearray(good[1])
     damaged[len(damaged) // 2] ^= 0xFF
     cut = good[2][:-3]
-    got = _deflate.inflate_related([good[2], foreign, bytes(damaged), cut, good[0]])
-    assert got == [zlib.decompress(good[2]), None, None, None, zlib.decompress(good[0])]
+    lone = _versions(1, seed=9)[0]
+    streams = [good[2], foreign, bytes(damaged), cut, good[0], lone]
+    got = _deflate.inflate_related(streams, ["m", "m", "d", "c", "m", "l"])
+    assert got == [zlib.decompress(good[2]), None, None, None, zlib.decompress(good[0]), None]
+    body = len(good[2]) - len(_deflate._HEADER) - (5 + 1) - 6
+    assert sum(fed) == body + 6 * 2  # the longer body once, the two tails: nothing else
 
 
 def test_trailing_bytes_after_the_checksum_are_ignored_as_by_zlib() -> None:
-    stream = _versions(1)[0] + b"more"
-    assert _deflate.inflate_related([stream]) == [zlib.decompress(stream)]
+    first, second = _versions(2)
+    streams = [first, second + b"more"]
+    assert _deflate.inflate_related(streams) == [zlib.decompress(s) for s in streams]
+
+
+def _stream(head: bytes, deflated: bytes, value: bytes) -> bytes:
+    return (
+        _deflate._HEADER
+        + _deflate._stored(head)
+        + deflated
+        + zlib.adler32(value).to_bytes(4, "big")
+    )
+
+
+@pytest.mark.parametrize(
+    "stream",
+    [
+        # no deflate data after the stored block: the final block must not be read from
+        # inside it (a body end taken before the body's start)
+        _stream(b"\x91\xa3abc\x03\x00", b"", b"\x91\xa3abc\x03\x00"),
+        # a checksum one byte short that happens to match the first three bytes'
+        _stream(b"\x90", b"\x00\x00\x00\xff\xff\x03\x00", b"\x90")[:-4]
+        + zlib.adler32(b"\x90").to_bytes(4, "big")[1:],
+        # a stored block whose NLEN is not LEN's complement
+        (lambda g: g[:5] + bytes([g[5] ^ 1]) + g[6:])(
+            _stream(b"\x90", b"\x00\x00\x00\xff\xff\x03\x00", b"\x90")
+        ),
+    ],
+)
+def test_streams_zlib_refuses_are_refused(stream: bytes) -> None:
+    """Each twice, so that the first feeds the second and both are inflated here."""
+    with pytest.raises(zlib.error):
+        zlib.decompress(stream)
+    assert _deflate.inflate_related([stream, stream]) == [None, None]
 
 
 def test_a_body_that_refers_into_its_stored_head_is_left_to_the_caller() -> None:
@@ -442,18 +531,15 @@ def test_a_body_that_refers_into_its_stored_head_is_left_to_the_caller() -> None
     its window: not inflated from after it (None), and zlib still reads the stream."""
     head = bytes(random.Random(5).randbytes(300))
     deflater = zlib.compressobj(1, zlib.DEFLATED, -15, 8, zlib.Z_DEFAULT_STRATEGY, head)
-    body = deflater.compress(head * 3) + deflater.flush()
-    value = head + head * 3
-    stream = (
-        _deflate._HEADER + _deflate._stored(head) + body + zlib.adler32(value).to_bytes(4, "big")
-    )
-    assert zlib.decompress(stream) == value
-    assert _deflate.inflate_related([stream]) == [None]
+    stream = _stream(head, deflater.compress(head * 3) + deflater.flush(), head + head * 3)
+    assert zlib.decompress(stream) == head + head * 3
+    assert _deflate.inflate_related([stream, stream]) == [None, None]
 
 
 def test_blobs_decode_together_as_one_by_one() -> None:
-    """decode_blobs: compressed and plain blobs, a repeat the memo knows, a damaged one
-    named by its key."""
+    """decode_blobs: versions of a channel inflate together, a plain blob needs nothing, a
+    value the memo knows is not inflated; a damaged or lone compressed one is None, left to
+    decode_blob (which names the key)."""
     memo = ValueMemo()
     values = [("msgpack", _array([b"\xa4text" * 100] * n)) for n in range(1, 6)]
     blobs = [encode_blob(v, stream=memo.compress(SLOT, f"v{i}", *v)) for i, v in enumerate(values)]
@@ -463,5 +549,8 @@ def test_blobs_decode_together_as_one_by_one() -> None:
     assert decode_blobs([*items, (plain, "p", None, "j")]) == [*values, ("json", b"{}")]
     damaged = bytearray(blobs[2])
     damaged[-1] ^= 0xFF
+    lone = encode_blob(values[3], stream=ValueMemo().compress(SLOT, "x", *values[3]))
+    got = decode_blobs([items[0], (bytes(damaged), "k2", None, "m"), (lone, "k9", None, "z")])
+    assert got == [values[0], None, None]  # the first fed the damaged one: it inflated
     with pytest.raises(CorruptDataError, match="k2"):
-        decode_blobs([items[0], (bytes(damaged), "k2", None, "m")])
+        decode_blob(bytes(damaged), "k2")

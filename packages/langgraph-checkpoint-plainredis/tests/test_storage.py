@@ -7,6 +7,7 @@ import json
 import random
 from typing import Annotated, Any, TypedDict
 
+import pytest
 import redis
 from langchain_core.messages import AIMessage, HumanMessage
 from langgraph.graph import START, StateGraph
@@ -14,6 +15,7 @@ from langgraph.graph.message import add_messages
 
 from langgraph_checkpoint_plainredis import RedisSaver
 from langgraph_checkpoint_plainredis._codec import decode_blob, decode_checkpoint, decode_write
+from langgraph_checkpoint_plainredis._errors import CorruptDataError
 from langgraph_checkpoint_plainredis._keys import KeySpace, blob_suffix
 
 
@@ -96,3 +98,48 @@ def test_a_page_of_history_inflates_the_messages_they_share_once(
         assert raw is not None and raw[0] & 0x10  # compressed: all but 2 bytes a stream
         streams += len(raw) - 2
     assert 0 < inflated * 3 < streams, (inflated, streams)
+
+
+def test_a_damaged_blob_is_reported_for_its_own_checkpoint_after_the_ones_before_it(
+    redis_url: str, prefix: str, client: redis.Redis
+) -> None:
+    """Blobs decoded ahead of their tuples: the checkpoints listed before the one reading a
+    damaged blob still come out, then the error names that blob; and the first tuple of a
+    long walk waits for one window of entries, not the whole page."""
+    config = {"configurable": {"thread_id": "chat"}}
+    with RedisSaver(redis_url, prefix=prefix) as writer:
+        app = StateGraph(State).add_node("reply", reply).add_edge(START, "reply")
+        graph = app.compile(checkpointer=writer)
+        for turn in range(8):
+            graph.invoke(
+                {"messages": [HumanMessage(f"question number {turn} about Redis")]}, config
+            )
+    keys = KeySpace(prefix).thread("chat")
+    with RedisSaver(redis_url, prefix=prefix) as reader:
+        windows: list[int] = []
+        decode_window = reader._decode_window
+
+        def counted(tk: Any, entries: Any, shared: Any) -> Any:
+            windows.append(len(entries))
+            return decode_window(tk, entries, shared)
+
+        reader._decode_window = counted  # type: ignore[method-assign]
+        walk = reader.list(config)
+        next(walk)
+        assert windows == [16]  # of 24 checkpoints on the page
+        versions = [t.checkpoint["channel_versions"].get("messages") for t in reader.list(config)]
+        compressed = [
+            v
+            for v in dict.fromkeys(versions)
+            if v and (raw := client.get(keys.blob_at("", blob_suffix("messages", v))))
+            if raw[0] & 0x10
+        ]
+        oldest = compressed[-1]
+        damaged_key = keys.blob_at("", blob_suffix("messages", oldest))
+        client.set(damaged_key, client.get(damaged_key)[:-3])
+        listed = []
+        with pytest.raises(CorruptDataError) as caught:
+            for tup in reader.list(config):
+                listed.append(tup)
+    assert caught.value.key == damaged_key
+    assert len(listed) == versions.index(oldest) > 16  # past the first window

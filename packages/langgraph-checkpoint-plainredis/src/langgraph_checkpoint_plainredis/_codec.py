@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import zlib
 from collections.abc import Callable, Hashable, Sequence
-from typing import NamedTuple
+from typing import NamedTuple, cast
 
 from ._deflate import inflate_related
 from ._errors import CorruptDataError
@@ -186,27 +186,36 @@ def decode_blob(data: bytes, key: str, known: Known | None = None) -> tuple[str,
 
 def decode_blobs(
     blobs: Sequence[tuple[bytes, str, Known | None, Hashable]],
-) -> list[tuple[str, bytes]]:
-    """`decode_blob` of each ``(data, key, known, group)``, the compressed ones of a group
-    (the versions of one channel) inflated together: `inflate_related`."""
-    parts = [_blob_parts(data, key) for data, key, _, _ in blobs]
-    values: list[bytes | None] = [None] * len(blobs)
+) -> list[tuple[str, bytes] | None]:
+    """What `decode_blob` gives for each ``(data, key, known, group)`` where versions of a
+    channel (a group) inflate together (`inflate_related`), or one needs no inflating;
+    None for the rest, and for a damaged blob: the caller decodes those alone when it needs
+    them, so damage is reported for the checkpoint that reads it."""
+    parts: list[tuple[str, int, bytes] | None] = []
+    for data, key, _, _ in blobs:
+        try:
+            parts.append(_blob_parts(data, key))
+        except CorruptDataError:
+            parts.append(None)
+    typed: list[tuple[str, bytes] | None] = [None] * len(blobs)
     pending: list[int] = []
-    for i, (_, head, body) in enumerate(parts):
+    for i, part in enumerate(parts):
+        if part is None:
+            continue
+        name, head, body = part
         known = blobs[i][2]
         if not head & _ZLIB:
-            values[i] = body
+            typed[i] = name, body
         elif known is not None and (value := known(body)) is not None:
-            values[i] = value
+            typed[i] = name, value
         else:
             pending.append(i)
-    related = inflate_related([parts[i][2] for i in pending], [blobs[i][3] for i in pending])
+    streams = [cast(tuple[str, int, bytes], parts[i])[2] for i in pending]
+    related = inflate_related(streams, [blobs[i][3] for i in pending])
     for i, value in zip(pending, related, strict=True):
-        values[i] = value
-    return [
-        (name, value if value is not None else _inflate(body, head, blobs[i][1], None))
-        for i, ((name, head, body), value) in enumerate(zip(parts, values, strict=True))
-    ]
+        if value is not None:
+            typed[i] = cast(tuple[str, int, bytes], parts[i])[0], value
+    return typed
 
 
 def _inflate(data: bytes, head: int, key: str, known: Known | None) -> bytes:

@@ -104,6 +104,7 @@ VERSION_DIGITS = 10
 CLUSTER_RETRY_DELAYS = (0.05, 0.1, 0.2, 0.4, 0.8, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
 _REGISTRY_PAGE = 500  # threads per ZSCAN call of list(None)
 _LIST_PAGE = 128
+_DECODE_AHEAD = 16  # list entries whose blobs are decoded together, ahead of their tuples
 _BATCH_THREADS = 64
 
 
@@ -303,10 +304,10 @@ class SaverCore:
     ) -> CheckpointTuple:
         """Builds a `CheckpointTuple` from one entry ``[id, payload, writes, blobs]``.
 
-        `shared` holds the blobs of a list reply decoded already, by key (`_decode_page`):
-        the script sends each blob once per reply, and ``b""`` where it repeats; `stored`
-        is the entry's payload decoded already. `asked` is the config of a read by id,
-        which comes back as given (as from `InMemorySaver`).
+        `shared` holds the blobs of a list reply decoded already, by key (some ahead, by
+        `_decode_window`): the script sends each blob once per reply, and ``b""`` where it
+        repeats; `stored` is the entry's payload decoded already. `asked` is the config of a
+        read by id, which comes back as given (as from `InMemorySaver`).
         """
         cp_key = tk.cp(ns, cid)
         if stored is None:
@@ -324,6 +325,8 @@ class SaverCore:
                 typed = shared[blob_key]  # each tuple still gets objects of its own
             else:
                 typed = decode_blob(_b(raw), blob_key, self._memo_reader(tk, ns, suffix))
+                if shared is not None:
+                    shared[blob_key] = typed
             if typed[0] != "empty":
                 values[channel] = self._loads(typed, blob_key)
         wr_key = tk.wr(ns, cid)
@@ -368,29 +371,38 @@ class SaverCore:
             self._memo.decompressed, (tk.thread_id, ns, blob_channel(suffix)), suffix
         )
 
-    def _decode_page(
-        self, tk: ThreadKeys, entries: Sequence[Any]
-    ) -> tuple[list[tuple[str, StoredCheckpoint]], dict[str, tuple[str, bytes]]]:
-        """The payloads of a list reply's entries ``[N, [id, payload, writes, blobs]]``
-        decoded, with every blob the reply carries, by key: decoded together, so versions
-        of one channel inflate their shared bytes once (see `decode_blobs`)."""
-        decoded: list[tuple[str, StoredCheckpoint]] = []
+    def _decode_window(
+        self,
+        tk: ThreadKeys,
+        entries: Sequence[Any],
+        shared: dict[str, tuple[str, bytes]],
+    ) -> list[tuple[str, StoredCheckpoint | None]]:
+        """The namespaces and payloads of list reply entries ``[N, [id, payload, writes,
+        blobs]]``, decoded ahead of the tuples built from them; their blobs that inflate
+        together (versions of one channel, see `decode_blobs`) go into `shared`, by key. A
+        damaged payload or blob is left out (None, absent): `_tuple` decodes it again and
+        reports it for its own checkpoint, after the ones before it."""
+        decoded: list[tuple[str, StoredCheckpoint | None]] = []
         blobs: list[tuple[bytes, str, Known | None, tuple[str, str]]] = []
-        seen: set[str] = set()
         for ns_e, entry in entries:
             ns = unescape(_s(ns_e))
-            stored = decode_checkpoint(_b(entry[1]), tk.cp(ns, _s(entry[0])))
+            try:
+                stored = decode_checkpoint(_b(entry[1]), tk.cp(ns, _s(entry[0])))
+            except CorruptDataError:
+                decoded.append((ns, None))
+                continue
             decoded.append((ns, stored))
             for suffix, raw in zip(stored.refs, entry[3] or (), strict=False):
                 if raw is None or raw is False or raw == b"":
                     continue
-                blob_key = tk.blob_at(ns, suffix)
-                if blob_key not in seen:
-                    seen.add(blob_key)
-                    group = (ns, blob_channel(suffix))  # versions of one channel
-                    blobs.append((_b(raw), blob_key, self._memo_reader(tk, ns, suffix), group))
-        typed = decode_blobs(blobs)
-        return decoded, {item[1]: t for item, t in zip(blobs, typed, strict=True)}
+                group = (ns, blob_channel(suffix))  # the versions of one channel
+                blobs.append(
+                    (_b(raw), tk.blob_at(ns, suffix), self._memo_reader(tk, ns, suffix), group)
+                )
+        for item, typed in zip(blobs, decode_blobs(blobs), strict=True):
+            if typed is not None:
+                shared[item[1]] = typed
+        return decoded
 
     # -- versions ------------------------------------------------------------------------
 
@@ -702,8 +714,12 @@ class SaverCore:
                     (full,) = yield [Eval("entries", (tk.ns,), fetch)]
                 else:
                     full, todo = todo, []
-                decoded, shared = self._decode_page(tk, full)
-                for (_, entry), (ns_d, stored) in zip(full, decoded, strict=True):
+                shared: dict[str, tuple[str, bytes]] = {}
+                decoded: list[tuple[str, StoredCheckpoint | None]] = []
+                for k, (_, entry) in enumerate(full):
+                    if k % _DECODE_AHEAD == 0:  # the first tuple waits for a window, not a page
+                        decoded = self._decode_window(tk, full[k : k + _DECODE_AHEAD], shared)
+                    ns_d, stored = decoded[k % _DECODE_AHEAD]
                     tup = self._tuple(tk, ns_d, _s(entry[0]), entry, shared, stored=stored)
                     if filter and not _passes(tup.metadata, filter):
                         continue  # rewritten since the page was read

@@ -267,7 +267,8 @@ def inflate_related(
     streams: Sequence[bytes], groups: Sequence[Hashable] | None = None
 ) -> list[bytes | None]:
     """Each zlib stream inflated, as `zlib.decompress` would, or None where the caller
-    should inflate it alone (any stream not of our layout, a damaged one).
+    should inflate it alone: one that shares nothing here, one not of our layout, a damaged
+    one (the caller reports the damage, for the stream it belongs to).
 
     Versions of one channel stored from one memo share their body: a later version's raw
     deflate data after its array header starts with all of an earlier one's body. Taken
@@ -290,23 +291,28 @@ def inflate_related(
             order.append((group, len(stream) - split[1], i, *split))
     order.sort(key=lambda item: item[:2])
     before: _Resume | None = None
-    for _, _, i, head, start in order:
+    for n, (group, _, i, head, start) in enumerate(order):
         stream = streams[i]
         stop = max(len(stream) - _TAIL, start)  # where its body ends, if it is ours
+        body = memoryview(stream)[start:stop]
+        resumes = before is not None and stream.startswith(before.fed, start)
+        after = order[n + 1] if n + 1 < len(order) else None
+        feeds = (
+            after is not None and after[0] == group and streams[after[2]].startswith(body, after[4])
+        )
+        if not (resumes or feeds):
+            before = None
+            continue  # zlib.decompress alone is faster
         try:
-            if (
-                before is not None
-                and stop - start >= len(before.fed)
-                and stream.startswith(before.fed, start)
-            ):
+            if before is not None and resumes:
                 inflater, out, check = before.inflater.copy(), before.out, before.check
-                at = start + len(before.fed)
+                more = inflater.decompress(body[len(before.fed) :])
             else:
-                inflater, out, check, at = zlib.decompressobj(-15), b"", 1, start
-            more = inflater.decompress(stream[at:stop])
+                inflater, out, check = zlib.decompressobj(-15), b"", 1
+                more = inflater.decompress(body)
             out += more
             check = zlib.adler32(more, check)
-            before = _Resume(stream[start:stop], inflater.copy(), out, check)
+            before = _Resume(bytes(body), inflater.copy(), out, check) if feeds else None
             last = inflater.decompress(stream[stop:])
         except zlib.error:
             before = None
