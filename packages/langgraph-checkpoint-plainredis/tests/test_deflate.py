@@ -88,21 +88,27 @@ steps = st.lists(
 )
 
 
-@given(steps, st.sampled_from([1, 14, 15, 65534]))
-def test_every_stream_inflates_to_its_value(ops: list[tuple[str, list[bytes]]], start: int) -> None:
-    """Appends across array-header sizes (fixarray -> array 16 -> array 32), replacements,
-    repeats and type changes: the stream always inflates to the value and checks out."""
-    memo = ValueMemo()
-    items = [b"\xa1x"] * start
+def _values(ops: list[tuple[str, list[bytes]]], items: list[bytes]) -> list[tuple[str, bytes]]:
+    """The (type, value) of a channel after each step of `ops`, from array `items`."""
     type_ = "msgpack"
-    for n, (op, added) in enumerate(ops):
+    values = []
+    for op, added in ops:
         if op == "append":
             items = items + added
         elif op == "replace":
             items = added
         elif op == "retype":
             type_ = "pickle" if type_ == "msgpack" else "msgpack"
-        data = _array(items)
+        values.append((type_, _array(items)))
+    return values
+
+
+@given(steps, st.sampled_from([1, 14, 15, 65534]))
+def test_every_stream_inflates_to_its_value(ops: list[tuple[str, list[bytes]]], start: int) -> None:
+    """Appends across array-header sizes (fixarray -> array 16 -> array 32), replacements,
+    repeats and type changes: the stream always inflates to the value and checks out."""
+    memo = ValueMemo()
+    for n, (type_, data) in enumerate(_values(ops, [b"\xa1x"] * start)):
         stream = memo.compress(SLOT, f"v{n}", type_, data)
         assert zlib.decompress(stream) == data
         assert memo.decompressed(SLOT, f"v{n}", stream) == data
@@ -425,17 +431,10 @@ def test_related_streams_inflate_as_zlib_does(
     repeated, in any order and groups: each result is None or exactly what zlib.decompress
     gives (None where zlib refuses the stream)."""
     memos = [ValueMemo(), ValueMemo()]
-    items: list[bytes] = []
-    type_ = "msgpack"
-    streams = []
-    for n, (op, added) in enumerate(ops):
-        if op == "append":
-            items = items + added
-        elif op == "replace":
-            items = added
-        elif op == "retype":
-            type_ = "pickle" if type_ == "msgpack" else "msgpack"
-        streams.append(memos[n % 3 == 2].compress(SLOT, f"v{n}", type_, _array(items)))
+    streams = [
+        memos[n % 3 == 2].compress(SLOT, f"v{n}", type_, data)
+        for n, (type_, data) in enumerate(_values(ops, []))
+    ]
     for how, which, at in damage:
         stream = streams[which % len(streams)]
         streams.append(stream if how == "twice" else _mutated(stream, how, at))

@@ -67,20 +67,26 @@ def test_a_50_turn_thread_stores_at_most_three_quarters_of_the_wrapped_format(
     assert ours <= 0.75 * theirs, (ours, theirs, ours / theirs)
 
 
+def _chat_thread(redis_url: str, prefix: str, turns: int) -> dict[str, Any]:
+    """Writes a chat thread of `turns` turns (three checkpoints each); returns its config."""
+    config = {"configurable": {"thread_id": "chat"}}
+    with RedisSaver(redis_url, prefix=prefix) as writer:
+        app = StateGraph(State).add_node("reply", reply).add_edge(START, "reply")
+        graph = app.compile(checkpointer=writer)
+        for turn in range(turns):
+            graph.invoke(
+                {"messages": [HumanMessage(f"question number {turn} about Redis")]}, config
+            )
+    return config
+
+
 def test_a_page_of_history_inflates_the_messages_they_share_once(
     redis_url: str, prefix: str, client: redis.Redis, fed: list[int]
 ) -> None:
     """`list` of a chat thread read by a process that did not write it (nothing remembered):
     every checkpoint reads back as a read by id gives it, and the page's messages, stored
     as one growing body, are inflated about once instead of once per checkpoint."""
-    config = {"configurable": {"thread_id": "chat"}}
-    with RedisSaver(redis_url, prefix=prefix) as writer:
-        app = StateGraph(State).add_node("reply", reply).add_edge(START, "reply")
-        graph = app.compile(checkpointer=writer)
-        for turn in range(8):
-            graph.invoke(
-                {"messages": [HumanMessage(f"question number {turn} about Redis")]}, config
-            )
+    config = _chat_thread(redis_url, prefix, turns=8)
     with RedisSaver(redis_url, prefix=prefix) as reader:
         page = list(reader.list(config, limit=10))
         inflated = sum(fed)
@@ -106,14 +112,7 @@ def test_a_damaged_blob_is_reported_for_its_own_checkpoint_after_the_ones_before
     """Blobs decoded ahead of their tuples: the checkpoints listed before the one reading a
     damaged blob still come out, then the error names that blob; and the first tuple of a
     long walk waits for one window of entries, not the whole page."""
-    config = {"configurable": {"thread_id": "chat"}}
-    with RedisSaver(redis_url, prefix=prefix) as writer:
-        app = StateGraph(State).add_node("reply", reply).add_edge(START, "reply")
-        graph = app.compile(checkpointer=writer)
-        for turn in range(8):
-            graph.invoke(
-                {"messages": [HumanMessage(f"question number {turn} about Redis")]}, config
-            )
+    config = _chat_thread(redis_url, prefix, turns=8)
     keys = KeySpace(prefix).thread("chat")
     with RedisSaver(redis_url, prefix=prefix) as reader:
         windows: list[int] = []
