@@ -142,3 +142,20 @@ def test_a_damaged_blob_is_reported_for_its_own_checkpoint_after_the_ones_before
                 listed.append(tup)
     assert caught.value.key == damaged_key
     assert len(listed) == versions.index(oldest) > 16  # past the first window
+
+
+def test_a_damaged_payload_past_the_first_window_is_reported_in_its_turn(
+    redis_url: str, prefix: str, client: redis.Redis
+) -> None:
+    config = _chat_thread(redis_url, prefix, turns=8)
+    keys = KeySpace(prefix).thread("chat")
+    with RedisSaver(redis_url, prefix=prefix) as reader:
+        ids = [t.config["configurable"]["checkpoint_id"] for t in reader.list(config)]
+        damaged_key = keys.cp("", ids[20])
+        client.set(damaged_key, client.get(damaged_key)[:-5])
+        listed = []
+        with pytest.raises(CorruptDataError) as caught:
+            for tup in reader.list(config):
+                listed.append(tup)
+    assert caught.value.key == damaged_key
+    assert len(listed) == 20

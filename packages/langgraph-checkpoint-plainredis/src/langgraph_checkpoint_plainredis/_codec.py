@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import zlib
 from collections.abc import Callable, Hashable, Sequence
-from typing import NamedTuple, cast
+from typing import NamedTuple
 
 from ._deflate import inflate_related
 from ._errors import CorruptDataError
@@ -187,34 +187,31 @@ def decode_blob(data: bytes, key: str, known: Known | None = None) -> tuple[str,
 def decode_blobs(
     blobs: Sequence[tuple[bytes, str, Known | None, Hashable]],
 ) -> list[tuple[str, bytes] | None]:
-    """What `decode_blob` gives for each ``(data, key, known, group)`` where versions of a
-    channel (a group) inflate together (`inflate_related`), or one needs no inflating;
-    None for the rest, and for a damaged blob: the caller decodes those alone when it needs
-    them, so damage is reported for the checkpoint that reads it."""
-    parts: list[tuple[str, int, bytes] | None] = []
-    for data, key, _, _ in blobs:
-        try:
-            parts.append(_blob_parts(data, key))
-        except CorruptDataError:
-            parts.append(None)
+    """What `decode_blob` gives for each ``(data, key, known, group)``, the versions of a
+    channel (a group) inflated together (`inflate_related`); None for a damaged blob: the
+    caller decodes it again when it needs it, so the damage is reported for the checkpoint
+    that reads it."""
     typed: list[tuple[str, bytes] | None] = [None] * len(blobs)
-    pending: list[int] = []
-    for i, part in enumerate(parts):
-        if part is None:
+    pending: list[tuple[int, str, bytes]] = []
+    for i, (data, key, known, _) in enumerate(blobs):
+        try:
+            name, head, body = _blob_parts(data, key)
+        except CorruptDataError:
             continue
-        name, head, body = part
-        known = blobs[i][2]
         if not head & _ZLIB:
             typed[i] = name, body
         elif known is not None and (value := known(body)) is not None:
             typed[i] = name, value
         else:
-            pending.append(i)
-    streams = [cast(tuple[str, int, bytes], parts[i])[2] for i in pending]
-    related = inflate_related(streams, [blobs[i][3] for i in pending])
-    for i, value in zip(pending, related, strict=True):
-        if value is not None:
-            typed[i] = cast(tuple[str, int, bytes], parts[i])[0], value
+            pending.append((i, name, body))
+    related = inflate_related([p[2] for p in pending], [blobs[p[0]][3] for p in pending])
+    for (i, name, body), value in zip(pending, related, strict=True):
+        if value is None:
+            try:
+                value = zlib.decompress(body)
+            except zlib.error:
+                continue
+        typed[i] = name, value
     return typed
 
 

@@ -376,20 +376,20 @@ class SaverCore:
         tk: ThreadKeys,
         entries: Sequence[Any],
         shared: dict[str, tuple[str, bytes]],
-    ) -> list[tuple[str, StoredCheckpoint | None]]:
+    ) -> list[tuple[str, StoredCheckpoint] | None]:
         """The namespaces and payloads of list reply entries ``[N, [id, payload, writes,
-        blobs]]``, decoded ahead of the tuples built from them; their blobs that inflate
-        together (versions of one channel, see `decode_blobs`) go into `shared`, by key. A
-        damaged payload or blob is left out (None, absent): `_tuple` decodes it again and
+        blobs]]``, decoded ahead of the tuples built from them, and their blobs into
+        `shared`, by key (the versions of a channel inflated together: `decode_blobs`).
+        Whatever fails to decode is left out (None, absent): `_tuple` decodes it again and
         reports it for its own checkpoint, after the ones before it."""
-        decoded: list[tuple[str, StoredCheckpoint | None]] = []
+        decoded: list[tuple[str, StoredCheckpoint] | None] = []
         blobs: list[tuple[bytes, str, Known | None, tuple[str, str]]] = []
         for ns_e, entry in entries:
-            ns = unescape(_s(ns_e))
             try:
+                ns = unescape(_s(ns_e))
                 stored = decode_checkpoint(_b(entry[1]), tk.cp(ns, _s(entry[0])))
-            except CorruptDataError:
-                decoded.append((ns, None))
+            except Exception:  # noqa: BLE001 - raised again, in order, by its own tuple
+                decoded.append(None)
                 continue
             decoded.append((ns, stored))
             for suffix, raw in zip(stored.refs, entry[3] or (), strict=False):
@@ -715,12 +715,17 @@ class SaverCore:
                 else:
                     full, todo = todo, []
                 shared: dict[str, tuple[str, bytes]] = {}
-                decoded: list[tuple[str, StoredCheckpoint | None]] = []
-                for k, (_, entry) in enumerate(full):
+                decoded: list[tuple[str, StoredCheckpoint] | None] = []
+                for k, (ns_e, entry) in enumerate(full):
                     if k % _DECODE_AHEAD == 0:  # the first tuple waits for a window, not a page
                         decoded = self._decode_window(tk, full[k : k + _DECODE_AHEAD], shared)
-                    ns_d, stored = decoded[k % _DECODE_AHEAD]
-                    tup = self._tuple(tk, ns_d, _s(entry[0]), entry, shared, stored=stored)
+                    ahead = decoded[k % _DECODE_AHEAD]
+                    if ahead is None:  # fails again here, for this checkpoint
+                        tup = self._tuple(tk, unescape(_s(ns_e)), _s(entry[0]), entry, shared)
+                    else:
+                        tup = self._tuple(
+                            tk, ahead[0], _s(entry[0]), entry, shared, stored=ahead[1]
+                        )
                     if filter and not _passes(tup.metadata, filter):
                         continue  # rewritten since the page was read
                     yield tup

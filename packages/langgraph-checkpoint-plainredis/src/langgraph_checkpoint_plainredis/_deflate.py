@@ -254,10 +254,10 @@ def _split(stream: bytes) -> tuple[bytes, int] | None:
 
 
 class _Resume(NamedTuple):
-    """Where inflating a stream's body left off: the raw deflate bytes fed, a copy of the
-    inflater after them, what they inflated to and its Adler-32."""
+    """Where inflating a stream's body left off: how many raw deflate bytes were fed, the
+    inflater after them (the next stream's own), what they inflated to and its Adler-32."""
 
-    fed: bytes
+    fed: int
     inflater: zlib._Decompress
     out: bytes
     check: int
@@ -290,29 +290,27 @@ def inflate_related(
             group = numbers.setdefault(groups[i], len(numbers)) if groups else 0
             order.append((group, len(stream) - split[1], i, *split))
     order.sort(key=lambda item: item[:2])
-    before: _Resume | None = None
+    before: _Resume | None = None  # set only for the stream right after, which it feeds
     for n, (group, _, i, head, start) in enumerate(order):
         stream = streams[i]
         stop = max(len(stream) - _TAIL, start)  # where its body ends, if it is ours
         body = memoryview(stream)[start:stop]
-        resumes = before is not None and stream.startswith(before.fed, start)
         after = order[n + 1] if n + 1 < len(order) else None
         feeds = (
             after is not None and after[0] == group and streams[after[2]].startswith(body, after[4])
         )
-        if not (resumes or feeds):
-            before = None
-            continue  # zlib.decompress alone is faster
+        if before is None and not feeds:
+            continue  # shares nothing: zlib.decompress alone is faster
         try:
-            if before is not None and resumes:
-                inflater, out, check = before.inflater.copy(), before.out, before.check
-                more = inflater.decompress(body[len(before.fed) :])
+            if before is not None:
+                inflater, out, check = before.inflater, before.out, before.check
+                more = inflater.decompress(body[before.fed :])
             else:
                 inflater, out, check = zlib.decompressobj(-15), b"", 1
                 more = inflater.decompress(body)
             out += more
             check = zlib.adler32(more, check)
-            before = _Resume(bytes(body), inflater.copy(), out, check) if feeds else None
+            before = _Resume(len(body), inflater.copy(), out, check) if feeds else None
             last = inflater.decompress(stream[stop:])
         except zlib.error:
             before = None
