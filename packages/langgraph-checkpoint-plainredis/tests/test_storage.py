@@ -80,6 +80,17 @@ def _chat_thread(redis_url: str, prefix: str, turns: int) -> dict[str, Any]:
     return config
 
 
+def _listed_until_damage(
+    reader: RedisSaver, config: dict[str, Any]
+) -> tuple[list[Any], CorruptDataError]:
+    """The checkpoints `list` yields before it raises CorruptDataError, and that error."""
+    listed = []
+    with pytest.raises(CorruptDataError) as caught:
+        for tup in reader.list(config):
+            listed.append(tup)
+    return listed, caught.value
+
+
 def test_a_page_of_history_inflates_the_messages_they_share_once(
     redis_url: str, prefix: str, client: redis.Redis, fed: list[int]
 ) -> None:
@@ -136,11 +147,8 @@ def test_a_damaged_blob_is_reported_for_its_own_checkpoint_after_the_ones_before
         oldest = compressed[-1]
         damaged_key = keys.blob_at("", blob_suffix("messages", oldest))
         client.set(damaged_key, client.get(damaged_key)[:-3])
-        listed = []
-        with pytest.raises(CorruptDataError) as caught:
-            for tup in reader.list(config):
-                listed.append(tup)
-    assert caught.value.key == damaged_key
+        listed, error = _listed_until_damage(reader, config)
+    assert error.key == damaged_key
     assert len(listed) == versions.index(oldest) > 16  # past the first window
 
 
@@ -153,9 +161,6 @@ def test_a_damaged_payload_past_the_first_window_is_reported_in_its_turn(
         ids = [t.config["configurable"]["checkpoint_id"] for t in reader.list(config)]
         damaged_key = keys.cp("", ids[20])
         client.set(damaged_key, client.get(damaged_key)[:-5])
-        listed = []
-        with pytest.raises(CorruptDataError) as caught:
-            for tup in reader.list(config):
-                listed.append(tup)
-    assert caught.value.key == damaged_key
+        listed, error = _listed_until_damage(reader, config)
+    assert error.key == damaged_key
     assert len(listed) == 20
