@@ -241,11 +241,12 @@ async def test_a_put_writes_its_new_keys_in_bulk(
         put = saver.aput(cfg(f"bulk-{channels}"), cp, {"run_id": "r"}, new)
         work.append(await server_work(redis_url, put))
     assert work[0] == work[1]
-    # the timeline's three zsets, the registry and the run set checked; ZCOUNT: whether a
-    # key of the timeline has a TTL; ZADDs: timeline, key index, namespace, registry
+    # TIME: the server's clock, for expiry scores; the timeline's three zsets, the registry
+    # and the run set checked; ZCOUNT: whether a key of the timeline has a TTL; ZADDs:
+    # timeline, key index, namespace, registry
     assert work[0] == {
-        "evalsha": 1, "exists": 1, "type": 5, "zcount": 1, "mset": 1, "zadd": 4, "sadd": 1,
-        "persist": 2,
+        "evalsha": 1, "time": 1, "exists": 1, "type": 5, "zcount": 1, "mset": 1, "zadd": 4,
+        "sadd": 1, "persist": 2,
     }  # fmt: skip
     again = await server_work(redis_url, saver.aput(cfg("bulk-6"), cp, {"run_id": "r"}, new))
     # each key the put writes (payload, six values, the absent channel's) checked, the old

@@ -454,6 +454,29 @@ def test_expired_threads_leave_listings_and_indexes(
         assert orphans(client, prefix) == set()
 
 
+@pytest.mark.parametrize("skew_s", [-7200, 7200])
+def test_writers_whose_clocks_disagree_never_expire_each_others_live_checkpoints(
+    redis_url: str, prefix: str, client: redis.Redis, monkeypatch: pytest.MonkeyPatch, skew_s: int
+) -> None:
+    """Expiry scores are the server's time: a writer whose clock runs two hours ahead (or
+    behind) of another's, with a one-hour TTL, neither sweeps away the other's checkpoints,
+    which live for the hour the server gives them, nor hides their thread from listings."""
+    with RedisSaver(redis_url, prefix=prefix, ttl=3600) as saver:
+        first = saver.put(cfg("t"), checkpoint({"m": 0}, {"m": 1}), {}, {"m": 1})
+        saver.put(cfg("other"), checkpoint({"m": 0}, {"m": 1}), {}, {"m": 1})
+        real = time.time_ns
+        monkeypatch.setattr(time, "time_ns", lambda: real() + skew_s * 1_000_000_000)
+        monkeypatch.setattr(time, "time", lambda: real() / 1e9 + skew_s)
+        saver.put(first, checkpoint({"m": 1}, {"m": 2}), {}, {"m": 2})  # sweeps the thread
+        saver.put_writes(first, [("m", 5)], "task")
+        assert saver.get_tuple(first) is not None
+        assert len(list(saver.list(cfg("t")))) == 2
+        assert {t.config["configurable"]["thread_id"] for t in saver.list(None)} == {"t", "other"}
+        monkeypatch.undo()
+        assert saver.get_tuple(first) is not None
+        assert orphans(client, prefix) == set()
+
+
 def test_a_ttl_taken_up_by_a_thread_written_without_one_covers_its_old_keys(
     redis_url: str, prefix: str, client: redis.Redis
 ) -> None:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import functools
 import math
 import random
-import time
 from collections.abc import Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
@@ -283,9 +282,6 @@ class SaverCore:
             plan += [("SREM", runs[i], runs[i + 1]) for i in range(0, len(runs), 2)]
         return plan
 
-    def _score(self, now_ms: int) -> str:
-        return str(now_ms + self._ttl_ms) if self._ttl_ms else "inf"
-
     def _loads(self, typed: tuple[str, bytes], key: str) -> Any:
         try:
             return self.serde.loads_typed(typed)
@@ -465,10 +461,9 @@ class SaverCore:
             self.serde.dumps_typed(meta),
         )
         run_key = self.keyspace.run(str(run_id)) if run else None
-        now = _now_ms()
         if self._cluster and run_key:
             yield self._run_plan(run_key, tk.run_member(ns, cid))
-        replies = yield [self._put_eval(tk, ns, cid, payload, refs, written, run_key, now)]
+        replies = yield [self._put_eval(tk, ns, cid, payload, refs, written, run_key)]
         if follow := self._after_thread_scripts(zip([tk], replies, strict=True)):
             yield follow
         return {
@@ -488,7 +483,6 @@ class SaverCore:
         refs: Sequence[str],
         written: Mapping[str, bytes],
         run_key: str | None,
-        now: int,
     ) -> Eval:
         """The script call storing one encoded checkpoint and its encoded new blobs."""
         # Blobs the checkpoint reads but this put did not write only need their TTL
@@ -506,8 +500,6 @@ class SaverCore:
             cid,
             payload,
             self._ttl_ms,
-            self._score(now),
-            now,
             ns_e,
             tk.component,
             tk.run_member(ns, cid),
@@ -544,13 +536,11 @@ class SaverCore:
         if not writes:
             return
         tk = self.keyspace.thread(thread_id)
-        now = _now_ms()
         args: list[str | bytes | int] = [
             cid,
             escape(ns),
             tk.component,
             self._ttl_ms,
-            self._score(now),
             tk.cp_prefix,
             tk.wr_prefix,
             tk.blob_prefix,
@@ -585,7 +575,6 @@ class SaverCore:
             tk.wr_prefix,
             tk.blob_prefix,
             refresh,
-            self._score(_now_ms()),
             tk.component,
             self.keyspace.run_prefix,
         )
@@ -641,8 +630,7 @@ class SaverCore:
                 (reply,) = yield [
                     Eval("registry_page", (self.keyspace.threads,), (cursor, _REGISTRY_PAGE))
                 ]
-                cursor, flat = _s(reply[0]), reply[1]
-                now = _now_ms()
+                cursor, flat, now = _s(reply[0]), reply[1], float(_s(reply[2]))  # server's clock
                 for i in range(0, len(flat), 2):
                     component = _s(flat[i])
                     if component in seen or float(flat[i + 1]) < now:  # listed, or expired
@@ -787,10 +775,8 @@ class SaverCore:
         tks = [self.keyspace.thread(_thread_arg(t, "prune")) for t in thread_ids]
         for start in range(0, len(tks), _BATCH_THREADS):
             batch = tks[start : start + _BATCH_THREADS]
-            now = _now_ms()  # the remaining keys' expiry scores are read against it
             replies = yield [
-                Eval(script, (tk.ns, *self._registry), (*self._prefix_args(tk), now))
-                for tk in batch
+                Eval(script, (tk.ns, *self._registry), self._prefix_args(tk)) for tk in batch
             ]
             if follow := self._after_thread_scripts(zip(batch, replies, strict=True)):
                 yield follow
@@ -808,12 +794,11 @@ class SaverCore:
                 thread_c, ns_e, cid = parse_run_member(_s(member))
                 by_thread.setdefault(thread_c, []).extend([ns_e, cid])
         tks = [self.keyspace.thread_from_component(c) for c in by_thread]
-        now = _now_ms()
         plan: Plan = [
             Eval(
                 "remove_checkpoints",
                 (tk.ns, *self._registry),
-                (*self._prefix_args(tk), now, *pairs),
+                (*self._prefix_args(tk), *pairs),
             )
             for tk, pairs in zip(tks, by_thread.values(), strict=True)
         ]
@@ -843,7 +828,6 @@ class SaverCore:
         args: list[str | bytes | int] = [
             *self._prefix_args(dst),
             self._ttl_ms,
-            self._score(_now_ms()),
         ]
         for ns_e, items in exported:
             pairs = list(zip(items[::2], items[1::2], strict=True))
@@ -888,10 +872,6 @@ def _thread_arg(value: Any, what: str) -> str:
     if type(value).__name__ == "UUID":
         return str(value)
     raise TypeError(f"{what} takes str ids, got {type(value).__name__} {value!r}")
-
-
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 def script_sources() -> dict[str, tuple[str, str]]:

@@ -24,7 +24,7 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from ._codec import encode_blob, encode_checkpoint
-from ._core import ABSENT, VERSION_DIGITS, _b, _now_ms, _s
+from ._core import ABSENT, VERSION_DIGITS, _b, _s
 from ._errors import CorruptDataError, PlainRedisError
 from ._keys import LegacyKeys, blob_suffix, escape_run
 from ._sync import RedisSaver
@@ -168,7 +168,7 @@ def _migrate_timeline(
             serde.dumps_typed(metadata),
         )
         run_key = saver.keyspace.run(str(run_id)) if run_id is not None else None
-        saver._run([saver._put_eval(tk, ns, cid, payload, refs, written, run_key, _now_ms())])
+        saver._run([saver._put_eval(tk, ns, cid, payload, refs, written, run_key)])
         report.checkpoints += 1
         report.blobs += len(written)
 

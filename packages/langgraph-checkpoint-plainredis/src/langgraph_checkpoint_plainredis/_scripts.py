@@ -64,6 +64,19 @@ local function marker_parts(m)
   return string.sub(m, 2, colon - 1), string.sub(m, colon + 1)
 end
 
+-- The server's clock in ms, as a decimal string. Expiry scores are written and read against
+-- it alone: clients whose clocks disagree, or jump, never take a live key for an expired one.
+local function now_ms()
+  local t = redis.call('TIME')
+  return string.format('%d', tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))
+end
+
+-- The expiry score of a key written at `now` to live `ttl` ms (0: for ever).
+local function expiry(now, ttl)
+  if ttl > 0 then return string.format('%d', tonumber(now) + ttl) end
+  return 'inf'
+end
+
 local function wrongtype(key, found, expected)
   return redis.error_reply('PLAINREDIS_WRONGTYPE ' .. found .. ' ' .. expected .. ' ' .. key)
 end
@@ -513,23 +526,25 @@ local p = {cp = ARGV[2], wr = ARGV[3], blob = ARGV[4], idx = ARGV[5], keys = ARG
 
 PUT = r"""
 -- KEYS: cp, idx, keys, ns, blob keys..., [run], [registry]
--- ARGV: cid, payload, ttl_ms, score, now_ms, N, T, run member, has_run, n_blobs,
+-- ARGV: cid, payload, ttl_ms, N, T, run member, has_run, n_blobs,
 --       wr_prefix, cp_prefix, blob_prefix, has_registry, escaped run, run prefix, then per
 --       blob: suffix, value ('' = refresh only, NUL = absent: no key). A cluster client
 --       passes neither run nor registry, and gets back the run-set removal it must make.
-local cid, payload, ttl, score, now = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4], ARGV[5]
-local n, t, has_run, nb = ARGV[6], ARGV[7], ARGV[9] == '1', tonumber(ARGV[10])
+local cid, payload, ttl = ARGV[1], ARGV[2], tonumber(ARGV[3])
+local now = now_ms()
+local score = expiry(now, ttl)
+local n, t, has_run, nb = ARGV[4], ARGV[5], ARGV[7] == '1', tonumber(ARGV[8])
 local run_key = nil
 if has_run then run_key = KEYS[5 + nb] end
-if ARGV[14] == '1' then REGISTRY = KEYS[#KEYS] end
-local p = {cp = ARGV[12], wr = ARGV[11], blob = ARGV[13], run = ARGV[16]}
+if ARGV[12] == '1' then REGISTRY = KEYS[#KEYS] end
+local p = {cp = ARGV[10], wr = ARGV[9], blob = ARGV[11], run = ARGV[14]}
 -- The checkpoint and blob keys a put writes are new as a rule (a fresh checkpoint id, blob
 -- versions with a random tail): one EXISTS says so, and only when one is there already are
 -- their types checked one by one and the old payload read. Blobs it only refreshes (a
 -- TTL's '' entries) are there by design: always checked.
 local written = {KEYS[1]}
 for i = 1, nb do
-  if ARGV[16 + 2 * i] ~= '' then written[#written + 1] = KEYS[4 + i] end
+  if ARGV[14 + 2 * i] ~= '' then written[#written + 1] = KEYS[4 + i] end
 end
 local existing = false
 for i = 1, #written, 500 do
@@ -542,7 +557,7 @@ if err then return err end
 -- Without a TTL, on a timeline where some key has one (another writer's): see persist_refs.
 local mixed = ttl == 0 and redis.call('ZCOUNT', KEYS[3], '-inf', '(+inf') > 0
 if ttl > 0 or mixed then  -- the writes of this checkpoint get its TTL
-  err = check(ARGV[11] .. n .. ':' .. cid, 'hash')
+  err = check(ARGV[9] .. n .. ':' .. cid, 'hash')
   if err then return err end
 end
 if REGISTRY then
@@ -550,7 +565,7 @@ if REGISTRY then
   if err then return err end
 end
 for i = 1, nb do
-  if existing or ARGV[16 + 2 * i] == '' then
+  if existing or ARGV[14 + 2 * i] == '' then
     err = check(KEYS[4 + i], 'string')
     if err then return err end
   end
@@ -562,15 +577,15 @@ end
 -- Overwriting a checkpoint another run wrote: that run no longer owns it.
 local before = existing and redis.call('GET', KEYS[1])
 local old_run = before and run_of(before)
-local leaves = before and old_run ~= ARGV[15]
+local leaves = before and old_run ~= ARGV[13]
 if leaves and old_run ~= '' and REGISTRY then
-  err = check(ARGV[16] .. old_run, 'set')
+  err = check(ARGV[14] .. old_run, 'set')
   if err then return err end
 end
 -- Without a TTL the values go in one MSET, and every new key-index member in one ZADD.
 local sets, absent, members = {}, {}, {}
 for i = 1, nb do
-  local key, suffix, value = KEYS[4 + i], ARGV[15 + 2 * i], ARGV[16 + 2 * i]
+  local key, suffix, value = KEYS[4 + i], ARGV[13 + 2 * i], ARGV[14 + 2 * i]
   if value == '' then
     extend(key, KEYS[3], 'b' .. suffix, ttl, score)
   else
@@ -588,7 +603,7 @@ for i = 1, nb do
   end
 end
 if leaves then
-  if old_run ~= '' then forget_run(ARGV[16] .. old_run, ARGV[8]) end
+  if old_run ~= '' then forget_run(ARGV[14] .. old_run, ARGV[6]) end
   redis.call('ZREM', KEYS[3], run_marker(old_run, cid))
 end
 if ttl > 0 then redis.call('SET', KEYS[1], payload, 'PX', ttl)
@@ -604,12 +619,12 @@ redis.call('ZADD', KEYS[2], 0, cid)
 members[#members + 1] = score
 members[#members + 1] = 'c' .. cid
 members[#members + 1] = score
-members[#members + 1] = run_marker(ARGV[15], cid)
+members[#members + 1] = run_marker(ARGV[13], cid)
 for i = 1, #members, 1000 do
   redis.call('ZADD', KEYS[3], unpack(members, i, math.min(i + 999, #members)))
 end
 if run_key then
-  redis.call('SADD', run_key, ARGV[8])
+  redis.call('SADD', run_key, ARGV[6])
   if ttl > 0 then expire_run(run_key, ttl) else redis.call('PERSIST', run_key) end
 end
 if ttl == 0 and not mixed then
@@ -617,13 +632,13 @@ if ttl == 0 and not mixed then
   return outcome()
 end
 -- The pending writes already stored for this checkpoint live as long as it does.
-local wrkey = ARGV[11] .. n .. ':' .. cid
+local wrkey = ARGV[9] .. n .. ':' .. cid
 if ttl > 0 then extend(wrkey, KEYS[3], 'w' .. cid, ttl, score)
 else
   redis.call('PERSIST', wrkey)
   redis.call('ZADD', KEYS[3], 'XX', score, 'w' .. cid)
 end
-if mixed then persist_refs(n, payload, ARGV[13], KEYS[3]) end
+if mixed then persist_refs(n, payload, ARGV[11], KEYS[3]) end
 if ttl > 0 then adopt_ttl(n, KEYS[3], ttl, score, p) end
 -- Drop index entries of keys that have expired: at least twice as many per put as a put
 -- adds, so that neither the timeline nor the key index keeps growing.
@@ -636,9 +651,11 @@ return outcome()
 
 PUT_WRITES = r"""
 -- KEYS: wr, keys, ns, cp, idx, [registry]
--- ARGV: cid, N, T, ttl_ms, score, cp_prefix, wr_prefix, blob_prefix, run_prefix, then per
+-- ARGV: cid, N, T, ttl_ms, cp_prefix, wr_prefix, blob_prefix, run_prefix, then per
 --       write: field, value, overwrite flag
-local cid, n, t, ttl, score = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4]), ARGV[5]
+local cid, n, t, ttl = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4])
+local now = now_ms()
+local score = expiry(now, ttl)
 REGISTRY = KEYS[6]
 local err = check(KEYS[1], 'hash') or check(KEYS[2], 'zset') or check(KEYS[3], 'zset')
   or check(KEYS[5], 'zset')
@@ -655,14 +672,14 @@ if ttl > 0 then
   payload, err = get_string(KEYS[4])
   if err then return err end
   if payload then alive[1] = {cid, payload} end
-  newest, newest_payload, err = latest(KEYS[5], ARGV[6], n)
+  newest, newest_payload, err = latest(KEYS[5], ARGV[5], n)
   if err then return err end
   if newest and newest ~= cid then alive[#alive + 1] = {newest, newest_payload} end
 end
 -- Without a TTL, on a timeline where some key has one (another writer's): see settle.
 local mixed = ttl == 0 and redis.call('ZCOUNT', KEYS[2], '-inf', '(+inf') > 0
 local left = ttl > 0 and redis.call('PTTL', KEYS[1]) or -2  -- before the writes add to it
-for i = 10, #ARGV, 3 do
+for i = 9, #ARGV, 3 do
   if ARGV[i + 2] == '1' then redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1])
   else redis.call('HSETNX', KEYS[1], ARGV[i], ARGV[i + 1]) end
 end
@@ -675,10 +692,10 @@ else
 end
 if ttl > 0 then
   for _, c in ipairs(alive) do
-    refresh_checkpoint(n, c[1], c[2], ARGV[6], ARGV[7], ARGV[8], KEYS[2], ttl, score,
-      REGISTRY and ARGV[9])
+    refresh_checkpoint(n, c[1], c[2], ARGV[5], ARGV[6], ARGV[7], KEYS[2], ttl, score,
+      REGISTRY and ARGV[8])
   end
-  local p = {cp = ARGV[6], wr = ARGV[7], blob = ARGV[8], run = ARGV[9]}
+  local p = {cp = ARGV[5], wr = ARGV[6], blob = ARGV[7], run = ARGV[8]}
   adopt_ttl(n, KEYS[2], ttl, score, p)
 elseif not mixed then
   settle_forever(t, n, KEYS[3])
@@ -686,14 +703,13 @@ elseif not mixed then
 else
   redis.call('PERSIST', KEYS[1])
 end
--- Without a TTL the writes just added have none: `now` is only read with one.
-settle(t, n, KEYS[5], KEYS[2], KEYS[3], ttl > 0 and tonumber(score) - ttl or nil)
+settle(t, n, KEYS[5], KEYS[2], KEYS[3], now)
 return 1
 """
 
 GET = r"""
 -- KEYS: idx, keys, ns, [registry]
--- ARGV: cid ('' = newest), N, cp_prefix, wr_prefix, blob_prefix, refresh ttl_ms, score, T,
+-- ARGV: cid ('' = newest), N, cp_prefix, wr_prefix, blob_prefix, refresh ttl_ms, T,
 --       run_prefix
 local cid, n = ARGV[1], ARGV[2]
 REGISTRY = KEYS[4]
@@ -717,11 +733,12 @@ local entry
 entry, err = read_entry(n, cid, payload, ARGV[4], ARGV[5])
 if err then return err end
 if ttl > 0 then
-  local score = ARGV[7]
-  adopt_ttl(n, KEYS[2], ttl, score, {cp = ARGV[3], wr = ARGV[4], blob = ARGV[5], run = ARGV[9]})
+  local now = now_ms()
+  local score = expiry(now, ttl)
+  adopt_ttl(n, KEYS[2], ttl, score, {cp = ARGV[3], wr = ARGV[4], blob = ARGV[5], run = ARGV[8]})
   refresh_checkpoint(n, cid, payload, ARGV[3], ARGV[4], ARGV[5], KEYS[2], ttl, score,
-    REGISTRY and ARGV[9])
-  settle(ARGV[8], n, KEYS[1], KEYS[2], KEYS[3], tonumber(score) - ttl)
+    REGISTRY and ARGV[8])
+  settle(ARGV[7], n, KEYS[1], KEYS[2], KEYS[3], now)
 end
 return entry
 """
@@ -835,8 +852,8 @@ return outcome()
 PRUNE_KEEP_LATEST = (
     _PREFIXES
     + r"""
--- KEYS: ns, [registry]; ARGV: T, then the prefix table, now (ms)
-local t, now = ARGV[1], ARGV[8]
+-- KEYS: ns, [registry]; ARGV: T, then the prefix table
+local t, now = ARGV[1], now_ms()
 REGISTRY = KEYS[2]
 local err = check(KEYS[1], 'zset') or (REGISTRY and check_registry(REGISTRY))
   or check_timelines(KEYS[1], p)
@@ -877,21 +894,21 @@ return outcome()
 REMOVE_CHECKPOINTS = (
     _PREFIXES
     + r"""
--- KEYS: ns, [registry]; ARGV: T, the prefix table, now (ms), then pairs N, checkpoint id
-local t, now = ARGV[1], ARGV[8]
+-- KEYS: ns, [registry]; ARGV: T, the prefix table, then pairs N, checkpoint id
+local t, now = ARGV[1], now_ms()
 REGISTRY = KEYS[2]
 local err = check(KEYS[1], 'zset') or (REGISTRY and check_registry(REGISTRY))
   or check_timelines(KEYS[1], p)
 if err then return err end
 local runs = {}
-for i = 9, #ARGV, 2 do
+for i = 8, #ARGV, 2 do
   err = runs_left(ARGV[i], {ARGV[i + 1]}, p, runs)
   if err then return err end
 end
 err = check_run_sets(runs)
 if err then return err end
 local touched = {}
-for i = 9, #ARGV, 2 do
+for i = 8, #ARGV, 2 do
   local n, cid = ARGV[i], ARGV[i + 1]
   remove_checkpoint(t, n, cid, p)
   touched[n] = true
@@ -936,18 +953,20 @@ return out
 IMPORT_THREAD = (
     _PREFIXES
     + r"""
--- KEYS: ns, [registry]; ARGV: T, the prefix table, ttl_ms, score, then per namespace:
+-- KEYS: ns, [registry]; ARGV: T, the prefix table, ttl_ms, then per namespace:
 --   N, item count, then per item: member, value count, values (a writes item carries
 --   field/value pairs; others one value). Without the registry (a cluster), the client
 --   adds the registry entry and run-set members itself.
-local t, ttl, score = ARGV[1], tonumber(ARGV[8]), ARGV[9]
+local t, ttl = ARGV[1], tonumber(ARGV[8])
+local now = now_ms()
+local score = expiry(now, ttl)
 REGISTRY = KEYS[2]
 local err = check(KEYS[1], 'zset') or (REGISTRY and check_registry(REGISTRY))
   or check_timelines(KEYS[1], p)
 if err then return err end
 -- The run sets the copied checkpoints join, and those of the checkpoints they overwrite,
 -- checked before the first write.
-local joined, i = {}, 10
+local joined, i = {}, 9
 while i <= #ARGV do
   local n, count = ARGV[i], tonumber(ARGV[i + 1])
   i = i + 2
@@ -964,7 +983,7 @@ while i <= #ARGV do
 end
 err = check_run_sets(joined)
 if err then return err end
-i = 10
+i = 9
 while i <= #ARGV do
   local n, count = ARGV[i], tonumber(ARGV[i + 1])
   i = i + 2
@@ -1012,8 +1031,8 @@ while i <= #ARGV do
     end
     i = i + 2 + nvals
   end
-  if count > 0 then  -- without a TTL the members just added have none: `now` is not read
-    settle(t, n, p.idx .. n, p.keys .. n, KEYS[1], ttl > 0 and tonumber(score) - ttl or nil)
+  if count > 0 then
+    settle(t, n, p.idx .. n, p.keys .. n, KEYS[1], now)
   end
 end
 return outcome()
@@ -1044,11 +1063,14 @@ return 1
 
 REGISTRY_PAGE = r"""
 -- KEYS: registry; ARGV: ZSCAN cursor, count
--- Returns ZSCAN's {next cursor, {thread, expiry score, ...}}: unlike ranks, the cursor holds
--- when puts move threads or threads come and go during the walk.
+-- Returns ZSCAN's {next cursor, {thread, expiry score, ...}} and the server's clock, which
+-- the scores are read against: unlike ranks, the cursor holds when puts move threads or
+-- threads come and go during the walk.
 local err = check_registry(KEYS[1])
 if err then return err end
-return redis.call('ZSCAN', KEYS[1], ARGV[1], 'COUNT', ARGV[2])
+local page = redis.call('ZSCAN', KEYS[1], ARGV[1], 'COUNT', ARGV[2])
+page[3] = now_ms()
+return page
 """
 
 
