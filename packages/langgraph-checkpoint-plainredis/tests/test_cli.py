@@ -9,6 +9,7 @@ import json
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Annotated, Any, TypedDict
 
@@ -76,6 +77,20 @@ def test_threads_lists_every_thread_with_its_checkpoints(
     in_an_hour = datetime.datetime.now(datetime.timezone.utc).replace(tzinfo=None)
     assert abs((expires - in_an_hour).total_seconds() - 3600) < 120
     assert err.strip() == f"5 threads under prefix {prefix!r}"
+
+
+def test_threads_judges_expiry_by_the_servers_clock(
+    redis_url: str, prefix: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Run on a machine whose clock is two hours ahead, `threads` still shows a thread with
+    an hour to live as the server gives it that hour, not as expired."""
+    chat(redis_url, prefix, {"t": 1}, ttl=3600)
+    real = time.time
+    monkeypatch.setattr(time, "time", lambda: real() + 7200)
+    code, out, _ = cli(capsys, "threads", "--url", redis_url, "--prefix", prefix)
+    assert code == 0
+    count, namespaces, expires, thread = out.splitlines()[1].split()
+    assert (count, namespaces, thread) == ("3", "1", "t") and expires != "expired"
 
 
 def test_url_defaults_to_the_REDIS_URL_variable(

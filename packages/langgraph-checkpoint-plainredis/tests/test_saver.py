@@ -477,6 +477,43 @@ def test_writers_whose_clocks_disagree_never_expire_each_others_live_checkpoints
         assert orphans(client, prefix) == set()
 
 
+@pytest.mark.standalone
+@pytest.mark.parametrize("ttl", [None, 3600])
+def test_a_server_that_replicates_scripts_verbatim_takes_every_write(
+    redis_url: str, prefix: str, redis_kind: str, ttl: int | None
+) -> None:
+    """Redis 5 and 6 can be set to replicate a script as its source, where a write after a
+    non-deterministic command (TIME, PTTL) is refused unless the script switches to
+    replicating its effects, as the saver's scripts do (the only mode from Redis 7)."""
+    admin = redis.Redis.from_url(redis_url, protocol=2)
+    if redis_kind == "redis-5":
+        verbatim, effects = (
+            ("DEBUG", "lua-always-replicate-commands", "0"),
+            ("DEBUG", "lua-always-replicate-commands", "1"),
+        )
+    elif redis_kind == "redis-6":
+        verbatim, effects = (
+            ("CONFIG", "SET", "lua-replicate-commands", "no"),
+            ("CONFIG", "SET", "lua-replicate-commands", "yes"),
+        )
+    else:
+        pytest.skip(f"{redis_kind} always replicates a script's effects")
+    admin.execute_command(*verbatim)
+    try:
+        with RedisSaver(redis_url, prefix=prefix, ttl=ttl) as saver:
+            c = saver.put(cfg("t"), checkpoint({"m": 0}, {"m": 1}), {}, {"m": 1})
+            saver.put_writes(c, [("m", 1)], "task")
+            c = saver.put(c, checkpoint({"m": 1}, {"m": 2}), {}, {"m": 2})
+            saver.copy_thread("t", "u")
+            saver.prune(["u"])
+            got = saver.get_tuple(cfg("t"))
+            assert got is not None and got.checkpoint["channel_values"] == {"m": 1}
+            assert [t.config["configurable"]["thread_id"] for t in saver.list(None, limit=1)]
+    finally:
+        admin.execute_command(*effects)
+        admin.close()
+
+
 def test_a_ttl_taken_up_by_a_thread_written_without_one_covers_its_old_keys(
     redis_url: str, prefix: str, client: redis.Redis
 ) -> None:

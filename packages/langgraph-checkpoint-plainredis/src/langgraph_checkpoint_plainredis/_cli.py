@@ -258,7 +258,7 @@ def _fail(message: str) -> int:
 
 
 def _threads(inspector: Inspector, args: argparse.Namespace) -> int:
-    now_ms = time.time() * 1000
+    now_ms = inspector.server_ms()  # the clock the expiry scores were written against
     threads = inspector.threads()
     first = next(threads, None)  # reach the server before printing anything
     print(f"{'CHECKPOINTS':>11}  {'NS':>3}  {'EXPIRES':<20}  THREAD")

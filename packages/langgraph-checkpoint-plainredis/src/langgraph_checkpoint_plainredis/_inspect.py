@@ -269,6 +269,11 @@ class Inspector:
             for flat in replies
         ]
 
+    def server_ms(self) -> float:
+        """The server's clock in ms, which expiry scores are written against."""
+        seconds, micros = self.client.time()
+        return int(seconds) * 1000 + int(micros) / 1000
+
     def threads(self) -> Iterator[ThreadInfo]:
         """Every thread, with its namespaces, checkpoint count and expiry."""
         _, pages = self._thread_pages()

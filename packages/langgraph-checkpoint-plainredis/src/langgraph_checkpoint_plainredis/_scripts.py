@@ -66,14 +66,19 @@ end
 
 -- The server's clock in ms, as a decimal string. Expiry scores are written and read against
 -- it alone: clients whose clocks disagree, or jump, never take a live key for an expired one.
+-- Called before a script's first write: a server replicating scripts verbatim (Redis 5 or 6
+-- configured so) refuses writes after TIME unless the script replicates its effects instead
+-- (the only mode from Redis 7, where the call changes nothing). '%.0f': exact below 2^53,
+-- where '%d' goes through a C long (32 bits on some builds).
 local function now_ms()
+  redis.replicate_commands()
   local t = redis.call('TIME')
-  return string.format('%d', tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))
+  return string.format('%.0f', tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))
 end
 
 -- The expiry score of a key written at `now` to live `ttl` ms (0: for ever).
 local function expiry(now, ttl)
-  if ttl > 0 then return string.format('%d', tonumber(now) + ttl) end
+  if ttl > 0 then return string.format('%.0f', tonumber(now) + ttl) end
   return 'inf'
 end
 
@@ -410,7 +415,7 @@ local function collect_garbage(t, n, p)
 end
 
 -- Sets `key` to expire at `score` (an expiry time in ms, as the index scores keys), or to
--- stay while `score` is 'inf'. `now` is the client's clock, as in the scores.
+-- stay while `score` is 'inf'. `now` is the server's clock (now_ms), as in the scores.
 local function expire_at(key, score, now)
   if score == 'inf' then redis.call('PERSIST', key)
   else redis.call('PEXPIRE', key, math.max(1, tonumber(score) - tonumber(now))) end
