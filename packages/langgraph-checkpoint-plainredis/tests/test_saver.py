@@ -484,7 +484,7 @@ def test_a_server_that_replicates_scripts_verbatim_takes_every_write(
 ) -> None:
     """Redis 5 and 6 can be set to replicate a script as its source, where a write after a
     non-deterministic command (TIME, PTTL) is refused unless the script switches to
-    replicating its effects, as the saver's scripts do (the only mode from Redis 7)."""
+    replicating its effects, as every script of the saver does (the only mode from Redis 7)."""
     admin = redis.Redis.from_url(redis_url, protocol=2)
     if redis_kind == "redis-5":
         verbatim, effects = (
@@ -509,6 +509,10 @@ def test_a_server_that_replicates_scripts_verbatim_takes_every_write(
             got = saver.get_tuple(cfg("t"))
             assert got is not None and got.checkpoint["channel_values"] == {"m": 1}
             assert [t.config["configurable"]["thread_id"] for t in saver.list(None, limit=1)]
+            saver.put(cfg("v"), checkpoint({"m": 0}, {"m": 1}), {"run_id": "r"}, {"m": 1})
+            saver.delete_for_runs(["r"])
+            saver.delete_thread("u")
+            assert saver.get_tuple(cfg("v")) is None and saver.get_tuple(cfg("u")) is None
     finally:
         admin.execute_command(*effects)
         admin.close()

@@ -66,12 +66,8 @@ end
 
 -- The server's clock in ms, as a decimal string. Expiry scores are written and read against
 -- it alone: clients whose clocks disagree, or jump, never take a live key for an expired one.
--- Called before a script's first write: a server replicating scripts verbatim (Redis 5 or 6
--- configured so) refuses writes after TIME unless the script replicates its effects instead
--- (the only mode from Redis 7, where the call changes nothing). '%.0f': exact below 2^53,
--- where '%d' goes through a C long (32 bits on some builds).
+-- '%.0f': exact below 2^53, where '%d' goes through a C long (32 bits on some builds).
 local function now_ms()
-  redis.replicate_commands()
   local t = redis.call('TIME')
   return string.format('%.0f', tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))
 end
@@ -1142,8 +1138,15 @@ def _prelude_for(body: str) -> str:
 _PIECES = [(name, source, _names(source)) for name, source in _definitions(_PRELUDE)]
 
 
+# Every script replicates its effects, not its source: a Redis 5 or 6 set to replicate scripts
+# verbatim (`lua-replicate-commands no`) refuses a write after a command whose result may
+# differ on a replica (TIME, PTTL, ZSCAN), which the scripts use. From Redis 7 it is the only
+# mode and the call changes nothing.
+_EFFECTS = "redis.replicate_commands()\n"
+
+
 def _script(name: str, body: str) -> Script:
-    return Script(name, _prelude_for(body) + body)
+    return Script(name, _EFFECTS + _prelude_for(body) + body)
 
 
 SCRIPTS = {
