@@ -241,17 +241,47 @@ async def test_a_put_writes_its_new_keys_in_bulk(
         put = saver.aput(cfg(f"bulk-{channels}"), cp, {"run_id": "r"}, new)
         work.append(await server_work(redis_url, put))
     assert work[0] == work[1]
-    # TIME: the server's clock, for expiry scores; the timeline's three zsets, the registry
-    # and the run set checked; ZCOUNT: whether a key of the timeline has a TTL; ZADDs:
-    # timeline, key index, namespace, registry
+    # The first put of a thread: the timeline and the registry checked; ZCOUNT (whether a
+    # key of the timeline has a TTL) and ZSCORE (whether the namespace set names the
+    # timeline already) check theirs as they read, and SADD, the first write, the run set's;
+    # ZADDs: timeline, key index, namespace, registry. No TIME: nothing gets an expiry time.
     assert work[0] == {
-        "evalsha": 1, "time": 1, "exists": 1, "type": 5, "zcount": 1, "mset": 1, "zadd": 4,
+        "evalsha": 1, "exists": 1, "type": 2, "zcount": 1, "zscore": 1, "mset": 1, "zadd": 4,
         "sadd": 1, "persist": 2,
     }  # fmt: skip
     again = await server_work(redis_url, saver.aput(cfg("bulk-6"), cp, {"run_id": "r"}, new))
     # each key the put writes (payload, six values, the absent channel's) checked, the old
     # payload read, and the absent channel's key deleted in case it was there
-    assert again["type"] == 5 + 1 + 7 and again["get"] == 1 and again["del"] == 1
+    assert again["type"] == 1 + 1 + 7 and again["get"] == 1 and again["del"] == 1
+
+
+async def test_a_thread_written_before_is_not_settled_again(
+    counted: tuple[Any, RoundTrips], redis_url: str
+) -> None:
+    """Without a TTL, once the namespace set names a timeline for ever, so does everything a
+    settle writes (the set has no TTL, the registry names the thread for ever): later puts
+    and writes read that with one ZSCORE and neither check nor write the namespace set or
+    the registry again. Reads and first writes check the types of what they touch: only
+    the timeline's type is looked up. A read checks what it reads as it reads it."""
+    saver, _ = counted
+    await warm(saver)
+    first = await grow(saver, "settled", 2)
+    cp = empty_checkpoint()
+    cp["id"] = "000002"
+    cp["channel_values"] = {"m": 2, "other": "x"}
+    cp["channel_versions"] = {"m": 3, "other": 1}
+    put = saver.aput(first[-1], cp, {"run_id": "r"}, {"m": 3})
+    assert await server_work(redis_url, put) == {
+        "evalsha": 1, "exists": 1, "type": 1, "zcount": 1, "zscore": 1, "mset": 1, "zadd": 2,
+        "sadd": 1, "persist": 1,
+    }  # fmt: skip
+    writes = saver.aput_writes(cfg("settled", "000002"), [("m", 1), ("other", 2)], "task")
+    assert await server_work(redis_url, writes) == {
+        "evalsha": 1, "zcount": 1, "zscore": 1, "hsetnx": 2, "zadd": 1,
+    }  # fmt: skip
+    assert await server_work(redis_url, saver.aget_tuple(cfg("settled"))) == {
+        "evalsha": 1, "zrevrange": 1, "get": 1, "hgetall": 1, "mget": 1,
+    }  # fmt: skip
 
 
 def test_a_put_with_a_ttl_checks_only_what_it_refreshes(redis_url: str, prefix: str) -> None:
@@ -268,8 +298,10 @@ def test_a_put_with_a_ttl_checks_only_what_it_refreshes(redis_url: str, prefix: 
     work = asyncio.run(
         server_work(redis_url, asyncio.to_thread(saver.put, first, cp, {}, {"a": 2}))
     )
-    # the timeline's three zsets, its writes hash, the registry, the two refreshed blobs
-    assert work["exists"] == 1 and work["type"] == 3 + 1 + 1 + 2 and "get" not in work
+    # two of the timeline's three zsets (ZCOUNT reads the key index), its writes hash, the
+    # registry, the two refreshed blobs
+    assert work["exists"] == 1 and work["type"] == 2 + 1 + 1 + 2 and "get" not in work
+    assert work["zcount"] == 1 and work["time"] == 1
     saver.close()
 
 

@@ -117,11 +117,13 @@ local function get_hash(key)
   return v, nil
 end
 
--- The newest checkpoint of a timeline whose payload still exists.
+-- The newest checkpoint of a timeline whose payload still exists. Reading the timeline is
+-- its type check.
 local function latest(idx, cp_prefix, n)
   local start = 0
   while true do
-    local ids = redis.call('ZREVRANGE', idx, start, start + 7)
+    local ids = redis.pcall('ZREVRANGE', idx, start, start + 7)
+    if ids.err then return nil, nil, read_error(idx, ids, 'zset') end
     if #ids == 0 then return nil, nil, nil end
     for _, c in ipairs(ids) do
       local payload, err = get_string(cp_prefix .. n .. ':' .. c)
@@ -437,9 +439,27 @@ local function settle(t, n, idx, keys, nskey, now)
   settle_namespaces(t, nskey, now)
 end
 
+-- How many entries of key index `keys` name a key with a TTL (a finite expiry score). Reading
+-- the key index is its type check.
+local function expiring(keys)
+  local count = redis.pcall('ZCOUNT', keys, '-inf', '(+inf')
+  if type(count) == 'table' then return nil, read_error(keys, count, 'zset') end
+  return count, nil
+end
+
+-- Whether timeline `n` is settled for ever already (its namespace-set entry is 'inf'), so
+-- that a writer without a TTL has nothing to settle: every settle leaves a namespace set that
+-- names a timeline for ever without a TTL, and the thread's registry entry for ever too.
+-- Reading the namespace set is its type check.
+local function settled_forever(nskey, n)
+  local score = redis.pcall('ZSCORE', nskey, n)
+  if type(score) == 'table' then return false, read_error(nskey, score, 'zset') end
+  return score == 'inf', nil
+end
+
 -- `settle` for a writer without a TTL on a timeline whose keys all lack one (the common
 -- case): its index keys lack one too, only the namespace set may have one (another
--- namespace's).
+-- namespace's). Writers skip it once `settled_forever` says so.
 local function settle_forever(t, n, nskey)
   redis.call('ZADD', nskey, 'inf', n)
   redis.call('PERSIST', nskey)
@@ -532,8 +552,6 @@ PUT = r"""
 --       blob: suffix, value ('' = refresh only, NUL = absent: no key). A cluster client
 --       passes neither run nor registry, and gets back the run-set removal it must make.
 local cid, payload, ttl = ARGV[1], ARGV[2], tonumber(ARGV[3])
-local now = now_ms()
-local score = expiry(now, ttl)
 local n, t, has_run, nb = ARGV[4], ARGV[5], ARGV[7] == '1', tonumber(ARGV[8])
 local run_key = nil
 if has_run then run_key = KEYS[5 + nb] end
@@ -553,15 +571,23 @@ for i = 1, #written, 500 do
     or redis.call('EXISTS', unpack(written, i, math.min(i + 499, #written))) > 0
 end
 local err = (existing and check(KEYS[1], 'string')) or check(KEYS[2], 'zset')
-  or check(KEYS[3], 'zset') or check(KEYS[4], 'zset')
+if err then return err end
+local timed
+timed, err = expiring(KEYS[3])
 if err then return err end
 -- Without a TTL, on a timeline where some key has one (another writer's): see persist_refs.
-local mixed = ttl == 0 and redis.call('ZCOUNT', KEYS[3], '-inf', '(+inf') > 0
-if ttl > 0 or mixed then  -- the writes of this checkpoint get its TTL
+local mixed = ttl == 0 and timed > 0
+local forever, settled = ttl == 0 and not mixed, false
+if forever then settled, err = settled_forever(KEYS[4], n) else err = check(KEYS[4], 'zset') end
+if err then return err end
+-- The server's clock, for expiry scores: a writer keeping all for ever needs none.
+local now = (not forever) and now_ms() or nil
+local score = expiry(now, ttl)
+if not forever then  -- the writes of this checkpoint get its TTL
   err = check(ARGV[9] .. n .. ':' .. cid, 'hash')
   if err then return err end
 end
-if REGISTRY then
+if REGISTRY and not settled then
   err = check_registry(REGISTRY)
   if err then return err end
 end
@@ -571,10 +597,6 @@ for i = 1, nb do
     if err then return err end
   end
 end
-if run_key then
-  err = check(run_key, 'set')
-  if err then return err end
-end
 -- Overwriting a checkpoint another run wrote: that run no longer owns it.
 local before = existing and redis.call('GET', KEYS[1])
 local old_run = before and run_of(before)
@@ -582,6 +604,11 @@ local leaves = before and old_run ~= ARGV[13]
 if leaves and old_run ~= '' and REGISTRY then
   err = check(ARGV[14] .. old_run, 'set')
   if err then return err end
+end
+-- The first write joins the run set, and so checks its type: refused, it wrote nothing.
+if run_key then
+  local added = redis.pcall('SADD', run_key, ARGV[6])
+  if type(added) == 'table' then return read_error(run_key, added, 'set') end
 end
 -- Without a TTL the values go in one MSET, and every new key-index member in one ZADD.
 local sets, absent, members = {}, {}, {}
@@ -625,11 +652,10 @@ for i = 1, #members, 1000 do
   redis.call('ZADD', KEYS[3], unpack(members, i, math.min(i + 999, #members)))
 end
 if run_key then
-  redis.call('SADD', run_key, ARGV[6])
   if ttl > 0 then expire_run(run_key, ttl) else redis.call('PERSIST', run_key) end
 end
-if ttl == 0 and not mixed then
-  settle_forever(t, n, KEYS[4])
+if forever then
+  if not settled then settle_forever(t, n, KEYS[4]) end
   return outcome()
 end
 -- The pending writes already stored for this checkpoint live as long as it does.
@@ -655,16 +681,21 @@ PUT_WRITES = r"""
 -- ARGV: cid, N, T, ttl_ms, cp_prefix, wr_prefix, blob_prefix, run_prefix, then per
 --       write: field, value, overwrite flag
 local cid, n, t, ttl = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4])
-local now = now_ms()
-local score = expiry(now, ttl)
 REGISTRY = KEYS[6]
-local err = check(KEYS[1], 'hash') or check(KEYS[2], 'zset') or check(KEYS[3], 'zset')
-  or check(KEYS[5], 'zset')
+local timed, err = expiring(KEYS[2])
 if err then return err end
-if REGISTRY then
+-- Without a TTL, on a timeline where some key has one (another writer's): see settle.
+local mixed = ttl == 0 and timed > 0
+local forever, settled = ttl == 0 and not mixed, false
+if forever then settled, err = settled_forever(KEYS[3], n)
+else err = check(KEYS[3], 'zset') or check(KEYS[5], 'zset') end
+if err then return err end
+if REGISTRY and not settled then
   err = check_registry(REGISTRY)
   if err then return err end
 end
+local now = (not forever) and now_ms() or nil  -- a writer keeping all for ever needs none
+local score = expiry(now, ttl)
 -- With a TTL, a write keeps the thread alive as a put does: the checkpoint written to and
 -- the newest of its timeline keep everything they read. Both are read before any write.
 local alive = {}
@@ -677,12 +708,16 @@ if ttl > 0 then
   if err then return err end
   if newest and newest ~= cid then alive[#alive + 1] = {newest, newest_payload} end
 end
--- Without a TTL, on a timeline where some key has one (another writer's): see settle.
-local mixed = ttl == 0 and redis.call('ZCOUNT', KEYS[2], '-inf', '(+inf') > 0
 local left = ttl > 0 and redis.call('PTTL', KEYS[1]) or -2  -- before the writes add to it
+-- The first write, to the writes hash, checks its type: refused, it wrote nothing.
 for i = 9, #ARGV, 3 do
-  if ARGV[i + 2] == '1' then redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1])
-  else redis.call('HSETNX', KEYS[1], ARGV[i], ARGV[i + 1]) end
+  local set = ARGV[i + 2] == '1' and 'HSET' or 'HSETNX'
+  if i == 9 then
+    local done = redis.pcall(set, KEYS[1], ARGV[i], ARGV[i + 1])
+    if type(done) == 'table' then return read_error(KEYS[1], done, 'hash') end
+  else
+    redis.call(set, KEYS[1], ARGV[i], ARGV[i + 1])
+  end
 end
 if ttl > 0 and (left == -1 or left >= ttl) then
   -- kept longer by another writer (or for ever, until adopt_ttl below): its life stays
@@ -698,8 +733,8 @@ if ttl > 0 then
   end
   local p = {cp = ARGV[5], wr = ARGV[6], blob = ARGV[7], run = ARGV[8]}
   adopt_ttl(n, KEYS[2], ttl, score, p)
-elseif not mixed then
-  settle_forever(t, n, KEYS[3])
+elseif forever then
+  if not settled then settle_forever(t, n, KEYS[3]) end
   return 1
 else
   redis.call('PERSIST', KEYS[1])
@@ -715,11 +750,12 @@ GET = r"""
 local cid, n = ARGV[1], ARGV[2]
 REGISTRY = KEYS[4]
 local ttl = tonumber(ARGV[6])
-local err = check(KEYS[1], 'zset')
-if ttl > 0 then err = err or check(KEYS[2], 'zset') or check(KEYS[3], 'zset') end
-if err then return err end
-if REGISTRY then
-  err = check_registry(REGISTRY)
+-- A read without a refresh writes nothing: what it reads is checked as it reads it, and the
+-- registry only when it finds nothing.
+local err
+if ttl > 0 then
+  err = check(KEYS[1], 'zset') or check(KEYS[2], 'zset') or check(KEYS[3], 'zset')
+    or (REGISTRY and check_registry(REGISTRY))
   if err then return err end
 end
 local payload
@@ -729,7 +765,10 @@ else
   payload, err = get_string(ARGV[3] .. n .. ':' .. cid)
 end
 if err then return err end
-if not payload then return false end
+if not payload then  -- perhaps a keyspace 0.1.0 wrote, which its registry tells
+  if ttl == 0 and REGISTRY then err = check_registry(REGISTRY) end
+  return err or false
+end
 local entry
 entry, err = read_entry(n, cid, payload, ARGV[4], ARGV[5])
 if err then return err end
