@@ -199,6 +199,27 @@ def test_list_none_lists_each_thread_once_while_others_write(
     assert len(runs) == len(set(runs)), "a thread was listed in two places"
 
 
+@pytest.mark.standalone
+def test_a_lost_registry_entry_comes_back_with_the_next_put_or_write(
+    redis_url: str, client: redis.Redis, prefix: str
+) -> None:
+    """A thread written before is not settled again by each call, but a registry emptied by
+    hand, or missing after data moved from a cluster (which keeps none), gets the thread back
+    from its next put, as the cluster guide says, or its next write."""
+    ks = KeySpace(prefix)
+    with RedisSaver(redis_url, prefix=prefix) as saver:
+        c = saver.put(cfg("t"), checkpoint({"m": 1}, {"m": "1"}), {}, {"m": "1"})
+        for again in (
+            lambda: saver.put(c, checkpoint({"m": 2}, {"m": "2"}), {}, {"m": "2"}),
+            lambda: saver.put_writes(c, [("m", 3)], "task"),
+        ):
+            client.delete(ks.threads)
+            assert list(saver.list(None)) == []
+            again()
+            assert client.zrange(ks.threads, 0, -1, withscores=True) == [(b"t", float("inf"))]
+            assert {t.config["configurable"]["thread_id"] for t in saver.list(None)} == {"t"}
+
+
 # -- writes ----------------------------------------------------------------------------
 
 

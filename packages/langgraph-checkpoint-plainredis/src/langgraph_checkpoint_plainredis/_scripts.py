@@ -447,13 +447,20 @@ local function expiring(keys)
   return count, nil
 end
 
--- Whether timeline `n` is settled for ever already (its namespace-set entry is 'inf'), so
--- that a writer without a TTL has nothing to settle: every settle leaves a namespace set that
--- names a timeline for ever without a TTL, and the thread's registry entry for ever too.
--- Reading the namespace set is its type check.
-local function settled_forever(nskey, n)
+-- Whether timeline `n` of thread `t` is settled for ever already, so that a writer without a
+-- TTL has nothing to settle: its namespace-set entry is 'inf' (every settle leaves a set that
+-- names a timeline for ever without a TTL) and, on a standalone server, so is the thread's
+-- registry entry (read too: a registry rebuilt or restored by hand, or data moved from a
+-- cluster, which keeps none, gets the entry back from the next put). Reading a key is its type
+-- check, the registry's as check_registry words it.
+local function settled_forever(nskey, n, t)
   local score = redis.pcall('ZSCORE', nskey, n)
   if type(score) == 'table' then return false, read_error(nskey, score, 'zset') end
+  if score ~= 'inf' or not REGISTRY then return score == 'inf', nil end
+  score = redis.pcall('ZSCORE', REGISTRY, t)
+  if type(score) == 'table' then
+    return false, check_registry(REGISTRY) or redis.error_reply(score.err)
+  end
   return score == 'inf', nil
 end
 
@@ -578,7 +585,7 @@ if err then return err end
 -- Without a TTL, on a timeline where some key has one (another writer's): see persist_refs.
 local mixed = ttl == 0 and timed > 0
 local forever, settled = ttl == 0 and not mixed, false
-if forever then settled, err = settled_forever(KEYS[4], n) else err = check(KEYS[4], 'zset') end
+if forever then settled, err = settled_forever(KEYS[4], n, t) else err = check(KEYS[4], 'zset') end
 if err then return err end
 -- The server's clock, for expiry scores: a writer keeping all for ever needs none.
 local now = (not forever) and now_ms() or nil
@@ -687,7 +694,7 @@ if err then return err end
 -- Without a TTL, on a timeline where some key has one (another writer's): see settle.
 local mixed = ttl == 0 and timed > 0
 local forever, settled = ttl == 0 and not mixed, false
-if forever then settled, err = settled_forever(KEYS[3], n)
+if forever then settled, err = settled_forever(KEYS[3], n, t)
 else err = check(KEYS[3], 'zset') or check(KEYS[5], 'zset') end
 if err then return err end
 if REGISTRY and not settled then
