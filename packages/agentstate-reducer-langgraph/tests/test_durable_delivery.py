@@ -38,6 +38,8 @@ from agentstate_reducer_langgraph import (
     ReducingSaver,
     Settlement,
     StagedBatch,
+    _delivery,
+    _redis,
 )
 from agentstate_reducer_langgraph._keys import DeliveryKeys, namespace_tag
 from agentstate_reducer_langgraph._redis_core import Eval, OutboxCore
@@ -211,23 +213,55 @@ def test_outbox_stages_idempotently_leases_and_settles(any_client: Any, prefix: 
     outbox.stage(batch("b2", cid="c2"), now=t, visible_at=t + 60_000)  # leased to its stager
     assert outbox.stats().backlog == 2 and outbox.stats().staged == 2
 
-    (claimed,) = outbox.claim(now=t, lease_until=t + 30_000, limit=10)
+    (claimed,) = outbox.claim(now=now_ms(), lease_until=now_ms() + 300, limit=10)
     assert (claimed.id, claimed.checkpoint_id, claimed.committed) == ("b1", "c1", None)
-    assert outbox.claim(now=t + 1, lease_until=t + 30_000, limit=10) == []  # leased
-    assert [b.id for b in outbox.claim(now=t + 30_000, lease_until=t + 60_000, limit=10)] == [
-        "b1"
-    ]  # lease expired: claimable again
+    assert claimed.age is not None and 0 <= claimed.age < 60_000
+    assert outbox.claim(now=now_ms(), lease_until=now_ms() + 300, limit=10) == []  # leased
+    time.sleep(0.35)
+    (again,) = outbox.claim(now=now_ms(), lease_until=now_ms() + 300, limit=10)
+    assert again.id == "b1"  # lease expired: claimable again
 
-    outbox.settle([Settlement("b1", "retry", due=t, failed=True, error="boom")])
-    (again,) = outbox.claim(now=t, lease_until=t + 1, limit=10)
+    outbox.settle([Settlement("b1", "retry", due=now_ms(), failed=True, error="boom")])
+    (again,) = outbox.claim(now=now_ms(), lease_until=now_ms() + 1, limit=10)
     assert again.failures == 1
-    outbox.settle([Settlement("b1", "discard", staged_at=t - 1)])  # staged again since
+    outbox.settle([Settlement("b1", "discard", staged_at=again.staged_at - 1)])  # staged since
     assert outbox.stats().backlog == 2
     outbox.settle([Settlement("b1", "ack"), Settlement("b1", "ack")])
-    outbox.settle([Settlement("b2", "discard", staged_at=t)])
+    staged_b2 = int(any_client.hget(outbox.keys.batch("b2"), "s"))
+    outbox.settle([Settlement("b2", "discard", staged_at=staged_b2)])
     assert outbox.stats() == outbox.stats().__class__(
         backlog=0, staged=2, delivered=1, failures=1, discarded=1
     )
+
+
+def test_leases_and_waits_are_the_servers_not_each_deliverers_clock(
+    client: redis.Redis, prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A deliverer whose clock runs two hours ahead neither takes over a batch still leased
+    to its stager, nor discards, as never stored, a batch staged a moment ago: due times,
+    leases and ages are kept by the server's clock. A clock two hours behind does not make a
+    due batch wait for two hours either."""
+    outbox = RedisOutbox(client, prefix=prefix)
+    hours = 2 * 3600 * 1000
+    t = now_ms()
+    outbox.stage(batch("leased"), now=t, visible_at=t + 60_000)
+    ahead = now_ms() + hours
+    assert outbox.claim(now=ahead, lease_until=ahead + 30_000, limit=10) == []
+    outbox.stage(batch("fresh", cid="c2"), now=now_ms(), visible_at=now_ms())
+    behind = now_ms() - hours
+    (fresh,) = outbox.claim(now=behind, lease_until=behind + 30_000, limit=10)
+    assert fresh.id == "fresh" and fresh.age is not None and fresh.age < 60_000
+    # A drain from a clock two hours ahead waits for the fresh batch's checkpoint.
+    client.zadd(outbox.keys.due, {"fresh": 0})
+    runner = DeliveryRunner(
+        InMemorySaver(), reducer(RedisDeliveryLedger(client, prefix=prefix), Plain()), outbox,
+        Delivery("manual", grace=600),
+    )  # fmt: skip
+    for module in (_delivery, _redis):
+        monkeypatch.setattr(module, "_now_ms", lambda: now_ms() + hours)
+    report = runner.drain()
+    assert (report.claimed, report.waiting, report.discarded) == (1, 1, 0)
+    assert outbox.stats().backlog == 2
 
 
 def test_drain_over_an_in_process_saver_on_every_kind(any_client: Any, prefix: str) -> None:

@@ -170,7 +170,7 @@ class DeliveryRunner:
 
     def _uncommitted(self, batch: StagedBatch, now: int) -> _Outcome:
         grace_ms = int(self.options.grace * 1000)
-        waited = now - batch.staged_at
+        waited = batch.age if batch.age is not None else now - batch.staged_at
         if waited >= grace_ms:
             logger.info(
                 "discarding staged batch %s: checkpoint %s of thread %r was not stored within "

@@ -39,10 +39,14 @@ class StagedBatch:
         checkpoint_ns: The checkpoint's namespace.
         checkpoint_id: The checkpoint whose store commits the batch.
         payload: ``serde.dumps_typed({"namespace": ..., "messages": [...]})``.
-        staged_at: Milliseconds since the epoch of the latest staging.
+        staged_at: Milliseconds since the epoch of the latest staging, by the outbox's clock
+            (which tells one staging from the next: see `Settlement.staged_at`).
         failures: Deliveries in which a hook raised.
         committed: Whether the checkpoint is known to be stored; None when the outbox
             cannot tell and the saver must ask the inner saver.
+        age: Milliseconds since its latest staging by the outbox's own clock, when the
+            outbox keeps one (a claim from `RedisOutbox` sets it); None: the deliverer
+            takes its own clock's `now - staged_at`.
     """
 
     id: str
@@ -53,6 +57,7 @@ class StagedBatch:
     staged_at: int = 0
     failures: int = 0
     committed: bool | None = None
+    age: int | None = None
 
 
 @dataclass(frozen=True)
@@ -125,7 +130,10 @@ class Outbox(Protocol):
     `stage` runs before the inner saver's put, in one round trip, and must be idempotent
     per batch id. `claim` leases due batches to one caller until `lease_until`; a batch
     claimed again after its lease expired is delivered again, and the delivery ledger
-    drops what already arrived. Times are milliseconds since the epoch.
+    drops what already arrived. Times are milliseconds since the epoch by the caller's clock,
+    `now` included; an outbox on a server may keep them by its own clock instead, moved by
+    how far the caller's `now` is from it, as `RedisOutbox` does, so that deliverers whose
+    clocks disagree still agree on when a lease ends and how long a batch has waited.
     """
 
     def stage(

@@ -271,7 +271,7 @@ class RedisOutbox:
     def settle(self, settlements: Sequence[Settlement]) -> None:
         """Applies acks, retries and discards in one script call."""
         self._learn()
-        _drive(self._sync("settle"), self._core().settle(settlements))
+        _drive(self._sync("settle"), self._core().settle(settlements, _now_ms()))
 
     def stats(self) -> OutboxStats:
         """Backlog and counters, shared by every process."""
@@ -307,7 +307,7 @@ class RedisOutbox:
     async def asettle(self, settlements: Sequence[Settlement]) -> None:
         """`settle`, for asyncio."""
         await self._alearn()
-        await _adrive(self._async("settle"), self._core().settle(settlements))
+        await _adrive(self._async("settle"), self._core().settle(settlements, _now_ms()))
 
     async def astats(self) -> OutboxStats:
         """`stats`, for asyncio."""

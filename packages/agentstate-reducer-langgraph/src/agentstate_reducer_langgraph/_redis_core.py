@@ -47,10 +47,29 @@ Command = Eval | tuple[Any, ...]
 Plan = list[Command]
 Step = Generator[Plan, list[Any], Any]
 
+# The server's clock. Due times, leases and staging times are kept by it, never by a
+# caller's: a caller passes its own `now` with times of its own, which a script moves by the
+# difference (`shift`), so processes whose clocks disagree still agree on when a lease ends
+# and how long a batch has waited. Effects replication first: a script that reads TIME and
+# then writes is refused where Redis 5/6 replicate scripts verbatim.
+_CLOCK = """
+redis.replicate_commands()
+local function server_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+local function ms(value)  -- a decimal string, exact below 2^53
+  return string.format('%.0f', value)
+end
+"""
+
 # Applies settlements; shared by the stage and settle scripts. KEYS[1] is the due zset,
-# KEYS[2] the stats hash, KEYS[first_key..] the settled batches in ARGV order.
-_SETTLE = """
-local function settle(first_arg, first_key)
+# KEYS[2] the stats hash, KEYS[first_key..] the settled batches in ARGV order; `shift` moves
+# a caller's due times to the server's clock.
+_SETTLE = (
+    _CLOCK
+    + """
+local function settle(first_arg, first_key, shift)
   local k = first_key
   for i = first_arg, #ARGV, 7 do
     local action, id, due, staged = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
@@ -66,7 +85,7 @@ local function settle(first_arg, first_key)
         redis.call('HINCRBY', KEYS[2], 'discarded', 1)
       end
     elseif redis.call('EXISTS', batch) == 1 then
-      redis.call('ZADD', KEYS[1], 'XX', due, id)
+      redis.call('ZADD', KEYS[1], 'XX', ms(tonumber(due) + shift), id)
       if ARGV[i + 4] == '1' then
         redis.call('HINCRBY', batch, 'f', 1)
         redis.call('HSET', batch, 'e', ARGV[i + 6])
@@ -77,29 +96,37 @@ local function settle(first_arg, first_key)
   end
 end
 """
+)
 
 # KEYS: due, stats, batch, settled batches... ARGV: id, now, visible_at, type, payload,
 # thread, checkpoint ns, checkpoint id, checkpoint key, then 7 per settlement.
 _STAGE = (
     _SETTLE
     + """
+local now = server_ms()
+local shift = now - tonumber(ARGV[2])
 local fresh = redis.call('EXISTS', KEYS[3]) == 0
-redis.call('HSET', KEYS[3], 't', ARGV[4], 'p', ARGV[5], 's', ARGV[2], 'th', ARGV[6],
+redis.call('HSET', KEYS[3], 't', ARGV[4], 'p', ARGV[5], 's', ms(now), 'th', ARGV[6],
   'ns', ARGV[7], 'cp', ARGV[8], 'k', ARGV[9])
 if fresh then redis.call('HINCRBY', KEYS[2], 'staged', 1) end
-redis.call('ZADD', KEYS[1], ARGV[3], ARGV[1])
-settle(10, 4)
-return redis.call('ZCOUNT', KEYS[1], '-inf', ARGV[2])
+redis.call('ZADD', KEYS[1], ms(tonumber(ARGV[3]) + shift), ARGV[1])
+settle(10, 4, shift)
+return redis.call('ZCOUNT', KEYS[1], '-inf', ms(now))
 """
 )
 
-# KEYS: due, stats, settled batches... ARGV: 7 per settlement.
-_SETTLE_ONLY = _SETTLE + "\nsettle(1, 3)\nreturn 1\n"
+# KEYS: due, stats, settled batches... ARGV: now, then 7 per settlement.
+_SETTLE_ONLY = _SETTLE + "\nsettle(2, 3, server_ms() - tonumber(ARGV[1]))\nreturn 1\n"
 
 # KEYS: due. ARGV: now, limit, lease_until, batch key prefix, check (1: the checkpoint
 # keys live on this server, outside a cluster, so EXISTS answers whether it is stored).
-_CLAIM = """
-local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, tonumber(ARGV[2]))
+# Each row ends with the milliseconds since the batch was staged, by the server's clock.
+_CLAIM = (
+    _CLOCK
+    + """
+local now = server_ms()
+local lease_until = ms(tonumber(ARGV[3]) + now - tonumber(ARGV[1]))
+local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ms(now), 'LIMIT', 0, tonumber(ARGV[2]))
 local out = {}
 for _, id in ipairs(ids) do
   local batch = ARGV[4] .. id
@@ -107,7 +134,7 @@ for _, id in ipairs(ids) do
   if not f[1] then
     redis.call('ZREM', KEYS[1], id)
   else
-    redis.call('ZADD', KEYS[1], ARGV[3], id)
+    redis.call('ZADD', KEYS[1], lease_until, id)
     local committed = ''
     if f[5] == '1' then
       committed = '1'
@@ -119,11 +146,14 @@ for _, id in ipairs(ids) do
         committed = '0'
       end
     end
-    out[#out + 1] = {id, f[1], f[2], f[3], f[4] or '0', f[6], f[7], f[8], f[9] or '', committed}
+    local age = math.max(0, now - (tonumber(f[3]) or now))
+    out[#out + 1] = {id, f[1], f[2], f[3], f[4] or '0', f[6], f[7], f[8], f[9] or '', committed,
+      ms(age)}
   end
 end
 return out
 """
+)
 
 # KEYS: ledger hash, the keys the commands write... ARGV: now, ttl ms (0: none), message
 # count, then per message: ledger field, command count, and per command: key index,
@@ -235,11 +265,12 @@ class OutboxCore:
         (due,) = yield [Eval("stage", (k.due, k.stats, k.batch(batch.id), *settled_keys), args)]
         return int(due)
 
-    def settle(self, settlements: Sequence[Settlement]) -> Step:
+    def settle(self, settlements: Sequence[Settlement], now: int) -> Step:
         if not settlements:
             return None
         settled_keys, args = _settle_args(self.keys, settlements)
-        yield [Eval("settle", (self.keys.due, self.keys.stats, *settled_keys), tuple(args))]
+        keys = (self.keys.due, self.keys.stats, *settled_keys)
+        yield [Eval("settle", keys, (now, *args))]
         return None
 
     def claim(self, now: int, lease_until: int, limit: int) -> Step:
@@ -249,7 +280,7 @@ class OutboxCore:
         batches: list[StagedBatch] = []
         unknown: list[tuple[int, str]] = []
         for row in rows or ():
-            (bid, typ, payload, staged, failures, thread, ns, cid, cp_key, committed) = row
+            (bid, typ, payload, staged, failures, thread, ns, cid, cp_key, committed, age) = row
             state = _s(committed)
             batches.append(
                 StagedBatch(
@@ -261,6 +292,7 @@ class OutboxCore:
                     staged_at=int(_s(staged)),
                     failures=int(_s(failures)),
                     committed=None if state == "" else state == "1",
+                    age=int(_s(age)),
                 )
             )
             if state == "" and self.checkpoint_key is not None and _s(cp_key):
