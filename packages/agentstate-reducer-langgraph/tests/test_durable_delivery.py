@@ -38,8 +38,7 @@ from agentstate_reducer_langgraph import (
     ReducingSaver,
     Settlement,
     StagedBatch,
-    _delivery,
-    _redis,
+    _outbox,
 )
 from agentstate_reducer_langgraph._keys import DeliveryKeys, namespace_tag
 from agentstate_reducer_langgraph._redis_core import Eval, OutboxCore
@@ -213,12 +212,12 @@ def test_outbox_stages_idempotently_leases_and_settles(any_client: Any, prefix: 
     outbox.stage(batch("b2", cid="c2"), now=t, visible_at=t + 60_000)  # leased to its stager
     assert outbox.stats().backlog == 2 and outbox.stats().staged == 2
 
-    (claimed,) = outbox.claim(now=now_ms(), lease_until=now_ms() + 300, limit=10)
+    (claimed,) = outbox.claim(now=now_ms(), lease_until=now_ms() + 1000, limit=10)
     assert (claimed.id, claimed.checkpoint_id, claimed.committed) == ("b1", "c1", None)
     assert claimed.age is not None and 0 <= claimed.age < 60_000
-    assert outbox.claim(now=now_ms(), lease_until=now_ms() + 300, limit=10) == []  # leased
-    time.sleep(0.35)
-    (again,) = outbox.claim(now=now_ms(), lease_until=now_ms() + 300, limit=10)
+    assert outbox.claim(now=now_ms(), lease_until=now_ms() + 1000, limit=10) == []  # leased
+    time.sleep(1.05)
+    (again,) = outbox.claim(now=now_ms(), lease_until=now_ms() + 1000, limit=10)
     assert again.id == "b1"  # lease expired: claimable again
 
     outbox.settle([Settlement("b1", "retry", due=now_ms(), failed=True, error="boom")])
@@ -257,8 +256,7 @@ def test_leases_and_waits_are_the_servers_not_each_deliverers_clock(
         InMemorySaver(), reducer(RedisDeliveryLedger(client, prefix=prefix), Plain()), outbox,
         Delivery("manual", grace=600),
     )  # fmt: skip
-    for module in (_delivery, _redis):
-        monkeypatch.setattr(module, "_now_ms", lambda: now_ms() + hours)
+    monkeypatch.setattr(_outbox, "now_ms", lambda: now_ms() + hours)
     report = runner.drain()
     assert (report.claimed, report.waiting, report.discarded) == (1, 1, 0)
     assert outbox.stats().backlog == 2

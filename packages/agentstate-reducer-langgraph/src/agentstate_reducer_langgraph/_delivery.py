@@ -23,6 +23,7 @@ from langgraph.checkpoint.base import BaseCheckpointSaver
 
 from agentstate_reducer import DeliveryReport, MessageReducer
 
+from . import _outbox
 from ._outbox import (
     Delivery,
     DrainReport,
@@ -38,10 +39,6 @@ from ._outbox import (
 __all__ = ["DeliveryRunner"]
 
 logger = logging.getLogger("agentstate_reducer_langgraph")
-
-
-def _now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 @dataclass(frozen=True)
@@ -130,7 +127,7 @@ class DeliveryRunner:
         )
 
     def _stage_times(self) -> tuple[int, int]:
-        now = _now_ms()
+        now = _outbox.now_ms()
         # Inline and background deliver their own batch right after the put, so it is
         # staged already leased; a manual batch is claimable at once.
         lease = 0 if self.mode == "manual" else int(self.options.lease * 1000)
@@ -270,7 +267,7 @@ class DeliveryRunner:
         return settle
 
     def _deliver_own(self, own: Sequence[_Own], *, defer: bool) -> None:
-        now = _now_ms()
+        now = _outbox.now_ms()
         outcomes = [
             self._outcome(o.batch, self.reducer.deliver(o.pruned, o.namespace), now) for o in own
         ]
@@ -296,14 +293,14 @@ class DeliveryRunner:
         Several processes may drain one outbox at once: a claimed batch is leased to its
         claimer for `Delivery.lease` seconds.
         """
-        now = _now_ms()
+        now = _outbox.now_ms()
         lease_until = now + int(self.options.lease * 1000)
         claimed = self.outbox.claim(
             now=now, lease_until=lease_until, limit=limit or self.options.batch_size
         )
         outcomes: list[_Outcome] = []
         for batch in claimed:
-            if _now_ms() >= lease_until:
+            if _outbox.now_ms() >= lease_until:
                 break  # the rest may belong to another deliverer now; they are due again
             outcomes.append(self._process(batch, now))
         settle = self._take_acks() + [o.settlement for o in outcomes]
@@ -379,7 +376,7 @@ class DeliveryRunner:
             )
 
     async def _adeliver_own(self, own: Sequence[_Own], *, defer: bool) -> None:
-        now = _now_ms()
+        now = _outbox.now_ms()
         outcomes = [
             self._outcome(o.batch, await self.reducer.adeliver(o.pruned, o.namespace), now)
             for o in own
@@ -402,14 +399,14 @@ class DeliveryRunner:
 
     async def adrain(self, limit: int | None = None) -> DrainReport:
         """`drain`, for asyncio."""
-        now = _now_ms()
+        now = _outbox.now_ms()
         lease_until = now + int(self.options.lease * 1000)
         claimed = await self.outbox.aclaim(
             now=now, lease_until=lease_until, limit=limit or self.options.batch_size
         )
         outcomes: list[_Outcome] = []
         for batch in claimed:
-            if _now_ms() >= lease_until:
+            if _outbox.now_ms() >= lease_until:
                 break  # the rest may belong to another deliverer now; they are due again
             outcomes.append(await self._aprocess(batch, now))
         settle = self._take_acks() + [o.settlement for o in outcomes]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol, runtime_checkable
@@ -21,6 +22,12 @@ __all__ = [
 
 DeliveryMode = Literal["inline", "background", "manual"]
 _MODES = ("inline", "background", "manual")
+
+
+def now_ms() -> int:
+    """The deliverers' clock: milliseconds since the epoch (`time.time()`). `RedisOutbox`
+    reads it too, for the `now` of a `settle`, whose due times come from it."""
+    return int(time.time() * 1000)
 
 
 def batch_id(thread_id: str, checkpoint_ns: str, checkpoint_id: str) -> str:
@@ -130,10 +137,11 @@ class Outbox(Protocol):
     `stage` runs before the inner saver's put, in one round trip, and must be idempotent
     per batch id. `claim` leases due batches to one caller until `lease_until`; a batch
     claimed again after its lease expired is delivered again, and the delivery ledger
-    drops what already arrived. Times are milliseconds since the epoch by the caller's clock,
-    `now` included; an outbox on a server may keep them by its own clock instead, moved by
-    how far the caller's `now` is from it, as `RedisOutbox` does, so that deliverers whose
-    clocks disagree still agree on when a lease ends and how long a batch has waited.
+    drops what already arrived. Times are milliseconds since the epoch by the caller's clock
+    (`now_ms`), `now` included; an outbox on a server may keep them by its own clock instead,
+    moved by how far the caller's clock is from it (`settle`, given no `now`, reads `now_ms`
+    as it sends), as `RedisOutbox` does, so that deliverers whose clocks disagree still agree
+    on when a lease ends and how long a batch has waited.
     """
 
     def stage(

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from agentstate_reducer import message_identity
 
+from . import _outbox
 from ._keys import DeliveryKeys
 from ._outbox import OutboxStats, Settlement, StagedBatch
 from ._redis_core import SCRIPTS, Eval, LedgerCore, OutboxCore, Plan, SinkCore, Step
@@ -23,10 +23,6 @@ __all__ = ["RedisDeliveryLedger", "RedisMemoryWriter", "RedisOutbox", "RedisSink
 
 DEFAULT_PREFIX = "agentstate"
 CheckpointKey = Callable[[str, str, str], str]
-
-
-def _now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 def _loop_running() -> bool:
@@ -271,7 +267,7 @@ class RedisOutbox:
     def settle(self, settlements: Sequence[Settlement]) -> None:
         """Applies acks, retries and discards in one script call."""
         self._learn()
-        _drive(self._sync("settle"), self._core().settle(settlements, _now_ms()))
+        _drive(self._sync("settle"), self._core().settle(settlements, _outbox.now_ms()))
 
     def stats(self) -> OutboxStats:
         """Backlog and counters, shared by every process."""
@@ -307,7 +303,7 @@ class RedisOutbox:
     async def asettle(self, settlements: Sequence[Settlement]) -> None:
         """`settle`, for asyncio."""
         await self._alearn()
-        await _adrive(self._async("settle"), self._core().settle(settlements, _now_ms()))
+        await _adrive(self._async("settle"), self._core().settle(settlements, _outbox.now_ms()))
 
     async def astats(self) -> OutboxStats:
         """`stats`, for asyncio."""
@@ -388,7 +384,7 @@ class RedisDeliveryLedger:
 
     def mark(self, hook_key: str, namespace: Any, message_ids: Sequence[str]) -> None:
         """Record `message_ids` as delivered to `hook_key` in `namespace`."""
-        _drive(self.client, self._core.mark(hook_key, namespace, message_ids, _now_ms()))
+        _drive(self.client, self._core.mark(hook_key, namespace, message_ids, _outbox.now_ms()))
 
     async def aseen(self, hook_key: str, namespace: Any, message_ids: Sequence[str]) -> set[str]:
         """`seen` for the event loop: through `aclient`, else in a worker thread."""
@@ -403,7 +399,9 @@ class RedisDeliveryLedger:
         if self.aclient is None:
             await asyncio.to_thread(self.mark, hook_key, namespace, message_ids)
             return
-        await _adrive(self.aclient, self._core.mark(hook_key, namespace, message_ids, _now_ms()))
+        await _adrive(
+            self.aclient, self._core.mark(hook_key, namespace, message_ids, _outbox.now_ms())
+        )
 
     def key(self, kind: str, namespace: Any) -> str:
         """A key of `kind` in the cluster slot of `namespace`'s ledger."""
@@ -465,7 +463,7 @@ class RedisSink:
             identity = message_identity(message)
             if identity not in per_message:
                 per_message[identity] = list(self.commands(message, identity, namespace))
-        steps = self._core.apply(self.name, namespace, list(per_message.items()), _now_ms())
+        steps = self._core.apply(self.name, namespace, list(per_message.items()), _outbox.now_ms())
         if self.ledger.aclient is not None and _loop_running():
             return _adrive(self.ledger.aclient, steps)
         applied: list[str] = _drive(self.ledger.client, steps)
