@@ -718,13 +718,10 @@ end
 local left = ttl > 0 and redis.call('PTTL', KEYS[1]) or -2  -- before the writes add to it
 -- The first write, to the writes hash, checks its type: refused, it wrote nothing.
 for i = 9, #ARGV, 3 do
-  local set = ARGV[i + 2] == '1' and 'HSET' or 'HSETNX'
-  if i == 9 then
-    local done = redis.pcall(set, KEYS[1], ARGV[i], ARGV[i + 1])
-    if type(done) == 'table' then return read_error(KEYS[1], done, 'hash') end
-  else
-    redis.call(set, KEYS[1], ARGV[i], ARGV[i + 1])
-  end
+  local done
+  if ARGV[i + 2] == '1' then done = redis.pcall('HSET', KEYS[1], ARGV[i], ARGV[i + 1])
+  else done = redis.pcall('HSETNX', KEYS[1], ARGV[i], ARGV[i + 1]) end
+  if type(done) == 'table' then return read_error(KEYS[1], done, 'hash') end
 end
 if ttl > 0 and (left == -1 or left >= ttl) then
   -- kept longer by another writer (or for ever, until adopt_ttl below): its life stays
