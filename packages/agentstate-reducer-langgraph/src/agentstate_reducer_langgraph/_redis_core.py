@@ -61,6 +61,11 @@ end
 local function ms(value)  -- a decimal string, exact below 2^53
   return string.format('%.0f', value)
 end
+-- The server's now, and how far it is from the caller's (`shift`).
+local function clocks(caller_now)
+  local now = server_ms()
+  return now, now - tonumber(caller_now)
+end
 """
 
 # Applies settlements; shared by the stage and settle scripts. KEYS[1] is the due zset,
@@ -103,8 +108,7 @@ end
 _STAGE = (
     _SETTLE
     + """
-local now = server_ms()
-local shift = now - tonumber(ARGV[2])
+local now, shift = clocks(ARGV[2])
 local fresh = redis.call('EXISTS', KEYS[3]) == 0
 redis.call('HSET', KEYS[3], 't', ARGV[4], 'p', ARGV[5], 's', ms(now), 'th', ARGV[6],
   'ns', ARGV[7], 'cp', ARGV[8], 'k', ARGV[9])
@@ -116,7 +120,7 @@ return redis.call('ZCOUNT', KEYS[1], '-inf', ms(now))
 )
 
 # KEYS: due, stats, settled batches... ARGV: now, then 7 per settlement.
-_SETTLE_ONLY = _SETTLE + "\nsettle(2, 3, server_ms() - tonumber(ARGV[1]))\nreturn 1\n"
+_SETTLE_ONLY = _SETTLE + "\nlocal _, shift = clocks(ARGV[1])\nsettle(2, 3, shift)\nreturn 1\n"
 
 # KEYS: due. ARGV: now, limit, lease_until, batch key prefix, check (1: the checkpoint
 # keys live on this server, outside a cluster, so EXISTS answers whether it is stored).
@@ -124,8 +128,8 @@ _SETTLE_ONLY = _SETTLE + "\nsettle(2, 3, server_ms() - tonumber(ARGV[1]))\nretur
 _CLAIM = (
     _CLOCK
     + """
-local now = server_ms()
-local lease_until = ms(tonumber(ARGV[3]) + now - tonumber(ARGV[1]))
+local now, shift = clocks(ARGV[1])
+local lease_until = ms(tonumber(ARGV[3]) + shift)
 local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ms(now), 'LIMIT', 0, tonumber(ARGV[2]))
 local out = {}
 for _, id in ipairs(ids) do
