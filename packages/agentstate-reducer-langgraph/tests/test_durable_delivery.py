@@ -220,10 +220,11 @@ def test_outbox_stages_idempotently_leases_and_settles(any_client: Any, prefix: 
     (again,) = outbox.claim(now=now_ms(), lease_until=now_ms() + 1000, limit=10)
     assert again.id == "b1"  # lease expired: claimable again
 
-    outbox.settle([Settlement("b1", "retry", due=now_ms(), failed=True, error="boom")])
+    outbox.settle([Settlement("b1", "retry", failed=True, error="boom", lease=again.lease)])
     (again,) = outbox.claim(now=now_ms(), lease_until=now_ms() + 1, limit=10)
     assert again.failures == 1
-    outbox.settle([Settlement("b1", "discard", staged_at=again.staged_at - 1)])  # staged since
+    stale = Settlement("b1", "discard", staged_at=again.staged_at - 1, lease=again.lease)
+    outbox.settle([stale])  # staged since
     assert outbox.stats().backlog == 2
     outbox.settle([Settlement("b1", "ack"), Settlement("b1", "ack")])
     staged_b2 = int(any_client.hget(outbox.keys.batch("b2"), "s"))
@@ -260,6 +261,108 @@ def test_leases_and_waits_are_the_servers_not_each_deliverers_clock(
     report = runner.drain()
     assert (report.claimed, report.waiting, report.discarded) == (1, 1, 0)
     assert outbox.stats().backlog == 2
+
+
+def server_ms(client: redis.Redis) -> int:
+    seconds, micros = client.time()
+    return int(seconds) * 1000 + int(micros) // 1000
+
+
+def test_a_deliverer_past_its_lease_cannot_cut_short_its_successors(
+    client: redis.Redis, prefix: str
+) -> None:
+    """A's lease ran out while its hook ran and B claimed the batch: A's late retry (or
+    discard) changes nothing, so no third deliverer claims the batch during B's lease; B's
+    own settlements still apply."""
+    outbox = RedisOutbox(client, prefix=prefix)
+    outbox.stage(batch("b1"), now=now_ms(), visible_at=now_ms())
+    (a,) = outbox.claim(now=now_ms(), lease_until=now_ms() + 200, limit=10)
+    time.sleep(0.25)
+    (b,) = outbox.claim(now=now_ms(), lease_until=now_ms() + 30_000, limit=10)
+    assert a.lease and b.lease and a.lease != b.lease
+    late = [
+        Settlement("b1", "retry", failed=True, error="A's hook", lease=a.lease),
+        Settlement("b1", "discard", staged_at=a.staged_at, lease=a.lease),
+    ]
+    outbox.settle(late)
+    assert int(client.zscore(outbox.keys.due, "b1") or 0) - server_ms(client) > 25_000
+    assert outbox.claim(now=now_ms(), lease_until=now_ms() + 30_000, limit=10) == []
+    assert outbox.stats().failures == 0 and outbox.stats().backlog == 1
+    outbox.settle([Settlement("b1", "retry", delay=0, failed=True, error="B's", lease=b.lease)])
+    (c,) = outbox.claim(now=now_ms(), lease_until=now_ms() + 30_000, limit=10)
+    assert c.failures == 1 and c.lease not in (a.lease, b.lease)
+
+
+def test_a_retried_stage_does_not_bring_forward_a_leased_batch(
+    client: redis.Redis, prefix: str
+) -> None:
+    outbox = RedisOutbox(client, prefix=prefix)
+    outbox.stage(batch("b1"), now=now_ms(), visible_at=now_ms())
+    (held,) = outbox.claim(now=now_ms(), lease_until=now_ms() + 30_000, limit=10)
+    outbox.stage(batch("b1"), now=now_ms(), visible_at=now_ms())  # a retried put, manual mode
+    assert outbox.claim(now=now_ms(), lease_until=now_ms() + 30_000, limit=10) == []
+    outbox.settle([Settlement("b1", "retry", delay=0, lease=held.lease)])  # still the holder's
+    (again,) = outbox.claim(now=now_ms(), lease_until=now_ms() + 30_000, limit=10)
+    assert again.id == "b1"
+
+
+@pytest.mark.parametrize("step_hours", [-1, 1])
+def test_a_retry_waits_its_delay_whatever_the_deliverers_clock_does_meanwhile(
+    client: redis.Redis, prefix: str, monkeypatch: pytest.MonkeyPatch, step_hours: int
+) -> None:
+    """The wall clock of the deliverer steps by an hour while its hook runs: the retry is
+    still due `retry_after` after the failure, by the server's clock."""
+    stepped = now_ms() + step_hours * 3600 * 1000
+    original = _outbox.now_ms
+
+    def stepping_hook(pruned: list[Any], namespace: Any) -> None:
+        monkeypatch.setattr(_outbox, "now_ms", lambda: stepped)
+
+    outbox = RedisOutbox(client, prefix=prefix)
+    ledger = RedisDeliveryLedger(client, prefix=prefix)
+    saver = ReducingSaver(
+        InMemorySaver(),
+        reducer(ledger, stepping_hook, Plain(fail=1), window=3, keep=2),
+        outbox=outbox,
+        delivery=Delivery("manual", retry_after=5),
+    )
+    graph = chat_graph(saver)
+    for i in range(3):
+        turn(graph, "t", f"q{i}")
+    report = saver.drain()
+    monkeypatch.setattr(_outbox, "now_ms", original)
+    assert report.failed >= 1
+    waits = [
+        (score - server_ms(client)) / 1000
+        for _, score in client.zrange(outbox.keys.due, 0, -1, withscores=True)
+    ]
+    assert waits and all(4 <= w <= 5.5 for w in waits), waits
+
+
+def test_a_drain_stops_at_its_lease_when_the_wall_clock_steps_back(
+    client: redis.Redis, prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first batch outlasts the 1 s lease while the wall clock steps back an hour: the
+    drain still stops there, leaving the second batch to whoever claims it next."""
+    back = now_ms() - 3600 * 1000
+
+    def slow(pruned: list[Any], namespace: Any) -> None:
+        monkeypatch.setattr(_outbox, "now_ms", lambda: back)
+        time.sleep(1.2)
+
+    outbox = RedisOutbox(client, prefix=prefix)
+    saver = ReducingSaver(
+        InMemorySaver(),
+        reducer(RedisDeliveryLedger(client, prefix=prefix), slow, Plain(), window=3, keep=2),
+        outbox=outbox,
+        delivery=Delivery("manual", lease=1),
+    )
+    graph = chat_graph(saver)
+    for i in range(4):
+        turn(graph, "t", f"q{i}")
+    assert outbox.stats().backlog >= 2
+    report = saver.drain()
+    assert report.delivered == 1 and outbox.stats().backlog >= 1
 
 
 def test_drain_over_an_in_process_saver_on_every_kind(any_client: Any, prefix: str) -> None:

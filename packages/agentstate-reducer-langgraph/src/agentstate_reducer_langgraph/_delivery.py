@@ -133,7 +133,7 @@ class DeliveryRunner:
         lease = 0 if self.mode == "manual" else int(self.options.lease * 1000)
         return now, now + lease
 
-    def _outcome(self, batch: StagedBatch, report: DeliveryReport, now: int) -> _Outcome:
+    def _outcome(self, batch: StagedBatch, report: DeliveryReport) -> _Outcome:
         failed = [h.hook for h in report.hooks if h.failed]
         queued = [h.hook for h in report.hooks if h.queued]
         if not failed and not queued:
@@ -142,15 +142,18 @@ class DeliveryRunner:
         error = (
             f"hooks {', '.join(failed)} failed" if failed else f"hooks {', '.join(queued)} queued"
         )
-        due = now + self.options.retry_delay_ms(attempt)
-        return _Outcome(
-            Settlement(
-                batch.id, "retry", due=due, failed=bool(failed), committed=True, error=error
-            ),
-            "failed" if failed else "waiting",
+        settlement = Settlement(
+            batch.id,
+            "retry",
+            delay=self.options.retry_delay_ms(attempt),
+            failed=bool(failed),
+            committed=True,
+            error=error,
+            lease=batch.lease,
         )
+        return _Outcome(settlement, "failed" if failed else "waiting")
 
-    def _undecodable(self, batch: StagedBatch, error: Exception, now: int) -> _Outcome:
+    def _undecodable(self, batch: StagedBatch, error: Exception) -> _Outcome:
         logger.error(
             "staged batch %s (thread %r, checkpoint %s) does not decode: %r; it stays in the "
             "outbox: fix the serializer (allowlist) so the next drain can deliver it",
@@ -159,9 +162,14 @@ class DeliveryRunner:
             batch.checkpoint_id,
             error,
         )
-        due = now + self.options.retry_delay_ms(batch.failures + 1)
         settlement = Settlement(
-            batch.id, "retry", due=due, failed=True, committed=True, error=repr(error)
+            batch.id,
+            "retry",
+            delay=self.options.retry_delay_ms(batch.failures + 1),
+            failed=True,
+            committed=True,
+            error=repr(error),
+            lease=batch.lease,
         )
         return _Outcome(settlement, "failed")
 
@@ -177,9 +185,10 @@ class DeliveryRunner:
                 batch.thread_id,
                 self.options.grace,
             )
-            return _Outcome(Settlement(batch.id, "discard", staged_at=batch.staged_at), "discarded")
-        due = now + min(int(self.options.retry_after * 1000), grace_ms - waited)
-        return _Outcome(Settlement(batch.id, "retry", due=due), "waiting")
+            discard = Settlement(batch.id, "discard", staged_at=batch.staged_at, lease=batch.lease)
+            return _Outcome(discard, "discarded")
+        delay = min(int(self.options.retry_after * 1000), grace_ms - waited)
+        return _Outcome(Settlement(batch.id, "retry", delay=delay, lease=batch.lease), "waiting")
 
     def _count(self, outcomes: Sequence[_Outcome]) -> DrainReport:
         kinds = [o.kind for o in outcomes]
@@ -267,9 +276,8 @@ class DeliveryRunner:
         return settle
 
     def _deliver_own(self, own: Sequence[_Own], *, defer: bool) -> None:
-        now = _outbox.now_ms()
         outcomes = [
-            self._outcome(o.batch, self.reducer.deliver(o.pruned, o.namespace), now) for o in own
+            self._outcome(o.batch, self.reducer.deliver(o.pruned, o.namespace)) for o in own
         ]
         settle = self._settlements(outcomes, defer=defer)
         if settle:
@@ -284,8 +292,8 @@ class DeliveryRunner:
         try:
             messages, namespace = decode_payload(self.inner.serde, batch.payload)
         except Exception as exc:
-            return self._undecodable(batch, exc, now)
-        return self._outcome(batch, self.reducer.deliver(messages, namespace), now)
+            return self._undecodable(batch, exc)
+        return self._outcome(batch, self.reducer.deliver(messages, namespace))
 
     def drain(self, limit: int | None = None) -> DrainReport:
         """Claims up to `limit` due batches and delivers those whose checkpoint is stored.
@@ -293,6 +301,9 @@ class DeliveryRunner:
         Several processes may drain one outbox at once: a claimed batch is leased to its
         claimer for `Delivery.lease` seconds.
         """
+        # The lease ends by the outbox's clock; this process counts it down on its own
+        # monotonic one, from before the claim, which no step of the wall clock moves.
+        deadline = time.monotonic() + self.options.lease
         now = _outbox.now_ms()
         lease_until = now + int(self.options.lease * 1000)
         claimed = self.outbox.claim(
@@ -300,7 +311,7 @@ class DeliveryRunner:
         )
         outcomes: list[_Outcome] = []
         for batch in claimed:
-            if _outbox.now_ms() >= lease_until:
+            if time.monotonic() >= deadline:
                 break  # the rest may belong to another deliverer now; they are due again
             outcomes.append(self._process(batch, now))
         settle = self._take_acks() + [o.settlement for o in outcomes]
@@ -376,10 +387,8 @@ class DeliveryRunner:
             )
 
     async def _adeliver_own(self, own: Sequence[_Own], *, defer: bool) -> None:
-        now = _outbox.now_ms()
         outcomes = [
-            self._outcome(o.batch, await self.reducer.adeliver(o.pruned, o.namespace), now)
-            for o in own
+            self._outcome(o.batch, await self.reducer.adeliver(o.pruned, o.namespace)) for o in own
         ]
         settle = self._settlements(outcomes, defer=defer)
         if settle:
@@ -394,11 +403,14 @@ class DeliveryRunner:
         try:
             messages, namespace = decode_payload(self.inner.serde, batch.payload)
         except Exception as exc:
-            return self._undecodable(batch, exc, now)
-        return self._outcome(batch, await self.reducer.adeliver(messages, namespace), now)
+            return self._undecodable(batch, exc)
+        return self._outcome(batch, await self.reducer.adeliver(messages, namespace))
 
     async def adrain(self, limit: int | None = None) -> DrainReport:
         """`drain`, for asyncio."""
+        # The lease ends by the outbox's clock; this process counts it down on its own
+        # monotonic one, from before the claim, which no step of the wall clock moves.
+        deadline = time.monotonic() + self.options.lease
         now = _outbox.now_ms()
         lease_until = now + int(self.options.lease * 1000)
         claimed = await self.outbox.aclaim(
@@ -406,7 +418,7 @@ class DeliveryRunner:
         )
         outcomes: list[_Outcome] = []
         for batch in claimed:
-            if _outbox.now_ms() >= lease_until:
+            if time.monotonic() >= deadline:
                 break  # the rest may belong to another deliverer now; they are due again
             outcomes.append(await self._aprocess(batch, now))
         settle = self._take_acks() + [o.settlement for o in outcomes]

@@ -25,8 +25,8 @@ _MODES = ("inline", "background", "manual")
 
 
 def now_ms() -> int:
-    """The deliverers' clock: milliseconds since the epoch (`time.time()`). `RedisOutbox`
-    reads it too, for the `now` of a `settle`, whose due times come from it."""
+    """The deliverers' clock: milliseconds since the epoch (`time.time()`), the `now` they
+    pass to `Outbox.stage` and `Outbox.claim`."""
     return int(time.time() * 1000)
 
 
@@ -54,6 +54,9 @@ class StagedBatch:
         age: Milliseconds since its latest staging by the outbox's own clock, when the
             outbox keeps one (a claim from `RedisOutbox` sets it); None: the deliverer
             takes its own clock's `now - staged_at`.
+        lease: The token of the claim that returned it ('' for a batch its stager delivers
+            itself): the settlements of this delivery carry it (`Settlement.lease`), so one
+            that arrives after the batch was claimed again changes nothing.
     """
 
     id: str
@@ -65,6 +68,7 @@ class StagedBatch:
     failures: int = 0
     committed: bool | None = None
     age: int | None = None
+    lease: str = ""
 
 
 @dataclass(frozen=True)
@@ -73,23 +77,30 @@ class Settlement:
 
     Attributes:
         batch_id: The batch.
-        action: ``ack`` (delivered: remove it), ``retry`` (claim it again at `due`) or
-            ``discard`` (its checkpoint was never stored: remove it, unless it was staged
-            again after `staged_at`).
-        due: ``retry``: milliseconds since the epoch when it may be claimed again.
+        action: ``ack`` (delivered: remove it), ``retry`` (claim it again `delay` ms from
+            now) or ``discard`` (its checkpoint was never stored: remove it, unless it was
+            staged again after `staged_at`).
+        delay: ``retry``: milliseconds from when the outbox applies the settlement, by its
+            own clock, until the batch may be claimed again: a wait, not a time of day, so
+            neither the time the delivery took nor a step of the deliverer's clock moves it.
         staged_at: ``discard``: the staging this decision was about.
         failed: ``retry``: a hook raised; count it.
         committed: ``retry``: the checkpoint is stored; remember it.
         error: ``retry``: what the hook raised, kept with the batch.
+        lease: ``retry`` and ``discard``: `StagedBatch.lease` of the delivery this decision
+            is about. The outbox ignores them once the batch was claimed again since (a
+            deliverer that overran its lease must not cut short its successor's, nor drop a
+            batch being delivered); an ``ack`` always applies.
     """
 
     batch_id: str
     action: Literal["ack", "retry", "discard"]
-    due: int = 0
+    delay: int = 0
     staged_at: int = 0
     failed: bool = False
     committed: bool = False
     error: str = ""
+    lease: str = ""
 
 
 @dataclass(frozen=True)
@@ -135,13 +146,15 @@ class Outbox(Protocol):
     """Durable storage of pruned batches between the put that staged them and delivery.
 
     `stage` runs before the inner saver's put, in one round trip, and must be idempotent
-    per batch id. `claim` leases due batches to one caller until `lease_until`; a batch
-    claimed again after its lease expired is delivered again, and the delivery ledger
-    drops what already arrived. Times are milliseconds since the epoch by the caller's clock
-    (`now_ms`), `now` included; an outbox on a server may keep them by its own clock instead,
-    moved by how far the caller's clock is from it (`settle`, given no `now`, reads `now_ms`
-    as it sends), as `RedisOutbox` does, so that deliverers whose clocks disagree still agree
-    on when a lease ends and how long a batch has waited.
+    per batch id; it leaves a batch leased to a deliverer past `visible_at` leased. `claim`
+    leases due batches to one caller until `lease_until`, each under a token of that claim
+    (`StagedBatch.lease`); a batch claimed again after its lease expired is delivered again,
+    and the delivery ledger drops what already arrived. `settle` ignores a retry or discard
+    whose token is no longer the batch's. Times are milliseconds since the epoch by the
+    caller's clock (`now_ms`), `now` included; an outbox on a server may keep them by its
+    own clock instead, moved by how far the caller's clock is from it, as `RedisOutbox`
+    does, so that deliverers whose clocks disagree still agree on when a lease ends and how
+    long a batch has waited. A retry's wait (`Settlement.delay`) starts when it is applied.
     """
 
     def stage(
@@ -231,8 +244,11 @@ class Delivery:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
                 raise ValueError(f"Delivery({name}={value!r}) must be a number of seconds >= 0")
-        if self.lease <= 0:
-            raise ValueError(f"Delivery(lease={self.lease!r}) must be above 0 seconds")
+        if self.lease < 0.001:
+            raise ValueError(
+                f"Delivery(lease={self.lease!r}) must be at least 0.001 seconds (leases are "
+                "kept in whole milliseconds)"
+            )
         if (
             isinstance(self.batch_size, bool)
             or not isinstance(self.batch_size, int)

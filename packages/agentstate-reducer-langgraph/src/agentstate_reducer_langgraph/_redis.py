@@ -267,7 +267,7 @@ class RedisOutbox:
     def settle(self, settlements: Sequence[Settlement]) -> None:
         """Applies acks, retries and discards in one script call."""
         self._learn()
-        _drive(self._sync("settle"), self._core().settle(settlements, _outbox.now_ms()))
+        _drive(self._sync("settle"), self._core().settle(settlements))
 
     def stats(self) -> OutboxStats:
         """Backlog and counters, shared by every process."""
@@ -303,7 +303,7 @@ class RedisOutbox:
     async def asettle(self, settlements: Sequence[Settlement]) -> None:
         """`settle`, for asyncio."""
         await self._alearn()
-        await _adrive(self._async("settle"), self._core().settle(settlements, _outbox.now_ms()))
+        await _adrive(self._async("settle"), self._core().settle(settlements))
 
     async def astats(self) -> OutboxStats:
         """`stats`, for asyncio."""

@@ -8,6 +8,7 @@ one round trip each, with a blocking or an asyncio client. Redis 5.0 commands on
 from __future__ import annotations
 
 import hashlib
+import secrets
 from collections.abc import Generator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -69,34 +70,42 @@ end
 """
 
 # Applies settlements; shared by the stage and settle scripts. KEYS[1] is the due zset,
-# KEYS[2] the stats hash, KEYS[first_key..] the settled batches in ARGV order; `shift` moves
-# a caller's due times to the server's clock.
+# KEYS[2] the stats hash, KEYS[first_key..] the settled batches in ARGV order; `now` is the
+# server's clock, from which a retry's delay runs. A retry or discard applies only while the
+# batch's lease token ('l', absent for a batch no claim took) is the settlement's: one from
+# a deliverer whose lease ran out and whose batch was claimed again changes nothing.
 _SETTLE = (
     _CLOCK
     + """
-local function settle(first_arg, first_key, shift)
+local function settle(first_arg, first_key, now)
   local k = first_key
-  for i = first_arg, #ARGV, 7 do
-    local action, id, due, staged = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
+  for i = first_arg, #ARGV, 8 do
+    local action, id, delay, staged = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
     local batch = KEYS[k]
     k = k + 1
     if action == 'ack' then
       redis.call('ZREM', KEYS[1], id)
       if redis.call('DEL', batch) == 1 then redis.call('HINCRBY', KEYS[2], 'delivered', 1) end
-    elseif action == 'discard' then
-      if redis.call('HGET', batch, 's') == staged then
-        redis.call('ZREM', KEYS[1], id)
-        redis.call('DEL', batch)
-        redis.call('HINCRBY', KEYS[2], 'discarded', 1)
+    else
+      local f = redis.call('HMGET', batch, 's', 'l')
+      if f[1] and (f[2] or '') == ARGV[i + 7] then
+        if action == 'discard' then
+          if f[1] == staged then
+            redis.call('ZREM', KEYS[1], id)
+            redis.call('DEL', batch)
+            redis.call('HINCRBY', KEYS[2], 'discarded', 1)
+          end
+        else
+          redis.call('ZADD', KEYS[1], 'XX', ms(now + tonumber(delay)), id)
+          redis.call('HDEL', batch, 'l')  -- waiting now, held by no one
+          if ARGV[i + 4] == '1' then
+            redis.call('HINCRBY', batch, 'f', 1)
+            redis.call('HSET', batch, 'e', ARGV[i + 6])
+            redis.call('HINCRBY', KEYS[2], 'failures', 1)
+          end
+          if ARGV[i + 5] == '1' then redis.call('HSET', batch, 'c', '1') end
+        end
       end
-    elseif redis.call('EXISTS', batch) == 1 then
-      redis.call('ZADD', KEYS[1], 'XX', ms(tonumber(due) + shift), id)
-      if ARGV[i + 4] == '1' then
-        redis.call('HINCRBY', batch, 'f', 1)
-        redis.call('HSET', batch, 'e', ARGV[i + 6])
-        redis.call('HINCRBY', KEYS[2], 'failures', 1)
-      end
-      if ARGV[i + 5] == '1' then redis.call('HSET', batch, 'c', '1') end
     end
   end
 end
@@ -104,7 +113,9 @@ end
 )
 
 # KEYS: due, stats, batch, settled batches... ARGV: id, now, visible_at, type, payload,
-# thread, checkpoint ns, checkpoint id, checkpoint key, then 7 per settlement.
+# thread, checkpoint ns, checkpoint id, checkpoint key, then 8 per settlement. A batch leased
+# to a deliverer past `visible_at` stays so, token included; otherwise the stager holds it,
+# under no token (a retry's wait included: a put that stored the checkpoint again ends it).
 _STAGE = (
     _SETTLE
     + """
@@ -113,17 +124,24 @@ local fresh = redis.call('EXISTS', KEYS[3]) == 0
 redis.call('HSET', KEYS[3], 't', ARGV[4], 'p', ARGV[5], 's', ms(now), 'th', ARGV[6],
   'ns', ARGV[7], 'cp', ARGV[8], 'k', ARGV[9])
 if fresh then redis.call('HINCRBY', KEYS[2], 'staged', 1) end
-redis.call('ZADD', KEYS[1], ms(tonumber(ARGV[3]) + shift), ARGV[1])
-settle(10, 4, shift)
+local at = tonumber(ARGV[3]) + shift
+local due = tonumber(redis.call('ZSCORE', KEYS[1], ARGV[1]))
+local holder = redis.call('HGET', KEYS[3], 'l')
+if not (holder and due and due > now and due > at) then  -- else leased past `at`: kept
+  if holder then redis.call('HDEL', KEYS[3], 'l') end
+  redis.call('ZADD', KEYS[1], ms(at), ARGV[1])
+end
+settle(10, 4, now)
 return redis.call('ZCOUNT', KEYS[1], '-inf', ms(now))
 """
 )
 
-# KEYS: due, stats, settled batches... ARGV: now, then 7 per settlement.
-_SETTLE_ONLY = _SETTLE + "\nlocal _, shift = clocks(ARGV[1])\nsettle(2, 3, shift)\nreturn 1\n"
+# KEYS: due, stats, settled batches... ARGV: 8 per settlement.
+_SETTLE_ONLY = _SETTLE + "\nsettle(1, 3, server_ms())\nreturn 1\n"
 
 # KEYS: due. ARGV: now, limit, lease_until, batch key prefix, check (1: the checkpoint
-# keys live on this server, outside a cluster, so EXISTS answers whether it is stored).
+# keys live on this server, outside a cluster, so EXISTS answers whether it is stored),
+# the claim's lease token, kept with each batch it takes.
 # Each row ends with the milliseconds since the batch was staged, by the server's clock.
 _CLAIM = (
     _CLOCK
@@ -139,6 +157,7 @@ for _, id in ipairs(ids) do
     redis.call('ZREM', KEYS[1], id)
   else
     redis.call('ZADD', KEYS[1], lease_until, id)
+    redis.call('HSET', batch, 'l', ARGV[6])
     local committed = ''
     if f[5] == '1' then
       committed = '1'
@@ -219,11 +238,12 @@ def _settle_args(
         args += [
             s.action,
             s.batch_id,
-            s.due,
+            s.delay,
             s.staged_at,
             1 if s.failed else 0,
             1 if s.committed else 0,
             s.error[:2000],
+            s.lease,
         ]
     return batch_keys, args
 
@@ -269,17 +289,18 @@ class OutboxCore:
         (due,) = yield [Eval("stage", (k.due, k.stats, k.batch(batch.id), *settled_keys), args)]
         return int(due)
 
-    def settle(self, settlements: Sequence[Settlement], now: int) -> Step:
+    def settle(self, settlements: Sequence[Settlement]) -> Step:
         if not settlements:
             return None
         settled_keys, args = _settle_args(self.keys, settlements)
         keys = (self.keys.due, self.keys.stats, *settled_keys)
-        yield [Eval("settle", keys, (now, *args))]
+        yield [Eval("settle", keys, tuple(args))]
         return None
 
     def claim(self, now: int, lease_until: int, limit: int) -> Step:
         check_here = self.checkpoint_key is not None and not self.cluster
-        args = (now, limit, lease_until, self.keys.batch_prefix, 1 if check_here else 0)
+        token = secrets.token_hex(8)
+        args = (now, limit, lease_until, self.keys.batch_prefix, 1 if check_here else 0, token)
         (rows,) = yield [Eval("claim", (self.keys.due,), args)]
         batches: list[StagedBatch] = []
         unknown: list[tuple[int, str]] = []
@@ -297,6 +318,7 @@ class OutboxCore:
                     failures=int(_s(failures)),
                     committed=None if state == "" else state == "1",
                     age=int(_s(age)),
+                    lease=token,
                 )
             )
             if state == "" and self.checkpoint_key is not None and _s(cp_key):
