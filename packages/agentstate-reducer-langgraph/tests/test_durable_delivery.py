@@ -679,6 +679,9 @@ def test_misconfigurations_say_what_to_do(client: redis.Redis, prefix: str) -> N
     outbox = RedisOutbox(client, prefix=prefix)
     with pytest.raises(ValueError, match="needs an outbox"):
         ReducingSaver(InMemorySaver(), reducer(ledger), delivery="background")
+    for lease in (0, 0.0004):  # leases are whole milliseconds
+        with pytest.raises(ValueError, match=rf"Delivery\(lease={lease}\) must be at least 0.001"):
+            Delivery("manual", lease=lease)
     with pytest.raises(ValueError, match="delivery='background'"):
         ReducingSaver(InMemorySaver(), reducer(ledger, Background(Plain())), outbox=outbox)
     no_dedupe = MessageReducer(config=ReducerConfig(dedupe_on_prune=False), ledger=ledger)
