@@ -588,6 +588,31 @@ def test_a_thread_written_without_a_ttl_after_one_with_keeps_all_it_reads(
         assert orphans(client, prefix) == set()
 
 
+def test_writes_without_a_ttl_keep_the_checkpoint_they_belong_to_for_ever(
+    redis_url: str, prefix: str, client: redis.Redis
+) -> None:
+    """A saver without a TTL records an interrupt on a checkpoint another saver stored with
+    one: the checkpoint, all it reads and the newest of the timeline stay with the writes,
+    for ever, as if that saver had stored them (no thread listed for ever with nothing in it)."""
+    with RedisSaver(redis_url, prefix=prefix, ttl=1) as timed:
+        first = timed.put(
+            cfg("t"),
+            checkpoint({"m": 1, "k": 1}, {"m": 1, "k": 1}),
+            {"run_id": "r"},
+            {"m": 1, "k": 1},
+        )
+        newest = timed.put(first, checkpoint({"m": 2, "k": 1}, {"m": 2, "k": 1}), {}, {"m": 2})
+    with RedisSaver(redis_url, prefix=prefix) as forever:
+        forever.put_writes(first, [("__interrupt__", "approve?")], "task")
+        time.sleep(1.3)
+        listed = list(forever.list(cfg("t")))
+        assert [t.config for t in listed] == [newest, first]
+        assert listed[1].pending_writes == [("task", "__interrupt__", "approve?")]
+        assert listed[0].checkpoint["channel_values"] == {"m": 2, "k": 1}
+        assert all(client.pttl(k) == -1 for k in client.scan_iter(match=f"{prefix}:*"))
+        assert orphans(client, prefix) == set()
+
+
 def keys_under(client: Any, prefix: str) -> set[bytes]:
     return set(client.scan_iter(match=f"{prefix}:*", count=1000))
 

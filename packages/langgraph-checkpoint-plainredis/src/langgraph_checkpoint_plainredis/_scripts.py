@@ -506,6 +506,19 @@ local function persist_refs(n, payload, blob_prefix, keys)
   end
 end
 
+-- A writer without a TTL keeps for ever a checkpoint its writes depend on, with all that
+-- checkpoint reads (payload, writes, blobs and, with `run_prefix`, its run set), as a put
+-- without a TTL keeps its own.
+local function persist_checkpoint(n, cid, payload, p, keys, run_prefix)
+  local run = run_of(payload)
+  redis.call('PERSIST', p.cp .. n .. ':' .. cid)
+  redis.call('PERSIST', p.wr .. n .. ':' .. cid)
+  redis.call('ZADD', keys, 'XX', 'inf', 'c' .. cid, 'inf', 'w' .. cid, 'inf',
+    run_marker(run, cid))
+  if run_prefix and run ~= '' then redis.call('PERSIST', run_prefix .. run) end
+  persist_refs(n, payload, p.blob, keys)
+end
+
 -- Drops up to `budget` index entries of expired keys, with what is left of them: a
 -- checkpoint's timeline entry and, on a standalone server, its run-set membership.
 local function sweep(t, n, idx, keys, now, budget, p)
@@ -704,9 +717,10 @@ end
 local now = (not forever) and now_ms() or nil  -- a writer keeping all for ever needs none
 local score = expiry(now, ttl)
 -- With a TTL, a write keeps the thread alive as a put does: the checkpoint written to and
--- the newest of its timeline keep everything they read. Both are read before any write.
+-- the newest of its timeline keep everything they read. Without one, on a timeline another
+-- writer gave a TTL, it keeps the same for ever. Both are read before any write.
 local alive = {}
-if ttl > 0 then
+if ttl > 0 or mixed then
   local payload, newest, newest_payload
   payload, err = get_string(KEYS[4])
   if err then return err end
@@ -742,6 +756,10 @@ elseif forever then
   return 1
 else
   redis.call('PERSIST', KEYS[1])
+  local p = {cp = ARGV[5], wr = ARGV[6], blob = ARGV[7]}
+  for _, c in ipairs(alive) do
+    persist_checkpoint(n, c[1], c[2], p, KEYS[2], REGISTRY and ARGV[8])
+  end
 end
 settle(t, n, KEYS[5], KEYS[2], KEYS[3], now)
 return 1
