@@ -15,6 +15,7 @@ import threading
 import time
 import uuid
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Annotated, Any, TypedDict
 
 import pytest
@@ -291,6 +292,29 @@ def test_a_deliverer_past_its_lease_cannot_cut_short_its_successors(
     outbox.settle([Settlement("b1", "retry", delay=0, failed=True, error="B's", lease=b.lease)])
     (c,) = outbox.claim(now=now_ms(), lease_until=now_ms() + 30_000, limit=10)
     assert c.failures == 1 and c.lease not in (a.lease, b.lease)
+
+
+def test_a_stager_past_its_lease_cannot_cut_short_whoever_took_its_batch_over(
+    client: redis.Redis, prefix: str
+) -> None:
+    """A process stages its own batch leased for 0.2 s and delivers it slowly: a drain
+    claims it meanwhile, then a retried put stages it again. The stager's late retry changes
+    neither's hold."""
+    outbox = RedisOutbox(client, prefix=prefix)
+    own = replace(batch("b1"), lease="stager")
+    outbox.stage(own, now=now_ms(), visible_at=now_ms() + 200)
+    time.sleep(0.25)
+    (drained,) = outbox.claim(now=now_ms(), lease_until=now_ms() + 30_000, limit=10)
+    late = Settlement("b1", "retry", delay=0, failed=True, error="slow", lease="stager")
+    outbox.settle([late])
+    assert int(client.zscore(outbox.keys.due, "b1") or 0) - server_ms(client) > 25_000
+    outbox.settle([Settlement("b1", "retry", delay=0, lease=drained.lease)])  # released
+    outbox.stage(replace(own, lease="retried put"), now=now_ms(), visible_at=now_ms() + 30_000)
+    outbox.settle([late])
+    assert int(client.zscore(outbox.keys.due, "b1") or 0) - server_ms(client) > 25_000
+    assert outbox.stats().failures == 0
+    outbox.settle([Settlement("b1", "retry", delay=0, failed=True, lease="retried put")])
+    assert outbox.stats().failures == 1
 
 
 def test_a_retried_stage_does_not_bring_forward_a_leased_batch(

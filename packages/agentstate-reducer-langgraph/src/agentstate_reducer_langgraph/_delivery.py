@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import logging
+import secrets
 import threading
 import time
 import weakref
@@ -124,6 +125,8 @@ class DeliveryRunner:
             checkpoint_ns=checkpoint_ns,
             checkpoint_id=checkpoint_id,
             payload=encode_payload(self.inner.serde, namespace, list(pruned)),
+            # Inline and background deliver it themselves, under a lease of their own.
+            lease="" if self.mode == "manual" else secrets.token_hex(8),
         )
 
     def _stage_times(self) -> tuple[int, int]:

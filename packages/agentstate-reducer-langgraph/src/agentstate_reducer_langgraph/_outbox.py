@@ -54,9 +54,10 @@ class StagedBatch:
         age: Milliseconds since its latest staging by the outbox's own clock, when the
             outbox keeps one (a claim from `RedisOutbox` sets it); None: the deliverer
             takes its own clock's `now - staged_at`.
-        lease: The token of the claim that returned it ('' for a batch its stager delivers
-            itself): the settlements of this delivery carry it (`Settlement.lease`), so one
-            that arrives after the batch was claimed again changes nothing.
+        lease: The token of the delivery that holds it: the claim that returned it, or the
+            stager that delivers it itself (given to `Outbox.stage`; '' when no one does).
+            The settlements of that delivery carry it (`Settlement.lease`), so one that
+            arrives after someone else took the batch over changes nothing.
     """
 
     id: str
@@ -88,9 +89,10 @@ class Settlement:
         committed: ``retry``: the checkpoint is stored; remember it.
         error: ``retry``: what the hook raised, kept with the batch.
         lease: ``retry`` and ``discard``: `StagedBatch.lease` of the delivery this decision
-            is about. The outbox ignores them once the batch was claimed again since (a
-            deliverer that overran its lease must not cut short its successor's, nor drop a
-            batch being delivered); an ``ack`` always applies.
+            is about. The outbox ignores them once another delivery took the batch over (a
+            claim after the lease ran out, or a staging by a retried put): a deliverer that
+            overran its lease must not cut short its successor's, nor drop a batch being
+            delivered. An ``ack`` always applies.
     """
 
     batch_id: str
@@ -146,7 +148,8 @@ class Outbox(Protocol):
     """Durable storage of pruned batches between the put that staged them and delivery.
 
     `stage` runs before the inner saver's put, in one round trip, and must be idempotent
-    per batch id; it leaves a batch leased to a deliverer past `visible_at` leased. `claim`
+    per batch id; it leaves a batch leased to a deliverer past `visible_at` leased, and
+    otherwise holds it for the stager under `batch.lease`. `claim`
     leases due batches to one caller until `lease_until`, each under a token of that claim
     (`StagedBatch.lease`); a batch claimed again after its lease expired is delivered again,
     and the delivery ledger drops what already arrived. `settle` ignores a retry or discard
@@ -218,7 +221,8 @@ class Delivery:
             only when `ReducingSaver.drain`/`adrain` is called (serverless handlers,
             cron jobs, a separate worker process).
         lease: Seconds a claimed batch belongs to one deliverer; after that another
-            process may deliver it again (the ledger drops what already arrived).
+            process may deliver it again (the ledger drops what already arrived). At least
+            0.001: leases are kept in whole milliseconds.
         grace: Seconds a staged batch may wait for its checkpoint to be stored; after
             that a batch whose checkpoint is absent is discarded (its put failed).
         retry_after: Seconds before a failed batch is retried; doubles with each failure.

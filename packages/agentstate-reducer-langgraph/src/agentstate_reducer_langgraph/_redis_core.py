@@ -113,9 +113,10 @@ end
 )
 
 # KEYS: due, stats, batch, settled batches... ARGV: id, now, visible_at, type, payload,
-# thread, checkpoint ns, checkpoint id, checkpoint key, then 8 per settlement. A batch leased
-# to a deliverer past `visible_at` stays so, token included; otherwise the stager holds it,
-# under no token (a retry's wait included: a put that stored the checkpoint again ends it).
+# thread, checkpoint ns, checkpoint id, checkpoint key, the stager's lease token ('' when it
+# does not deliver the batch itself), then 8 per settlement. A batch leased to a deliverer
+# past `visible_at` stays so, token included; otherwise the stager holds it, under its token
+# (a retry's wait included: a put that stored the checkpoint again ends it).
 _STAGE = (
     _SETTLE
     + """
@@ -128,10 +129,11 @@ local at = tonumber(ARGV[3]) + shift
 local due = tonumber(redis.call('ZSCORE', KEYS[1], ARGV[1]))
 local holder = redis.call('HGET', KEYS[3], 'l')
 if not (holder and due and due > now and due > at) then  -- else leased past `at`: kept
-  if holder then redis.call('HDEL', KEYS[3], 'l') end
+  if ARGV[10] ~= '' then redis.call('HSET', KEYS[3], 'l', ARGV[10])
+  elseif holder then redis.call('HDEL', KEYS[3], 'l') end
   redis.call('ZADD', KEYS[1], ms(at), ARGV[1])
 end
-settle(10, 4, now)
+settle(11, 4, now)
 return redis.call('ZCOUNT', KEYS[1], '-inf', ms(now))
 """
 )
@@ -284,6 +286,7 @@ class OutboxCore:
             batch.checkpoint_ns,
             batch.checkpoint_id,
             cp_key,
+            batch.lease,
             *settled_args,
         )
         (due,) = yield [Eval("stage", (k.due, k.stats, k.batch(batch.id), *settled_keys), args)]
