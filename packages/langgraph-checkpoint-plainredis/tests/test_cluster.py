@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import subprocess
 import threading
+import time
 import uuid
 from typing import Annotated, Any, TypedDict
 
 import pytest
 from langchain_core.messages import AIMessage, HumanMessage
+from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.graph import START, StateGraph
 from langgraph.graph.message import add_messages
 from redis.cluster import RedisCluster
@@ -169,3 +171,24 @@ def test_a_node_restart_is_survived(kind: str) -> None:
         messages = [m.content for m in app.get_state(config).values["messages"]]
         assert messages[0] == "before 0" and messages[-1] == "echo: after 1"
         assert len(list(saver.list(config))) == len(before) + 6
+
+
+def test_writes_without_a_ttl_keep_the_run_set_of_the_checkpoint_they_keep(
+    server_pool: Any,
+) -> None:
+    """On a cluster the run set lives in another slot than the thread: a saver without a TTL
+    that keeps, for its pending writes, a checkpoint another saver stored with a TTL keeps
+    that checkpoint's run set too, so `delete_for_runs` still finds it."""
+    url = server_pool.get("redis-7-cluster")
+    prefix = f"runs:{uuid.uuid4().hex[:8]}"
+    config = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
+    with RedisSaver(url, prefix=prefix, ttl=1) as timed:
+        cp = empty_checkpoint()
+        cp["channel_values"], cp["channel_versions"] = {"m": 1}, {"m": "1"}
+        first = timed.put(config, cp, {"run_id": "r"}, {"m": "1"})
+    with RedisSaver(url, prefix=prefix) as forever:
+        forever.put_writes(first, [("__interrupt__", "approve?")], "task")
+        time.sleep(1.3)
+        assert [t.config for t in forever.list(config)] == [first]
+        forever.delete_for_runs(["r"])
+        assert list(forever.list(config)) == []

@@ -554,7 +554,13 @@ class SaverCore:
                 1 if idx < 0 else 0,
             ]
         keys = (tk.wr(ns, cid), tk.keys(ns), tk.ns, tk.cp(ns, cid), tk.idx(ns), *self._registry)
-        yield [Eval("put_writes", keys, tuple(args))]
+        (reply,) = yield [Eval("put_writes", keys, tuple(args))]
+        if isinstance(reply, list) and reply:
+            # On a cluster, checkpoints a writer without a TTL now keeps for ever, on a
+            # timeline another writer gave one: their run sets live in other slots.
+            for run, kept in reply:
+                run_key = self.keyspace.run_escaped(_s(run))
+                yield [Eval("run_join", (run_key,), (tk.run_member(ns, _s(kept)), 0))]
 
     # -- get -----------------------------------------------------------------------------
 

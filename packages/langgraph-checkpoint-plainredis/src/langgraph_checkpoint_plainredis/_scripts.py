@@ -508,7 +508,8 @@ end
 
 -- A writer without a TTL keeps for ever a checkpoint its writes depend on, with all that
 -- checkpoint reads (payload, writes, blobs and, with `run_prefix`, its run set), as a put
--- without a TTL keeps its own.
+-- without a TTL keeps its own. Returns the checkpoint's escaped run ('' for none): on a
+-- cluster the client keeps the run set.
 local function persist_checkpoint(n, cid, payload, p, keys, run_prefix)
   local run = run_of(payload)
   redis.call('PERSIST', p.cp .. n .. ':' .. cid)
@@ -517,6 +518,7 @@ local function persist_checkpoint(n, cid, payload, p, keys, run_prefix)
     run_marker(run, cid))
   if run_prefix and run ~= '' then redis.call('PERSIST', run_prefix .. run) end
   persist_refs(n, payload, p.blob, keys)
+  return run
 end
 
 -- Drops up to `budget` index entries of expired keys, with what is left of them: a
@@ -700,6 +702,7 @@ PUT_WRITES = r"""
 -- KEYS: wr, keys, ns, cp, idx, [registry]
 -- ARGV: cid, N, T, ttl_ms, cp_prefix, wr_prefix, blob_prefix, run_prefix, then per
 --       write: field, value, overwrite flag
+-- Returns 1, or a list of {escaped run, checkpoint id} (see the end)
 local cid, n, t, ttl = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4])
 REGISTRY = KEYS[6]
 local timed, err = expiring(KEYS[2])
@@ -730,6 +733,7 @@ if ttl > 0 or mixed then
   if newest and newest ~= cid then alive[#alive + 1] = {newest, newest_payload} end
 end
 local left = ttl > 0 and redis.call('PTTL', KEYS[1]) or -2  -- before the writes add to it
+local joins = {}
 -- The first write, to the writes hash, checks its type: refused, it wrote nothing.
 for i = 9, #ARGV, 3 do
   local done
@@ -758,11 +762,14 @@ else
   redis.call('PERSIST', KEYS[1])
   local p = {cp = ARGV[5], wr = ARGV[6], blob = ARGV[7]}
   for _, c in ipairs(alive) do
-    persist_checkpoint(n, c[1], c[2], p, KEYS[2], REGISTRY and ARGV[8])
+    local run = persist_checkpoint(n, c[1], c[2], p, KEYS[2], REGISTRY and ARGV[8])
+    if not REGISTRY and run ~= '' then joins[#joins + 1] = {run, c[1]} end
   end
 end
 settle(t, n, KEYS[5], KEYS[2], KEYS[3], now)
-return 1
+-- On a cluster: {escaped run, checkpoint id} of each checkpoint kept for ever whose run set
+-- (another hash slot) the client must keep for ever too.
+return joins
 """
 
 GET = r"""
