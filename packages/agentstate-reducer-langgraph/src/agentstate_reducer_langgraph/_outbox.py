@@ -149,11 +149,11 @@ class Outbox(Protocol):
 
     `stage` runs before the inner saver's put, in one round trip, and must be idempotent
     per batch id; it leaves a batch leased to a deliverer past `visible_at` leased, and
-    otherwise holds it for the stager under `batch.lease`. `claim`
-    leases due batches to one caller until `lease_until`, each under a token of that claim
-    (`StagedBatch.lease`); a batch claimed again after its lease expired is delivered again,
-    and the delivery ledger drops what already arrived. `settle` ignores a retry or discard
-    whose token is no longer the batch's. Times are milliseconds since the epoch by the
+    otherwise holds it for the stager under `batch.lease`. `claim` leases due batches to
+    one caller until `lease_until`, each under a token of that claim (`StagedBatch.lease`);
+    a batch claimed again after its lease expired is delivered again, and the delivery
+    ledger drops what already arrived. `settle` ignores a retry or discard whose token is
+    no longer the batch's. Times are milliseconds since the epoch by the
     caller's clock (`now_ms`), `now` included; an outbox on a server may keep them by its
     own clock instead, moved by how far the caller's clock is from it, as `RedisOutbox`
     does, so that deliverers whose clocks disagree still agree on when a lease ends and how

@@ -72,8 +72,9 @@ end
 # Applies settlements; shared by the stage and settle scripts. KEYS[1] is the due zset,
 # KEYS[2] the stats hash, KEYS[first_key..] the settled batches in ARGV order; `now` is the
 # server's clock, from which a retry's delay runs. A retry or discard applies only while the
-# batch's lease token ('l', absent for a batch no claim took) is the settlement's: one from
-# a deliverer whose lease ran out and whose batch was claimed again changes nothing.
+# batch's lease token ('l': its claimer's or its delivering stager's, absent while no one
+# holds it) is the settlement's: one from a deliverer whose lease ran out and whose batch was
+# taken over since changes nothing.
 _SETTLE = (
     _CLOCK
     + """
