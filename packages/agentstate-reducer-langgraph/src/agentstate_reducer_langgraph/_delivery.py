@@ -136,6 +136,14 @@ class DeliveryRunner:
         lease = 0 if self.mode == "manual" else int(self.options.lease * 1000)
         return now, now + lease
 
+    def _claim_times(self) -> tuple[float, int, int]:
+        """``(deadline, now, lease_until)`` of a drain's claim. The lease ends by the
+        outbox's clock; this process counts it down to `deadline` on its own monotonic one,
+        from before the claim, which no step of the wall clock moves."""
+        deadline = time.monotonic() + self.options.lease
+        now = _outbox.now_ms()
+        return deadline, now, now + int(self.options.lease * 1000)
+
     def _outcome(self, batch: StagedBatch, report: DeliveryReport) -> _Outcome:
         failed = [h.hook for h in report.hooks if h.failed]
         queued = [h.hook for h in report.hooks if h.queued]
@@ -304,11 +312,7 @@ class DeliveryRunner:
         Several processes may drain one outbox at once: a claimed batch is leased to its
         claimer for `Delivery.lease` seconds.
         """
-        # The lease ends by the outbox's clock; this process counts it down on its own
-        # monotonic one, from before the claim, which no step of the wall clock moves.
-        deadline = time.monotonic() + self.options.lease
-        now = _outbox.now_ms()
-        lease_until = now + int(self.options.lease * 1000)
+        deadline, now, lease_until = self._claim_times()
         claimed = self.outbox.claim(
             now=now, lease_until=lease_until, limit=limit or self.options.batch_size
         )
@@ -411,11 +415,7 @@ class DeliveryRunner:
 
     async def adrain(self, limit: int | None = None) -> DrainReport:
         """`drain`, for asyncio."""
-        # The lease ends by the outbox's clock; this process counts it down on its own
-        # monotonic one, from before the claim, which no step of the wall clock moves.
-        deadline = time.monotonic() + self.options.lease
-        now = _outbox.now_ms()
-        lease_until = now + int(self.options.lease * 1000)
+        deadline, now, lease_until = self._claim_times()
         claimed = await self.outbox.aclaim(
             now=now, lease_until=lease_until, limit=limit or self.options.batch_size
         )

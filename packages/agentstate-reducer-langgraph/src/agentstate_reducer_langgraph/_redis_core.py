@@ -122,13 +122,13 @@ _STAGE = (
     _SETTLE
     + """
 local now, shift = clocks(ARGV[2])
-local fresh = redis.call('EXISTS', KEYS[3]) == 0
+local was = redis.call('HMGET', KEYS[3], 's', 'l')  -- every batch has 's'; 'l': its holder
+local holder = was[2]
 redis.call('HSET', KEYS[3], 't', ARGV[4], 'p', ARGV[5], 's', ms(now), 'th', ARGV[6],
   'ns', ARGV[7], 'cp', ARGV[8], 'k', ARGV[9])
-if fresh then redis.call('HINCRBY', KEYS[2], 'staged', 1) end
+if not was[1] then redis.call('HINCRBY', KEYS[2], 'staged', 1) end
 local at = tonumber(ARGV[3]) + shift
 local due = tonumber(redis.call('ZSCORE', KEYS[1], ARGV[1]))
-local holder = redis.call('HGET', KEYS[3], 'l')
 if not (holder and due and due > now and due > at) then  -- else leased past `at`: kept
   if ARGV[10] ~= '' then redis.call('HSET', KEYS[3], 'l', ARGV[10])
   elseif holder then redis.call('HDEL', KEYS[3], 'l') end
