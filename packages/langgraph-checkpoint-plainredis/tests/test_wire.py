@@ -1099,6 +1099,113 @@ async def test_an_async_reply_cut_short_disconnects_and_says_so() -> None:
     assert conn.disconnected == [True]
 
 
+_WATCHES = sys.version_info >= (3, 11)  # Task.uncancel: older Pythons use asyncio.timeout
+
+
+async def _silent_conn(timeout: float) -> Any:
+    """An asyncio connection whose server never answers."""
+    conn = await _async_conn_on(_Stream(b"", 64))
+    conn.socket_timeout = timeout
+    return conn
+
+
+async def test_an_async_reply_that_never_comes_times_out_and_disconnects() -> None:
+    conn = await _silent_conn(0.05)
+    with pytest.raises(redis.TimeoutError, match="Timeout reading from 127.0.0.1:1"):
+        await asyncio.wait_for(_wire.aexchange(conn, b"PING"), 5)
+    assert conn.disconnected == [True]
+
+
+@pytest.mark.skipif(not _WATCHES, reason="a read's timer per connection needs Python 3.11+")
+async def test_an_async_connection_keeps_one_timer_however_many_reads_it_makes() -> None:
+    """The read timeout is one timer per connection, not one per read: reads only record
+    their deadline."""
+    stream = _Stream(_resp(b"ok"), 64)
+    conn = await _async_conn_on(stream)
+    await _wire.aexchange(conn, b"PING")
+    watch = getattr(conn, _wire._WATCH)
+    timer = watch.handle
+    for _ in range(50):
+        assert await _wire.aexchange(conn, b"PING") == b"ok"
+    assert watch.handle is timer and not timer.cancelled() and watch.task is None
+
+
+async def test_a_connection_idle_past_its_timeout_still_times_out_its_next_read() -> None:
+    """The timer lapses when it fires with no read under way; the next read sets it again."""
+    stream = _Stream(_resp(b"ok"), 64)
+    conn = await _async_conn_on(stream)
+    conn.socket_timeout = 0.05
+    assert await _wire.aexchange(conn, b"PING") == b"ok"
+    await asyncio.sleep(0.15)  # the timer fires with nothing to cancel
+    stream.data = b""  # the server stops answering
+    with pytest.raises(redis.TimeoutError, match="Timeout reading from"):
+        await asyncio.wait_for(_wire.aexchange(conn, b"PING"), 5)
+
+
+async def test_a_read_past_the_deadline_of_an_earlier_one_is_not_cut_short() -> None:
+    """Each read gets the whole timeout from its own start: the timer set for an earlier
+    read's deadline waits on for the current one."""
+    stream = _Stream(_resp(b"ok"), 64)
+    conn = await _async_conn_on(stream)
+    conn.socket_timeout = 0.2
+    assert await _wire.aexchange(conn, b"PING") == b"ok"
+    await asyncio.sleep(0.15)
+    late = _Stream(_resp(b"late"), 64)
+    conn._reader, conn._writer = late.reader, late
+
+    def write(data: bytes) -> None:  # the reply comes 0.1 s after the request
+        asyncio.get_running_loop().call_later(0.1, late.reader.feed_data, _resp(b"late"))
+
+    late.write = write  # type: ignore[method-assign]
+    assert await _wire.aexchange(conn, b"PING") == b"late"  # past the first read's 0.2 s
+    assert conn.disconnected == []
+
+
+async def test_a_read_cancelled_from_outside_is_cancelled_not_timed_out() -> None:
+    conn = await _silent_conn(5.0)
+    task = asyncio.ensure_future(_wire.aexchange(conn, b"PING"))
+    await asyncio.sleep(0.01)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert conn.disconnected == [True]  # the reply may still come: the connection goes
+
+
+async def test_a_timeout_inside_an_outer_cancellation_stays_a_cancellation() -> None:
+    """The timer and a caller both cancel the read: the caller's cancellation wins, as with
+    asyncio.timeout."""
+    conn = await _silent_conn(0.05)
+
+    async def read_then_cancel() -> Any:
+        task = asyncio.current_task()
+        assert task is not None
+        asyncio.get_running_loop().call_later(0.05, task.cancel)
+        return await _wire.aexchange(conn, b"PING")
+
+    with pytest.raises(asyncio.CancelledError):
+        await read_then_cancel()
+
+
+def test_a_connection_used_on_a_second_event_loop_still_times_out() -> None:
+    """asyncio.run twice (a test suite, a script): the timer set on the first loop never
+    fires; the second loop gets its own."""
+
+    async def first() -> Any:
+        conn = await _async_conn_on(_Stream(_resp(b"ok"), 64))
+        assert await _wire.aexchange(conn, b"PING") == b"ok"
+        return conn
+
+    conn = asyncio.run(first())
+
+    async def second() -> None:
+        stream = _Stream(b"", 64)
+        conn._reader, conn._writer, conn.socket_timeout = stream.reader, stream, 0.05
+        with pytest.raises(redis.TimeoutError, match="Timeout reading from"):
+            await asyncio.wait_for(_wire.aexchange(conn, b"PING"), 5)
+
+    asyncio.run(second())
+
+
 def test_an_error_reply_raises_redis_pys_exception_and_keeps_the_connection() -> None:
     conn = _conn_on(_Chunks(b"-NOSCRIPT No matching script.\r\n", []))
     with pytest.raises(redis.exceptions.NoScriptError):
@@ -1177,6 +1284,29 @@ def test_a_reply_that_comes_too_late_times_out_and_loses_nothing(
         got = saver.get_tuple(cfg("late"))
         assert got is not None and got.checkpoint["channel_values"]["m"] in ("kept", "late")
         assert len(list(saver.list(cfg("late")))) in (1, 2)  # the late put ran whole or not
+    probe.close()
+
+
+@pytest.mark.standalone
+async def test_an_async_reply_that_comes_too_late_times_out_and_loses_nothing(
+    redis_url: str, prefix: str
+) -> None:
+    """The same for AsyncRedisSaver, whose reads share one timer per connection."""
+    probe = redis.Redis.from_url(redis_url, protocol=2)
+    no_retry = aioredis.retry.Retry(redis.backoff.NoBackoff(), 0)
+    async with AsyncRedisSaver(
+        redis_url, prefix=prefix, cluster=False, socket_timeout=0.2, retry=no_retry
+    ) as saver:
+        for n in range(20):  # the connection's timer is set, and outlives these reads
+            await saver.aput(cfg(f"warm{n}"), checkpoint("x"), {}, {"m": 1})
+        await saver.aput(cfg("alate"), checkpoint("kept"), {}, {"m": 1})
+        probe.execute_command("CLIENT", "PAUSE", 1000)
+        with pytest.raises(redis.TimeoutError, match="Timeout reading from"):
+            await saver.aput(cfg("alate"), checkpoint("late"), {}, {"m": 1})
+        probe.execute_command("CLIENT", "UNPAUSE") if _unpauses(probe) else _wait_pause()
+        got = await saver.aget_tuple(cfg("alate"))
+        assert got is not None and got.checkpoint["channel_values"]["m"] in ("kept", "late")
+        assert len([t async for t in saver.alist(cfg("alate"))]) in (1, 2)
     probe.close()
 
 

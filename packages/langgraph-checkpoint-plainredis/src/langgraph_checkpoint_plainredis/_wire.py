@@ -355,12 +355,96 @@ def send_raw(conn: Any, data: bytes) -> None:
         raise
 
 
+_WATCH = "_plainredis_watch"  # set on a redis.asyncio connection: its `_Watch`
+
+
+class _Watch:
+    """The read timeout of one redis.asyncio connection, kept by one timer that is set
+    again only when it fires.
+
+    `asyncio.timeout` schedules a timer and cancels it for every read; in a chat turn that
+    costs about a tenth of the saver's client time. Here a read records its deadline and its
+    task; the connection's one timer, when it fires, cancels the task of a read past its
+    deadline, else is set for the current read's deadline, or lapses when no read is under
+    way (the next read sets it). While the connection is busy it fires once per
+    `socket_timeout` at most. A fired timer means what it means to `asyncio.timeout`: the
+    task is cancelled, and the read turns the cancellation into a timeout unless something
+    else cancelled the task too (`Task.uncancel`, Python 3.11+).
+    """
+
+    __slots__ = ("at", "cancelling", "fired", "handle", "loop", "task")
+
+    def __init__(self) -> None:
+        self.loop: asyncio.AbstractEventLoop | None = None  # where the timer is set
+        self.handle: asyncio.TimerHandle | None = None
+        self.task: Any = None  # the read's asyncio.Task (3.11+: cancelling()), if under way
+        self.at = 0.0
+        self.cancelling = 0
+        self.fired = False
+
+    def start(self, task: Any, timeout: float) -> None:
+        loop = task.get_loop()
+        self.task, self.at, self.fired = task, loop.time() + timeout, False
+        self.cancelling = task.cancelling()
+        if self.handle is None or self.loop is not loop:  # a connection moved to a new loop
+            self.loop = loop
+            self.handle = loop.call_at(self.at, self._due, loop)
+
+    def _due(self, loop: asyncio.AbstractEventLoop) -> None:
+        if loop is not self.loop:  # set on a loop the connection has left
+            return
+        self.handle = None
+        task = self.task
+        if task is None:
+            return
+        if loop.time() >= self.at:
+            self.fired = True
+            task.cancel()
+        else:
+            self.handle = loop.call_at(self.at, self._due, loop)
+
+    def stop(self) -> bool:
+        """Ends the read: whether its cancellation is the timer's alone (a timeout)."""
+        task, self.task = self.task, None
+        if not self.fired or task is None:
+            return False
+        self.fired = False
+        return bool(task.uncancel() <= self.cancelling)
+
+
+def _watch(conn: Any, timeout: Any) -> _Watch | None:
+    """The started `_Watch` of `conn` for a read under `timeout` seconds, or None where
+    `asyncio.timeout` does it (no positive timeout, a task without `uncancel`)."""
+    if type(timeout) is not float and type(timeout) is not int or timeout <= 0:
+        return None
+    task = asyncio.current_task()
+    if task is None or not hasattr(task, "uncancel"):
+        return None
+    watch: _Watch | None = getattr(conn, _WATCH, None)
+    if watch is None:
+        watch = _Watch()
+        setattr(conn, _WATCH, watch)
+    watch.start(task, timeout)
+    return watch
+
+
+async def _read(reader: Any, replies: Replies) -> None:
+    while not replies.take(
+        # inside a long bulk string, all the rest of it at once
+        await reader.readexactly(replies.missing)
+        if replies.missing > _RECV
+        else await reader.read(_RECV)
+    ):
+        pass
+
+
 async def aexchange(conn: Any, packed: bytes) -> Any:
     """`send_packed_command` then `read_response` of a redis.asyncio connection `conn`,
     for a script call on an open RESP2 connection with no health check due (see
     `plain_io`; the shell checks): one write, and the reply parsed straight off its
-    stream, each under the connection's `socket_timeout`, with redis-py's exceptions (a failed
-    or timed-out exchange disconnects `conn`; an error reply keeps it)."""
+    stream, each under the connection's `socket_timeout` (the read's kept by a `_Watch`),
+    with redis-py's exceptions (a failed or timed-out exchange disconnects `conn`; an
+    error reply keeps it)."""
     writer, reader = conn._writer, conn._reader
     replies = Replies(conn._parser.parse_error)
     sending = False
@@ -371,14 +455,19 @@ async def aexchange(conn: Any, packed: bytes) -> Any:
             async with _async_timeout(conn.socket_timeout):  # the send and the reply each
                 await writer.drain()  # get the whole timeout, as in redis-py
         sending = False
-        async with _async_timeout(conn.socket_timeout):
-            while not replies.take(
-                # inside a long bulk string, all the rest of it at once
-                await reader.readexactly(replies.missing)
-                if replies.missing > _RECV
-                else await reader.read(_RECV)
-            ):
-                pass
+        watch = _watch(conn, conn.socket_timeout)
+        if watch is None:
+            async with _async_timeout(conn.socket_timeout):
+                await _read(reader, replies)
+        else:
+            try:
+                await _read(reader, replies)
+            except asyncio.CancelledError:
+                if watch.stop():
+                    raise asyncio.TimeoutError from None
+                raise
+            finally:
+                watch.stop()
     except asyncio.TimeoutError:
         await conn.disconnect(nowait=True)
         if sending:
@@ -421,8 +510,8 @@ def direct_pool(client: Any, plain: type) -> Any | None:
     execute = getattr(plain, "execute_command", None)
     if getattr(execute, "__module__", None) != plain.__module__ or hasattr(execute, "__wrapped__"):
         return None
-    callbacks = getattr(client, "response_callbacks", {})
-    if "EVALSHA" in callbacks or "EVAL" in callbacks:
+    callbacks = getattr(client, "response_callbacks", None)
+    if callbacks and _reshapes_scripts(callbacks):
         return None  # the client reshapes script replies: let it
     if getattr(client, "connection", None) is not None or getattr(
         client, "single_connection_client", False
@@ -445,46 +534,64 @@ def direct_pool(client: Any, plain: type) -> Any | None:
 class Direct:
     """`direct_pool` of one client, its full check made again only when something it
     depends on that a running program may change is no longer the same object: the
-    client's class and instance `execute_command` (instrumentation installed later), script
-    reply callbacks, redis-py's metrics, the pool and its connection class and that class's
-    methods. Each is compared by identity (a wrapt wrapper compares equal to what it wraps;
-    read from the class it is a new object each time, so it is always checked in full)."""
+    client's class and instance `execute_command` (instrumentation installed later), the
+    pool and its connection class and that class's methods. Each is compared by identity (a
+    wrapt wrapper compares equal to what it wraps; read from the class it is a new object
+    each time, so it is always checked in full). Script reply callbacks and redis-py's
+    metrics, which turn the direct path off whatever else holds, are looked at on every
+    call."""
 
     __slots__ = ("_client", "_memo", "_plain")
 
     def __init__(self, client: Any, plain: type) -> None:
         self._client, self._plain = client, plain
-        self._memo: tuple[tuple[Any, ...], Any] | None = None  # (what was seen, its pool)
+        # (pool, its connection class, the class's and the instance's execute_command,
+        # the connection class's send_command and pack_command, the verdict)
+        self._memo: tuple[Any, ...] | None = None
 
     def serves(self, client: Any) -> bool:
         return client is self._client
 
     def pool(self) -> Any | None:
-        client = self._client
-        if type(client) is not self._plain:
+        client, plain = self._client, self._plain
+        if type(client) is not plain or _metrics_enabled():
+            return None
+        callbacks = getattr(client, "response_callbacks", None)
+        if callbacks and _reshapes_scripts(callbacks):
             return None
         pool = getattr(client, "connection_pool", None)
         cls = getattr(pool, "connection_class", None)
-        callbacks = getattr(client, "response_callbacks", None) or {}
-        seen = (
-            getattr(self._plain, "execute_command", None),
-            (getattr(client, "__dict__", None) or {}).get("execute_command"),
-            _metrics_enabled(),
-            "EVALSHA" in callbacks or "EVAL" in callbacks,
+        memo = self._memo
+        if (
+            memo is not None
+            and memo[0] is pool
+            and memo[1] is cls
+            and memo[2] is getattr(plain, "execute_command", None)
+            and memo[3] is (getattr(client, "__dict__", None) or {}).get("execute_command")
+            and memo[4] is getattr(cls, "send_command", None)
+            and memo[5] is getattr(cls, "pack_command", None)
+        ):
+            return memo[6]
+        verdict = direct_pool(client, plain)
+        self._memo = (  # one store: no tearing
             pool,
             cls,
+            getattr(plain, "execute_command", None),
+            (getattr(client, "__dict__", None) or {}).get("execute_command"),
             getattr(cls, "send_command", None),
             getattr(cls, "pack_command", None),
+            verdict,
         )
-        memo = self._memo
-        if memo is not None:
-            for now, then in zip(seen, memo[0], strict=True):
-                if now is not then:
-                    break
-            else:
-                return memo[1]
-        memo = self._memo = (seen, direct_pool(client, self._plain))  # one store: no tearing
-        return memo[1]
+        return verdict
+
+
+def _reshapes_scripts(callbacks: Any) -> bool:
+    """Whether reply callbacks for EVALSHA or EVAL are set. redis-py keeps them in a
+    `CaseInsensitiveDict`, a dict whose keys it stores in capitals: looked up in the dict
+    itself, without the case-folding method each call would run."""
+    if isinstance(callbacks, dict):
+        return dict.__contains__(callbacks, "EVALSHA") or dict.__contains__(callbacks, "EVAL")
+    return "EVALSHA" in callbacks or "EVAL" in callbacks
 
 
 def reconnects(conn: Any) -> bool:
