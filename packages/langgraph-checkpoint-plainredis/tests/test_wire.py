@@ -1206,6 +1206,46 @@ def test_a_connection_used_on_a_second_event_loop_still_times_out() -> None:
     asyncio.run(second())
 
 
+def test_a_connection_back_on_a_loop_it_left_times_out_once() -> None:
+    """Used on loop A, then B, then A again (two long-lived loops): only the timer set last
+    acts, so the read times out (not a cancellation counted twice)."""
+    first, second = asyncio.new_event_loop(), asyncio.new_event_loop()
+    try:
+
+        async def ok(conn: Any) -> Any:
+            stream = _Stream(_resp(b"ok"), 64)
+            conn._reader, conn._writer = stream.reader, stream
+            return await _wire.aexchange(conn, b"PING")
+
+        conn = first.run_until_complete(_silent_conn(0.2))
+        assert first.run_until_complete(ok(conn)) == b"ok"
+        assert second.run_until_complete(ok(conn)) == b"ok"
+
+        async def silent() -> int:
+            stream = _Stream(b"", 64)
+            conn._reader, conn._writer = stream.reader, stream
+            with pytest.raises(redis.TimeoutError, match="Timeout reading from"):
+                await asyncio.wait_for(_wire.aexchange(conn, b"PING"), 5)
+            task = asyncio.current_task()
+            assert task is not None
+            return task.cancelling() if _WATCHES else 0
+
+        assert first.run_until_complete(silent()) == 0
+    finally:
+        first.close()
+        second.close()
+
+
+async def test_a_shorter_timeout_cuts_the_next_read_at_its_own_deadline() -> None:
+    conn = await _async_conn_on(_Stream(_resp(b"ok"), 64))
+    conn.socket_timeout = 30.0
+    assert await _wire.aexchange(conn, b"PING") == b"ok"  # a timer 30 s away
+    stream = _Stream(b"", 64)
+    conn._reader, conn._writer, conn.socket_timeout = stream.reader, stream, 0.05
+    with pytest.raises(redis.TimeoutError, match="Timeout reading from"):
+        await asyncio.wait_for(_wire.aexchange(conn, b"PING"), 5)  # not wait_for's own
+
+
 def test_an_error_reply_raises_redis_pys_exception_and_keeps_the_connection() -> None:
     conn = _conn_on(_Chunks(b"-NOSCRIPT No matching script.\r\n", []))
     with pytest.raises(redis.exceptions.NoScriptError):

@@ -358,6 +358,11 @@ def send_raw(conn: Any, data: bytes) -> None:
 _WATCH = "_plainredis_watch"  # set on a redis.asyncio connection: its `_Watch`
 
 
+# A timer that fires this close to a read's deadline ends the read: event loops round their
+# timers (uvloop to the millisecond), and one set again for less would spin until then.
+_EARLY = 0.001
+
+
 class _Watch:
     """The read timeout of one redis.asyncio connection, kept by one timer that is set
     again only when it fires.
@@ -367,16 +372,19 @@ class _Watch:
     task; the connection's one timer, when it fires, cancels the task of a read past its
     deadline, else is set for the current read's deadline, or lapses when no read is under
     way (the next read sets it). While the connection is busy it fires once per
-    `socket_timeout` at most. A fired timer means what it means to `asyncio.timeout`: the
-    task is cancelled, and the read turns the cancellation into a timeout unless something
-    else cancelled the task too (`Task.uncancel`, Python 3.11+).
+    `socket_timeout` at most; a read whose deadline comes before the timer's (a shorter
+    `socket_timeout`) sets it earlier. A fired timer means what it means to `asyncio.timeout`:
+    the task is cancelled, and the read turns the cancellation into a timeout unless something
+    else cancelled the task too (`Task.uncancel`, Python 3.11+). Only the timer set last acts:
+    one left on a loop the connection has moved from does nothing, should it come back.
     """
 
-    __slots__ = ("at", "cancelling", "fired", "handle", "loop", "task")
+    __slots__ = ("at", "cancelling", "fired", "handle", "loop", "task", "timer")
 
     def __init__(self) -> None:
-        self.loop: asyncio.AbstractEventLoop | None = None  # where the timer is set
+        self.loop: Any = None  # the loop the timer is set on, while it is set
         self.handle: asyncio.TimerHandle | None = None
+        self.timer = 0  # counts the timers set: only the last one acts
         self.task: Any = None  # the read's asyncio.Task (3.11+: cancelling()), if under way
         self.at = 0.0
         self.cancelling = 0
@@ -386,22 +394,28 @@ class _Watch:
         loop = task.get_loop()
         self.task, self.at, self.fired = task, loop.time() + timeout, False
         self.cancelling = task.cancelling()
-        if self.handle is None or self.loop is not loop:  # a connection moved to a new loop
-            self.loop = loop
-            self.handle = loop.call_at(self.at, self._due, loop)
+        handle = self.handle
+        if handle is None or self.loop is not loop or handle.when() > self.at:
+            if handle is not None and self.loop is loop:
+                handle.cancel()
+            self._set(loop)
 
-    def _due(self, loop: asyncio.AbstractEventLoop) -> None:
-        if loop is not self.loop:  # set on a loop the connection has left
+    def _set(self, loop: Any) -> None:
+        self.timer += 1
+        self.loop, self.handle = loop, loop.call_at(self.at, self._due, self.timer)
+
+    def _due(self, timer: int) -> None:
+        if timer != self.timer:  # replaced by a timer set since
             return
-        self.handle = None
-        task = self.task
-        if task is None:
-            return
-        if loop.time() >= self.at:
+        task, loop = self.task, self.loop
+        if task is None:  # no read under way: lapse until the next read sets a timer
+            self.loop = self.handle = None
+        elif loop.time() + _EARLY >= self.at:
+            self.loop = self.handle = None
             self.fired = True
             task.cancel()
         else:
-            self.handle = loop.call_at(self.at, self._due, loop)
+            self._set(loop)
 
     def stop(self) -> bool:
         """Ends the read: whether its cancellation is the timer's alone (a timeout)."""
