@@ -79,3 +79,24 @@ def test_the_report_has_every_part_and_target(results: Path) -> None:
 def test_the_plots_are_png_images(results: Path, plot: str) -> None:
     assert (results / plot).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert f"({plot})" in (results / "report.md").read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize("style", ["async", "sync"])
+def test_the_turn_timed_alone_reports_ours_and_the_floors(tmp_path: Path, style: str) -> None:
+    """`bench/bench_turn.py`, which `make bench` does not run: ours, InMemorySaver and the
+    floors, each with a median and a ratio."""
+    done = subprocess.run(
+        [sys.executable, str(BENCH / "bench_turn.py"), "--style", style, "--turns", "4"]
+        + ["--work", "10"],
+        cwd=ROOT,
+        env={**os.environ, "BENCH_RESULTS": str(tmp_path)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    table = (tmp_path / "turn.md").read_text(encoding="utf-8")
+    for row in ("| InMemorySaver |", "| ours |", "| floor |", "| floor + 10 µs a call |"):
+        assert row in table, row
+    assert "| InMemorySaver | " in table and "1.00× |" in table
