@@ -9,8 +9,9 @@ threads of its own (ten turns per thread, the graph of `make bench`):
 
 - InMemorySaver;
 - ours (`AsyncRedisSaver` for `--style async`, `RedisSaver` for `sync`) on a private server;
-- the floor: InMemorySaver that also writes a `PING` on a plain socket per call and reads
-  the reply, the round trip of a one-round-trip-per-call saver and nothing else;
+- the floor: `make bench`'s InMemorySaver that also makes a `PING` round trip on a plain
+  socket per call (asyncio streams for `ainvoke`), the round trip of a one-round-trip-per-call
+  saver and nothing else;
 - the floor plus W µs of Python per call, for each W of `--work`: how the turn grows with
   the client work of each call (in a blocking turn that work competes for the GIL with the
   graph's own thread).
@@ -24,13 +25,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import socket
 import statistics
-import threading
 import time
 from typing import Any
-from urllib.parse import urlsplit
 
+from _floor import PingingMemorySaver
 from _results import RESULTS
 from _v010_probe import chat_graph, human_message, thread_config
 from langgraph.checkpoint.memory import InMemorySaver
@@ -39,7 +38,6 @@ from agentstate_testkit import servers
 from langgraph_checkpoint_plainredis import AsyncRedisSaver, RedisSaver
 
 WARM = 30
-PING = b"*1\r\n$4\r\nPING\r\n"
 
 
 def spin(micros: int) -> None:
@@ -49,47 +47,30 @@ def spin(micros: int) -> None:
         pass
 
 
-def floor_saver(url: str, work: int) -> InMemorySaver:
-    """InMemorySaver that first spends `work` µs and makes a raw `PING` round trip per call
-    (a socket per thread: LangGraph calls from its worker threads)."""
-    parts = urlsplit(url)
-    address = (parts.hostname or "127.0.0.1", parts.port or 6379)
-    local = threading.local()
+class _Working:
+    """A pinger that spends `work` µs of Python before each `PING`."""
 
-    def round_trip() -> None:
-        if work:
-            spin(work)
-        sock = getattr(local, "sock", None)
-        if sock is None:
-            sock = local.sock = socket.create_connection(address)
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        sock.sendall(PING)
-        if sock.recv(64) != b"+PONG\r\n":
-            raise RuntimeError("the floor's PING got no PONG")
+    def __init__(self, pinger: Any, work: int) -> None:
+        self.pinger, self.work = pinger, work
 
-    class Floor(InMemorySaver):
-        def get_tuple(self, *args: Any, **kwargs: Any) -> Any:
-            round_trip()
-            return super().get_tuple(*args, **kwargs)
+    def ping(self) -> None:
+        spin(self.work)
+        self.pinger.ping()
 
-        def put(self, *args: Any, **kwargs: Any) -> Any:
-            round_trip()
-            return super().put(*args, **kwargs)
+    async def aping(self) -> None:
+        spin(self.work)
+        await self.pinger.aping()
 
-        def put_writes(self, *args: Any, **kwargs: Any) -> Any:
-            round_trip()
-            return super().put_writes(*args, **kwargs)
+    async def aclose(self) -> None:
+        await self.pinger.aclose()
 
-        async def aget_tuple(self, *args: Any, **kwargs: Any) -> Any:
-            return self.get_tuple(*args, **kwargs)
 
-        async def aput(self, *args: Any, **kwargs: Any) -> Any:
-            return self.put(*args, **kwargs)
-
-        async def aput_writes(self, *args: Any, **kwargs: Any) -> Any:
-            return self.put_writes(*args, **kwargs)
-
-    return Floor()
+def floor_saver(url: str, work: int) -> PingingMemorySaver:
+    """`make bench`'s raw-PING floor (blocking or asyncio, as called), plus `work` µs a call."""
+    saver = PingingMemorySaver(url, raw=True)
+    if work:
+        saver.pinger = _Working(saver.pinger, work)  # type: ignore[assignment]
+    return saver
 
 
 async def run(url: str, style: str, turns: int, works: list[int]) -> dict[str, float]:
@@ -126,6 +107,9 @@ async def run(url: str, style: str, turns: int, works: list[int]) -> dict[str, f
             await ours.aclose()
         else:
             ours.close()
+        for saver in savers.values():
+            if isinstance(saver, PingingMemorySaver):
+                await saver.aclose()
     return {name: statistics.median(times[WARM:]) / 1e3 for name, times in took.items()}
 
 
