@@ -3,8 +3,8 @@
     uv run --frozen python bench/bench_turn.py [--kind redis-7] [--style async|sync]
         [--turns 600] [--work 40,70,100]
 
-`make bench` alternates fourteen savers turn by turn, so each turn starts with caches the
-others left cold. Here only these take turns, in an order rotated every turn, each on
+`make bench` alternates 36 subjects turn by turn, so each turn starts with caches the others
+left cold. Here only these take turns, in an order rotated every turn, each on conversation
 threads of its own (ten turns per thread, the graph of `make bench`):
 
 - InMemorySaver;

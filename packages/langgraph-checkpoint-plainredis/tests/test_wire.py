@@ -1161,6 +1161,27 @@ async def test_a_read_past_the_deadline_of_an_earlier_one_is_not_cut_short() -> 
     assert conn.disconnected == []
 
 
+@pytest.mark.skipif(not _WATCHES, reason="a read's timer per connection needs Python 3.11+")
+@pytest.mark.parametrize("timeout", [0.0005, 0.002, 0.05])
+async def test_no_read_times_out_before_its_own_timeout(timeout: float) -> None:
+    """A read that starts just before the timer an earlier read left fires (here under a
+    millisecond before) still gets its whole timeout, by the loop's own clock."""
+    loop = asyncio.get_running_loop()
+    for lead in (0.9, 0.99):
+        conn = await _async_conn_on(_Stream(_resp(b"ok"), 64))
+        conn.socket_timeout = timeout
+        assert await _wire.aexchange(conn, b"PING") == b"ok"
+        due = getattr(conn, _wire._WATCH).due
+        while loop.time() < due - timeout * (1 - lead):  # busy: the timer cannot run yet
+            pass
+        stream = _Stream(b"", 64)
+        conn._reader, conn._writer = stream.reader, stream
+        started = loop.time()
+        with pytest.raises(redis.TimeoutError, match="Timeout reading from"):
+            await asyncio.wait_for(_wire.aexchange(conn, b"PING"), 5)
+        assert loop.time() - started >= timeout - 1e-6
+
+
 async def test_a_read_cancelled_from_outside_is_cancelled_not_timed_out() -> None:
     conn = await _silent_conn(5.0)
     task = asyncio.ensure_future(_wire.aexchange(conn, b"PING"))

@@ -358,11 +358,6 @@ def send_raw(conn: Any, data: bytes) -> None:
 _WATCH = "_plainredis_watch"  # set on a redis.asyncio connection: its `_Watch`
 
 
-# A timer that fires this close to a read's deadline ends the read: event loops round their
-# timers (uvloop to the millisecond), and one set again for less would spin until then.
-_EARLY = 0.001
-
-
 class _Watch:
     """The read timeout of one redis.asyncio connection, kept by one timer that is set
     again only when it fires.
@@ -370,23 +365,26 @@ class _Watch:
     `asyncio.timeout` schedules a timer and cancels it for every read; in a chat turn that
     costs about a tenth of the saver's client time. Here a read records its deadline and its
     task; the connection's one timer, when it fires, cancels the task of a read past its
-    deadline, else is set for the current read's deadline, or lapses when no read is under
-    way (the next read sets it). While the connection is busy it fires once per
-    `socket_timeout` at most; a read whose deadline comes before the timer's (a shorter
-    `socket_timeout`) sets it earlier. A fired timer means what it means to `asyncio.timeout`:
-    the task is cancelled, and the read turns the cancellation into a timeout unless something
-    else cancelled the task too (`Task.uncancel`, Python 3.11+). Only the timer set last acts:
-    one left on a loop the connection has moved from does nothing, should it come back.
+    deadline (or whose deadline it was set for: a loop that rounds its timers, as uvloop does
+    to the millisecond, may run it a little early), else is set for the current read's
+    deadline, or lapses when no read is under way (the next read sets it). While the
+    connection is busy it fires once per `socket_timeout` at most; a read whose deadline falls
+    before the pending timer's (a lowered `socket_timeout`) sets it earlier. A fired timer
+    means what it means to `asyncio.timeout`: the task is cancelled, and the read turns the
+    cancellation into a timeout unless something else cancelled the task too
+    (`Task.uncancel`, Python 3.11+). Only the timer set last acts: one left on a loop the
+    connection has moved from does nothing, should it come back.
     """
 
-    __slots__ = ("at", "cancelling", "fired", "handle", "loop", "task", "timer")
+    __slots__ = ("at", "cancelling", "due", "fired", "handle", "loop", "task", "timer")
 
     def __init__(self) -> None:
         self.loop: Any = None  # the loop the timer is set on, while it is set
-        self.handle: asyncio.TimerHandle | None = None
+        self.handle: Any = None  # the timer (uvloop's for a deadline due now has no when())
         self.timer = 0  # counts the timers set: only the last one acts
+        self.due = 0.0  # the deadline the timer was set for
         self.task: Any = None  # the read's asyncio.Task (3.11+: cancelling()), if under way
-        self.at = 0.0
+        self.at = 0.0  # the read's deadline
         self.cancelling = 0
         self.fired = False
 
@@ -394,14 +392,14 @@ class _Watch:
         loop = task.get_loop()
         self.task, self.at, self.fired = task, loop.time() + timeout, False
         self.cancelling = task.cancelling()
-        handle = self.handle
-        if handle is None or self.loop is not loop or handle.when() > self.at:
-            if handle is not None and self.loop is loop:
-                handle.cancel()
+        if self.handle is None or self.loop is not loop or self.due > self.at:
+            if self.handle is not None and self.loop is loop:
+                self.handle.cancel()
             self._set(loop)
 
     def _set(self, loop: Any) -> None:
         self.timer += 1
+        self.due = self.at
         self.loop, self.handle = loop, loop.call_at(self.at, self._due, self.timer)
 
     def _due(self, timer: int) -> None:
@@ -410,11 +408,11 @@ class _Watch:
         task, loop = self.task, self.loop
         if task is None:  # no read under way: lapse until the next read sets a timer
             self.loop = self.handle = None
-        elif loop.time() + _EARLY >= self.at:
+        elif self.due >= self.at or loop.time() >= self.at:  # this read's own deadline
             self.loop = self.handle = None
             self.fired = True
             task.cancel()
-        else:
+        else:  # set for an earlier read: wait on for this one's
             self._set(loop)
 
     def stop(self) -> bool:
