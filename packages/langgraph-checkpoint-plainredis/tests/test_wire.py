@@ -1109,6 +1109,19 @@ async def _silent_conn(timeout: float) -> Any:
     return conn
 
 
+def _answers(conn: Any, data: bytes) -> _Stream:
+    """Points `conn` at a new stream from a server that answers `data` (b"": never)."""
+    stream = _Stream(data, 64)
+    conn._reader, conn._writer = stream.reader, stream
+    return stream
+
+
+async def _read_times_out(conn: Any) -> None:
+    """The next read on `conn` raises redis-py's read timeout (5 s guard against a hang)."""
+    with pytest.raises(redis.TimeoutError, match="Timeout reading from"):
+        await asyncio.wait_for(_wire.aexchange(conn, b"PING"), 5)
+
+
 async def test_an_async_reply_that_never_comes_times_out_and_disconnects() -> None:
     conn = await _silent_conn(0.05)
     with pytest.raises(redis.TimeoutError, match="Timeout reading from 127.0.0.1:1"):
@@ -1138,8 +1151,7 @@ async def test_a_connection_idle_past_its_timeout_still_times_out_its_next_read(
     assert await _wire.aexchange(conn, b"PING") == b"ok"
     await asyncio.sleep(0.15)  # the timer fires with nothing to cancel
     stream.data = b""  # the server stops answering
-    with pytest.raises(redis.TimeoutError, match="Timeout reading from"):
-        await asyncio.wait_for(_wire.aexchange(conn, b"PING"), 5)
+    await _read_times_out(conn)
 
 
 async def test_a_read_past_the_deadline_of_an_earlier_one_is_not_cut_short() -> None:
@@ -1150,8 +1162,7 @@ async def test_a_read_past_the_deadline_of_an_earlier_one_is_not_cut_short() -> 
     conn.socket_timeout = 0.2
     assert await _wire.aexchange(conn, b"PING") == b"ok"
     await asyncio.sleep(0.15)
-    late = _Stream(_resp(b"late"), 64)
-    conn._reader, conn._writer = late.reader, late
+    late = _answers(conn, _resp(b"late"))
 
     def write(data: bytes) -> None:  # the reply comes 0.1 s after the request
         asyncio.get_running_loop().call_later(0.1, late.reader.feed_data, _resp(b"late"))
@@ -1174,11 +1185,9 @@ async def test_no_read_times_out_before_its_own_timeout(timeout: float) -> None:
         due = getattr(conn, _wire._WATCH).due
         while loop.time() < due - timeout * (1 - lead):  # busy: the timer cannot run yet
             pass
-        stream = _Stream(b"", 64)
-        conn._reader, conn._writer = stream.reader, stream
+        _answers(conn, b"")
         started = loop.time()
-        with pytest.raises(redis.TimeoutError, match="Timeout reading from"):
-            await asyncio.wait_for(_wire.aexchange(conn, b"PING"), 5)
+        await _read_times_out(conn)
         assert loop.time() - started >= timeout - 1e-6
 
 
@@ -1219,10 +1228,9 @@ def test_a_connection_used_on_a_second_event_loop_still_times_out() -> None:
     conn = asyncio.run(first())
 
     async def second() -> None:
-        stream = _Stream(b"", 64)
-        conn._reader, conn._writer, conn.socket_timeout = stream.reader, stream, 0.05
-        with pytest.raises(redis.TimeoutError, match="Timeout reading from"):
-            await asyncio.wait_for(_wire.aexchange(conn, b"PING"), 5)
+        _answers(conn, b"")
+        conn.socket_timeout = 0.05
+        await _read_times_out(conn)
 
     asyncio.run(second())
 
@@ -1234,8 +1242,7 @@ def test_a_connection_back_on_a_loop_it_left_times_out_once() -> None:
     try:
 
         async def ok(conn: Any) -> Any:
-            stream = _Stream(_resp(b"ok"), 64)
-            conn._reader, conn._writer = stream.reader, stream
+            _answers(conn, _resp(b"ok"))
             return await _wire.aexchange(conn, b"PING")
 
         conn = first.run_until_complete(_silent_conn(0.2))
@@ -1243,10 +1250,8 @@ def test_a_connection_back_on_a_loop_it_left_times_out_once() -> None:
         assert second.run_until_complete(ok(conn)) == b"ok"
 
         async def silent() -> int:
-            stream = _Stream(b"", 64)
-            conn._reader, conn._writer = stream.reader, stream
-            with pytest.raises(redis.TimeoutError, match="Timeout reading from"):
-                await asyncio.wait_for(_wire.aexchange(conn, b"PING"), 5)
+            _answers(conn, b"")
+            await _read_times_out(conn)
             task = asyncio.current_task()
             assert task is not None
             return task.cancelling() if _WATCHES else 0
@@ -1261,10 +1266,9 @@ async def test_a_shorter_timeout_cuts_the_next_read_at_its_own_deadline() -> Non
     conn = await _async_conn_on(_Stream(_resp(b"ok"), 64))
     conn.socket_timeout = 30.0
     assert await _wire.aexchange(conn, b"PING") == b"ok"  # a timer 30 s away
-    stream = _Stream(b"", 64)
-    conn._reader, conn._writer, conn.socket_timeout = stream.reader, stream, 0.05
-    with pytest.raises(redis.TimeoutError, match="Timeout reading from"):
-        await asyncio.wait_for(_wire.aexchange(conn, b"PING"), 5)  # not wait_for's own
+    _answers(conn, b"")
+    conn.socket_timeout = 0.05
+    await _read_times_out(conn)  # a 30 s wait would end in wait_for's own TimeoutError
 
 
 def test_an_error_reply_raises_redis_pys_exception_and_keeps_the_connection() -> None:
