@@ -244,10 +244,11 @@ async def test_a_put_writes_its_new_keys_in_bulk(
     # The first put of a thread: the timeline and the registry checked; ZCOUNT (whether a
     # key of the timeline has a TTL) and ZSCORE (whether the namespace set names the
     # timeline already) check theirs as they read, and SADD, the first write, the run set's;
-    # ZADDs: timeline, key index, namespace, registry. No TIME: nothing gets an expiry time.
+    # ZADDs: timeline, key index, namespace, registry. TIME and ZRANGEBYSCORE sweep the
+    # registry of expired threads (a new thread's first write); nothing gets an expiry time.
     assert work[0] == {
         "evalsha": 1, "exists": 1, "type": 2, "zcount": 1, "zscore": 1, "mset": 1, "zadd": 4,
-        "sadd": 1, "persist": 2,
+        "sadd": 1, "persist": 2, "time": 1, "zrangebyscore": 1,
     }  # fmt: skip
     again = await server_work(redis_url, saver.aput(cfg("bulk-6"), cp, {"run_id": "r"}, new))
     # each key the put writes (payload, six values, the absent channel's) checked, the old

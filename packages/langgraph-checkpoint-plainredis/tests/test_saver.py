@@ -475,6 +475,30 @@ def test_expired_threads_leave_listings_and_indexes(
         assert orphans(client, prefix) == set()
 
 
+def test_writers_without_a_ttl_sweep_registry_entries_of_threads_that_expired(
+    redis_url: str, prefix: str, client: redis.Redis
+) -> None:
+    """Threads written with a TTL expire; once every writer has dropped its TTL, the first
+    write of each new thread still sweeps their registry entries, so they do not stay."""
+    if isinstance(client, RedisCluster):
+        pytest.skip("a cluster keeps no registry")
+    ks = KeySpace(prefix)
+    with RedisSaver(redis_url, prefix=prefix, ttl=1) as timed:
+        for n in range(70):  # more than one sweep takes (64)
+            timed.put(cfg(f"gone-{n}"), checkpoint({"m": 0}, {"m": 1}), {}, {"m": 1})
+    time.sleep(1.3)
+    assert client.zcard(ks.threads) == 70  # expired, filtered out of listings, still there
+    with RedisSaver(redis_url, prefix=prefix) as saver:
+        first = saver.put(cfg("kept"), checkpoint({"m": 0}, {"m": 1}), {}, {"m": 1})
+        assert client.zcard(ks.threads) == 70 - 64 + 1
+        saver.put(first, checkpoint({"m": 1}, {"m": 2}), {}, {"m": 2})  # settled: no sweep
+        assert client.zcard(ks.threads) == 70 - 64 + 1
+        saver.put_writes(cfg("also", cid="c"), [("m", 1)], "task")  # a new timeline: sweeps
+        assert client.zrange(ks.threads, 0, -1) == [b"also", b"kept"]
+        assert {t.config["configurable"]["thread_id"] for t in saver.list(None)} == {"kept"}
+    assert orphans(client, prefix) == set()
+
+
 @pytest.mark.parametrize("skew_s", [-7200, 7200])
 def test_writers_whose_clocks_disagree_never_expire_each_others_live_checkpoints(
     redis_url: str, prefix: str, client: redis.Redis, monkeypatch: pytest.MonkeyPatch, skew_s: int

@@ -464,13 +464,25 @@ local function settled_forever(nskey, n, t)
   return score == 'inf', nil
 end
 
+-- Drops up to 64 registry entries of expired threads (the registry itself never expires).
+local function sweep_registry(now)
+  if not REGISTRY then return end
+  local dead = redis.call('ZRANGEBYSCORE', REGISTRY, '-inf', '(' .. now, 'LIMIT', 0, 64)
+  if #dead > 0 then redis.call('ZREM', REGISTRY, unpack(dead)) end
+end
+
 -- `settle` for a writer without a TTL on a timeline whose keys all lack one (the common
 -- case): its index keys lack one too, only the namespace set may have one (another
--- namespace's). Writers skip it once `settled_forever` says so.
+-- namespace's). Writers skip it once `settled_forever` says so. It sweeps the registry as a
+-- writer with a TTL does, so that entries of threads that expired before every writer
+-- dropped its TTL go too (once per new timeline, not per write).
 local function settle_forever(t, n, nskey)
   redis.call('ZADD', nskey, 'inf', n)
   redis.call('PERSIST', nskey)
-  if REGISTRY then redis.call('ZADD', REGISTRY, 'inf', t) end
+  if REGISTRY then
+    redis.call('ZADD', REGISTRY, 'inf', t)
+    sweep_registry(now_ms())
+  end
 end
 
 -- A writer (or refreshing reader) with a TTL takes over a timeline stored without one: every
@@ -543,13 +555,6 @@ local function sweep(t, n, idx, keys, now, budget, p)
   for i = 1, #dead, 500 do
     redis.call('ZREM', keys, unpack(dead, i, math.min(i + 499, #dead)))
   end
-end
-
--- Drops up to 64 registry entries of expired threads (the registry itself never expires).
-local function sweep_registry(now)
-  if not REGISTRY then return end
-  local dead = redis.call('ZRANGEBYSCORE', REGISTRY, '-inf', '(' .. now, 'LIMIT', 0, 64)
-  if #dead > 0 then redis.call('ZREM', REGISTRY, unpack(dead)) end
 end
 
 local function drop_empty_thread(nskey, t)
