@@ -192,3 +192,26 @@ def test_writes_without_a_ttl_keep_the_run_set_of_the_checkpoint_they_keep(
         assert [t.config for t in forever.list(config)] == [first]
         forever.delete_for_runs(["r"])
         assert list(forever.list(config)) == []
+
+
+@pytest.mark.parametrize("refresh", ["put_writes", "refresh_on_read"])
+def test_a_refreshed_checkpoint_keeps_its_run_set_as_long(server_pool: Any, refresh: str) -> None:
+    """On a cluster the run set lives in another slot than the thread: pending writes (or a
+    read with `refresh_on_read`) that give a checkpoint another `ttl` give its run set as
+    long, so `delete_for_runs` still finds the checkpoint after the put's TTL has passed."""
+    url = server_pool.get("redis-7-cluster")
+    prefix = f"runs:{uuid.uuid4().hex[:8]}"
+    config = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
+    with RedisSaver(url, prefix=prefix, ttl=1.5, refresh_on_read=True) as saver:
+        cp = empty_checkpoint()
+        cp["channel_values"], cp["channel_versions"] = {"m": 1}, {"m": "1"}
+        first = saver.put(config, cp, {"run_id": "r"}, {"m": "1"})
+        time.sleep(0.9)
+        if refresh == "put_writes":
+            saver.put_writes(first, [("__interrupt__", "approve?")], "task")
+        else:
+            assert saver.get_tuple(config) is not None
+        time.sleep(0.9)  # past the put's TTL, within the refreshed one
+        assert [t.config for t in saver.list(config)] == [first]
+        saver.delete_for_runs(["r"])
+        assert list(saver.list(config)) == []

@@ -520,7 +520,12 @@ class SaverCore:
         """A cluster client adds a checkpoint to its run set before the thread script, so
         a crash in between leaves a member naming nothing, never a checkpoint no run set
         names."""
-        return [Eval("run_join", (run_key,), (member, self._ttl_ms))]
+        return [self._run_join(run_key, member)]
+
+    def _run_join(self, run_key: str, member: str) -> Eval:
+        """On a cluster: checkpoint `member` in its run set, which lives at least this
+        saver's TTL (for ever without one)."""
+        return Eval("run_join", (run_key,), (member, self._ttl_ms))
 
     def _put_writes_steps(
         self,
@@ -556,11 +561,13 @@ class SaverCore:
         keys = (tk.wr(ns, cid), tk.keys(ns), tk.ns, tk.cp(ns, cid), tk.idx(ns), *self._registry)
         (reply,) = yield [Eval("put_writes", keys, tuple(args))]
         if isinstance(reply, list) and reply:
-            # On a cluster, checkpoints a writer without a TTL now keeps for ever, on a
-            # timeline another writer gave one: their run sets live in other slots.
-            for run, kept in reply:
-                run_key = self.keyspace.run_escaped(_s(run))
-                yield [Eval("run_join", (run_key,), (tk.run_member(ns, _s(kept)), 0))]
+            # On a cluster, the checkpoints the writes refreshed (with a TTL) or now keep for
+            # ever (without one, on a timeline another writer gave one): their run sets live
+            # in other slots, and must live as long.
+            yield [
+                self._run_join(self.keyspace.run_escaped(_s(run)), tk.run_member(ns, _s(kept)))
+                for run, kept in reply
+            ]
 
     # -- get -----------------------------------------------------------------------------
 
@@ -587,7 +594,14 @@ class SaverCore:
         (entry,) = yield [Eval("get", keys, args)]
         if not entry:
             return None
-        return self._tuple(tk, ns, _s(entry[0]), entry, asked=config if cid else None)
+        found = _s(entry[0])
+        stored = None
+        if refresh and self._cluster:  # the script refreshed all but the run set (other slot)
+            stored = decode_checkpoint(_b(entry[1]), tk.cp(ns, found))
+            if stored.run:
+                run_key = self.keyspace.run_escaped(stored.run)
+                yield [self._run_join(run_key, tk.run_member(ns, found))]
+        return self._tuple(tk, ns, found, entry, asked=config if cid else None, stored=stored)
 
     # -- list ----------------------------------------------------------------------------
 

@@ -757,6 +757,10 @@ if ttl > 0 then
   for _, c in ipairs(alive) do
     refresh_checkpoint(n, c[1], c[2], ARGV[5], ARGV[6], ARGV[7], KEYS[2], ttl, score,
       REGISTRY and ARGV[8])
+    if not REGISTRY then
+      local run = run_of(c[2])
+      if run ~= '' then joins[#joins + 1] = {run, c[1]} end
+    end
   end
   local p = {cp = ARGV[5], wr = ARGV[6], blob = ARGV[7], run = ARGV[8]}
   adopt_ttl(n, KEYS[2], ttl, score, p)
@@ -772,8 +776,8 @@ else
   end
 end
 settle(t, n, KEYS[5], KEYS[2], KEYS[3], now)
--- On a cluster: {escaped run, checkpoint id} of each checkpoint kept for ever whose run set
--- (another hash slot) the client must keep for ever too.
+-- On a cluster: {escaped run, checkpoint id} of each checkpoint refreshed (with a TTL) or
+-- kept for ever (without) whose run set, in another hash slot, the client must keep as long.
 return joins
 """
 
