@@ -727,6 +727,41 @@ def test_a_run_set_kept_for_ever_stays_so_when_a_ttl_writer_joins_it(
         assert saver.get_tuple(cfg("keep")) is None
 
 
+@pytest.mark.parametrize("how", ["put", "put_writes", "refresh_on_read"])
+def test_a_thread_taken_over_by_a_ttl_takes_its_own_run_sets_along(
+    redis_url: str, prefix: str, client: redis.Redis, how: str
+) -> None:
+    """A thread stored without a TTL has run sets naming several of its checkpoints; when a
+    writer (or refreshing reader) with a TTL takes it over, the run sets naming only that
+    thread's checkpoints expire with it. One that also names a checkpoint kept for ever
+    elsewhere stays, so `delete_for_runs` still finds that one."""
+    if isinstance(client, RedisCluster):
+        pytest.skip("on a cluster, run sets kept for ever stay so (another slot)")
+    ks = KeySpace(prefix)
+    with RedisSaver(redis_url, prefix=prefix) as forever:
+        c = cfg("t")
+        for step in range(3):
+            c = forever.put(c, checkpoint({"m": step}, {"m": step + 1}), {"run_id": "r"}, {})
+        c = forever.put(c, checkpoint({"m": 9}, {"m": 9}), {"run_id": "shared"}, {"m": 9})
+        kept = forever.put(cfg("keep"), checkpoint({}, {}), {"run_id": "shared"}, {})
+    assert client.scard(ks.run("r")) == 3 and client.pttl(ks.run("r")) == -1
+    with RedisSaver(redis_url, prefix=prefix, ttl=1, refresh_on_read=True) as saver:
+        if how == "put":
+            saver.put(c, checkpoint({"m": 10}, {"m": 10}), {"run_id": "new"}, {"m": 10})
+        elif how == "put_writes":
+            saver.put_writes(c, [("m", 1)], "task")
+        else:
+            assert saver.get_tuple(cfg("t")) is not None
+        assert 0 < client.pttl(ks.run("r")) <= 1000
+        assert client.pttl(ks.run("shared")) == -1
+        time.sleep(1.3)
+        assert saver.get_tuple(cfg("t")) is None
+        assert not client.exists(ks.run("r"))
+        saver.delete_for_runs(["shared"])
+        assert saver.get_tuple(kept) is None
+    assert keys_under(client, prefix) <= {ks.threads.encode()}
+
+
 @pytest.mark.parametrize("how", ["delete_for_runs", "prune"])
 def test_removing_checkpoints_resettles_what_is_left(
     redis_url: str, prefix: str, client: redis.Redis, how: str

@@ -485,10 +485,30 @@ local function settle_forever(t, n, nskey)
   end
 end
 
+-- A run set kept for ever, named by a timeline of thread `t` that a writer with a TTL takes
+-- over: it gets the TTL when every checkpoint it names is one of `t` (`cp_prefix`) that no
+-- longer lives for ever, else it stays as expire_run keeps it. Its members are read once per
+-- takeover, never per write.
+local function adopt_run(key, ttl, t, cp_prefix)
+  if redis.call('PTTL', key) ~= -1 then return expire_run(key, ttl) end
+  local members = redis.pcall('SMEMBERS', key)  -- a foreign value: leave it as it is
+  if members.err then return end
+  local own = t .. ':'
+  for _, m in ipairs(members) do
+    if string.sub(m, 1, #own) ~= own
+      or redis.call('PTTL', cp_prefix .. string.sub(m, #own + 1)) == -1 then
+      return
+    end
+  end
+  redis.call('PEXPIRE', key, ttl)
+end
+
 -- A writer (or refreshing reader) with a TTL takes over a timeline stored without one: every
 -- key kept for ever gets its TTL at once (partly would expire values that checkpoints still
--- kept for ever read), so the whole thread then expires `ttl` after its last write.
-local function adopt_ttl(n, keys, ttl, score, p)
+-- kept for ever read), so the whole thread then expires `ttl` after its last write. The
+-- index lists checkpoints ('c') before run markers ('r'): a run set is looked at once its
+-- thread's checkpoints have their TTL.
+local function adopt_ttl(t, n, keys, ttl, score, p)
   local kept = redis.call('ZRANGEBYSCORE', keys, '+inf', '+inf')
   for i = 1, #kept, 500 do
     local rescore = {'XX'}
@@ -499,7 +519,7 @@ local function adopt_ttl(n, keys, ttl, score, p)
       if prefix then redis.call('PEXPIRE', prefix .. n .. ':' .. rest, ttl)
       elseif kind == 114 and REGISTRY then  -- 'r': its run set, as a put with a TTL does
         local run = marker_parts(m)
-        if run and run ~= '' then expire_run(p.run .. run, ttl) end
+        if run and run ~= '' then adopt_run(p.run .. run, ttl, t, p.cp) end
       end
       rescore[#rescore + 1] = score
       rescore[#rescore + 1] = m
@@ -693,7 +713,7 @@ else
   redis.call('ZADD', KEYS[3], 'XX', score, 'w' .. cid)
 end
 if mixed then persist_refs(n, payload, ARGV[11], KEYS[3]) end
-if ttl > 0 then adopt_ttl(n, KEYS[3], ttl, score, p) end
+if ttl > 0 then adopt_ttl(t, n, KEYS[3], ttl, score, p) end
 -- Drop index entries of keys that have expired: at least twice as many per put as a put
 -- adds, so that neither the timeline nor the key index keeps growing.
 sweep(t, n, KEYS[2], KEYS[3], now, math.max(64, 2 * (nb + 3)), p)
@@ -763,7 +783,7 @@ if ttl > 0 then
     end
   end
   local p = {cp = ARGV[5], wr = ARGV[6], blob = ARGV[7], run = ARGV[8]}
-  adopt_ttl(n, KEYS[2], ttl, score, p)
+  adopt_ttl(t, n, KEYS[2], ttl, score, p)
 elseif forever then
   if not settled then settle_forever(t, n, KEYS[3]) end
   return 1
@@ -813,7 +833,8 @@ if err then return err end
 if ttl > 0 then
   local now = now_ms()
   local score = expiry(now, ttl)
-  adopt_ttl(n, KEYS[2], ttl, score, {cp = ARGV[3], wr = ARGV[4], blob = ARGV[5], run = ARGV[8]})
+  local p = {cp = ARGV[3], wr = ARGV[4], blob = ARGV[5], run = ARGV[8]}
+  adopt_ttl(ARGV[7], n, KEYS[2], ttl, score, p)
   refresh_checkpoint(n, cid, payload, ARGV[3], ARGV[4], ARGV[5], KEYS[2], ttl, score,
     REGISTRY and ARGV[8])
   settle(ARGV[7], n, KEYS[1], KEYS[2], KEYS[3], now)
@@ -1065,7 +1086,7 @@ i = 9
 while i <= #ARGV do
   local n, count = ARGV[i], tonumber(ARGV[i + 1])
   i = i + 2
-  if ttl > 0 and count > 0 then adopt_ttl(n, p.keys .. n, ttl, score, p) end
+  if ttl > 0 and count > 0 then adopt_ttl(t, n, p.keys .. n, ttl, score, p) end
   for _ = 1, count do
     local m, nvals = ARGV[i], tonumber(ARGV[i + 1])
     local kind, rest = string.sub(m, 1, 1), string.sub(m, 2)
