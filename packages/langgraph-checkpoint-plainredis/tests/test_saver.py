@@ -762,6 +762,81 @@ def test_a_thread_taken_over_by_a_ttl_takes_its_own_run_sets_along(
     assert keys_under(client, prefix) <= {ks.threads.encode()}
 
 
+@pytest.mark.parametrize("how", ["put", "put_writes", "refresh_on_read", "copy"])
+def test_a_ttl_takeover_never_cuts_a_value_a_longer_lived_checkpoint_reads(
+    redis_url: str, prefix: str, client: redis.Redis, how: str
+) -> None:
+    """A checkpoint kept 3 s reads value k; a writer without a TTL keeps k for ever; a
+    writer with a 0.5 s TTL then takes the thread over: k lives as long as the longest-lived
+    key of the timeline, not 0.5 s, so no checkpoint comes back without it."""
+    blob = KeySpace(prefix).thread("t").blob("", "k", "1")
+    with (
+        RedisSaver(redis_url, prefix=prefix, ttl=3) as long,
+        RedisSaver(redis_url, prefix=prefix) as forever,
+        RedisSaver(redis_url, prefix=prefix, ttl=0.5, refresh_on_read=True) as short,
+    ):
+        values = {"k": "keep me", "m": 1}
+        c1 = long.put(cfg("t"), checkpoint(values, {"k": "1", "m": "1"}), {}, {"k": "1", "m": "1"})
+        values["m"] = 2
+        c2 = forever.put(c1, checkpoint(values, {"k": "1", "m": "2"}), {}, {"m": "2"})
+        assert client.pttl(blob) == -1
+        if how == "put":
+            short.put(c2, checkpoint({**values, "m": 3}, {"k": "1", "m": "3"}), {}, {"m": "3"})
+        elif how == "put_writes":
+            short.put_writes(c2, [("m", 3)], "task")
+        elif how == "refresh_on_read":
+            assert short.get_tuple(cfg("t")) is not None
+        else:
+            forever.copy_thread("t", "u")
+            short.copy_thread("u", "t")
+        assert client.pttl(blob) > 2000
+        time.sleep(0.8)  # past the short TTL
+        kept = [saved.checkpoint["channel_values"] for saved in long.list(cfg("t"))]
+        assert len(kept) >= 2 and all(v["k"] == "keep me" for v in kept)
+
+
+def test_copying_again_keeps_what_the_target_reads_that_expired_in_the_source(
+    redis_url: str, prefix: str, client: redis.Redis
+) -> None:
+    """A value that expired in the source (its index entry not swept yet) is not "absent at
+    that version": copying the source again leaves the target's live copy of it alone."""
+    with RedisSaver(redis_url, prefix=prefix, ttl=2) as saver:
+        v = {"k": "1", "m": "1"}
+        c1 = saver.put(cfg("src"), checkpoint({"k": "v1", "m": 1}, v), {}, v)
+        saver.copy_thread("src", "dst")
+        time.sleep(1.2)
+        saver.put(c1, checkpoint({"k": "v2", "m": 1}, {"k": "2", "m": "1"}), {}, {"k": "2"})
+        dst = cfg("dst", cid=c1["configurable"]["checkpoint_id"])
+        saver.put(dst, checkpoint({"k": "v1", "m": 2}, {"k": "1", "m": "2"}), {}, {"m": "2"})
+        time.sleep(1.2)  # the source's first checkpoint and its k have expired
+        assert saver.get_tuple(cfg("dst")).checkpoint["channel_values"] == {"k": "v1", "m": 2}
+        saver.copy_thread("src", "dst")
+        assert saver.get_tuple(cfg("dst")).checkpoint["channel_values"] == {"k": "v1", "m": 2}
+
+
+def test_a_copy_by_a_shorter_ttl_keeps_the_run_set_naming_what_lives_longer(
+    redis_url: str, prefix: str, client: redis.Redis
+) -> None:
+    """A copy by a saver with a shorter TTL leaves a checkpoint copied before for longer its
+    life, and its run marker and run-set membership as long: `delete_for_runs` finds it."""
+    with (
+        RedisSaver(redis_url, prefix=prefix, ttl=30) as long,
+        RedisSaver(redis_url, prefix=prefix, ttl=1) as short,
+    ):
+        v = {"m": "1"}
+        c1 = long.put(cfg("src"), checkpoint({"m": 1}, v), {"run_id": "r"}, v)
+        long.copy_thread("src", "dst")
+        short.copy_thread("src", "dst")
+        time.sleep(1.3)
+        # a put with a TTL sweeps the expired index entries of dst's timeline
+        short.put(cfg("dst"), checkpoint({"x": 1}, {"x": "1"}), {"run_id": "other"}, {"x": "1"})
+        copied = cfg("dst", cid=c1["configurable"]["checkpoint_id"])
+        assert long.get_tuple(copied) is not None
+        long.delete_for_runs(["r"])
+        assert long.get_tuple(copied) is None
+        assert long.get_tuple(c1) is None
+
+
 @pytest.mark.parametrize("how", ["delete_for_runs", "prune"])
 def test_removing_checkpoints_resettles_what_is_left(
     redis_url: str, prefix: str, client: redis.Redis, how: str

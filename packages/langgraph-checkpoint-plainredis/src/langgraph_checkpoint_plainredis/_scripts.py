@@ -504,19 +504,27 @@ local function adopt_run(key, ttl, t, cp_prefix)
 end
 
 -- A writer (or refreshing reader) with a TTL takes over a timeline stored without one: every
--- key kept for ever gets its TTL at once (partly would expire values that checkpoints still
--- kept for ever read), so the whole thread then expires `ttl` after its last write. The
--- index lists checkpoints ('c') before run markers ('r'): a run set is looked at once its
--- thread's checkpoints have their TTL.
+-- key kept for ever gets a TTL at once (partly would expire values that checkpoints still
+-- kept for ever read), so the whole thread then expires `ttl` after its last write. That TTL
+-- is the longest any key of the timeline has, when longer than `ttl` (a checkpoint another
+-- writer keeps longer may read a value kept for ever: it must not expire first). `score` is
+-- the expiry time `ttl` gives. The index lists checkpoints ('c') before run markers ('r'): a
+-- run set is looked at once its thread's checkpoints have their TTL.
 local function adopt_ttl(t, n, keys, ttl, score, p)
   local kept = redis.call('ZRANGEBYSCORE', keys, '+inf', '+inf')
+  if #kept == 0 then return end
+  local longest = redis.call('ZREVRANGEBYSCORE', keys, '(inf', '-inf', 'WITHSCORES', 'LIMIT', 0, 1)
+  if longest[2] and tonumber(longest[2]) > tonumber(score) then
+    ttl = ttl + tonumber(longest[2]) - tonumber(score)
+    score = string.format('%.0f', tonumber(longest[2]))
+  end
   for i = 1, #kept, 500 do
     local rescore = {'XX'}
     for j = i, math.min(i + 499, #kept) do
       local m = kept[j]
       local kind, rest = string.byte(m, 1), string.sub(m, 2)
       local prefix = (kind == 99 and p.cp) or (kind == 119 and p.wr) or (kind == 98 and p.blob)
-      if prefix then redis.call('PEXPIRE', prefix .. n .. ':' .. rest, ttl)
+      if prefix then redis.call('PEXPIREAT', prefix .. n .. ':' .. rest, score)
       elseif kind == 114 and REGISTRY then  -- 'r': its run set, as a put with a TTL does
         local run = marker_parts(m)
         if run and run ~= '' then adopt_run(p.run .. run, ttl, t, p.cp) end
@@ -1025,13 +1033,15 @@ return outcome()
 EXPORT_THREAD = r"""
 -- KEYS: ns; ARGV: cp_prefix, wr_prefix, blob_prefix, keys_prefix
 -- Returns per namespace {N, {member, value}...}; a writes value is the flat HGETALL, a
--- blob value '' means the channel is absent at that version (no key).
+-- blob value '' means the channel is absent at that version (no key). Entries of keys that
+-- have expired (not swept yet) are left out: their keys are gone, not absent by design.
 local err = check(KEYS[1], 'zset')
 if err then return err end
+local now = now_ms()
 local out = {}
 for _, n in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do
   local items = {}
-  for _, m in ipairs(redis.call('ZRANGE', ARGV[4] .. n, 0, -1)) do
+  for _, m in ipairs(redis.call('ZRANGEBYSCORE', ARGV[4] .. n, now, '+inf')) do
     local kind, rest = string.sub(m, 1, 1), string.sub(m, 2)
     local value
     if kind == 'c' then value = get_string(ARGV[1] .. n .. ':' .. rest)
@@ -1106,10 +1116,12 @@ while i <= #ARGV do
       end
       redis.call('SET', key, ARGV[i + 2])
       redis.call('ZADD', p.idx .. n, 0, rest)
-      redis.call('ZADD', p.keys .. n, score, run_marker(run, rest))
+      -- the run marker (and the run set) live as long as the checkpoint: see below
+      local life = (ttl > 0 and left > ttl) and left or ttl
+      redis.call('ZADD', p.keys .. n, expiry(now, life), run_marker(run, rest))
       if run ~= '' and REGISTRY then
         redis.call('SADD', p.run .. run, t .. ':' .. n .. ':' .. rest)
-        if ttl > 0 then expire_run(p.run .. run, ttl) else redis.call('PERSIST', p.run .. run) end
+        if ttl > 0 then expire_run(p.run .. run, life) else redis.call('PERSIST', p.run .. run) end
       end
     elseif kind == 'w' then
       key = p.wr .. n .. ':' .. rest
