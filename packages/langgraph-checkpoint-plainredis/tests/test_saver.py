@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 import socket
 import threading
 import time
@@ -1176,6 +1177,36 @@ async def test_foreign_value_under_the_prefix_is_a_clear_error(
     with pytest.raises(WrongTypeError, match="hash"):
         await saver.aput_writes(c, [("x", 1)], "t")
     assert client.get(wr) == b"not a hash"
+
+
+@pytest.mark.parametrize("kind", ["cp", "wr", "blob", "idx", "keys"])
+def test_a_copy_onto_a_foreign_value_writes_nothing(
+    redis_url: str, prefix: str, client: redis.Redis, kind: str
+) -> None:
+    """Every key a copy would write is checked before the first write: a foreign value at
+    any of them is a clear error naming it, and the target keeps what it had (nothing)."""
+    with RedisSaver(redis_url, prefix=prefix) as saver:
+        c1 = saver.put(cfg("src"), checkpoint({"a": 1}, {"a": "1"}), {}, {"a": "1"})
+        c2 = saver.put(c1, checkpoint({"a": 2}, {"a": "2"}), {}, {"a": "2"})
+        saver.put_writes(c2, [("a", 3)], "task")
+        dst, cid = KeySpace(prefix).thread("dst"), c2["configurable"]["checkpoint_id"]
+        foreign = {
+            "cp": dst.cp("", cid),
+            "wr": dst.wr("", cid),
+            "blob": dst.blob("", "a", "2"),
+            "idx": dst.idx(""),
+            "keys": dst.keys(""),
+        }[kind]
+        client.rpush(foreign, "someone else's")
+        with pytest.raises(WrongTypeError, match=re.escape(repr(foreign))):
+            saver.copy_thread("src", "dst")
+        registry = KeySpace(prefix).threads.encode()
+        left = {k for k in keys_under(client, prefix) if b"{src}" not in k and k != registry}
+        assert left == {foreign.encode()}
+        assert client.lrange(foreign, 0, -1) == [b"someone else's"]
+        client.delete(foreign)
+        saver.copy_thread("src", "dst")
+        assert saver.get_tuple(cfg("dst")).pending_writes == [("task", "a", 3)]
 
 
 @pytest.mark.standalone

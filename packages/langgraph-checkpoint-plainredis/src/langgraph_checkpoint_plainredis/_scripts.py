@@ -1073,14 +1073,21 @@ REGISTRY = KEYS[2]
 local err = check(KEYS[1], 'zset') or (REGISTRY and check_registry(REGISTRY))
   or check_timelines(KEYS[1], p)
 if err then return err end
--- The run sets the copied checkpoints join, and those of the checkpoints they overwrite,
--- checked before the first write.
+-- Every key the copy writes (its namespace's indexes, each checkpoint, writes hash and
+-- value), the run sets the copied checkpoints join and those of the checkpoints they
+-- overwrite: all checked before the first write, so a refused copy writes nothing.
 local joined, i = {}, 9
+local kinds = {c = {p.cp, 'string'}, w = {p.wr, 'hash'}, b = {p.blob, 'string'}}
 while i <= #ARGV do
   local n, count = ARGV[i], tonumber(ARGV[i + 1])
   i = i + 2
+  err = count > 0 and (check(p.idx .. n, 'zset') or check(p.keys .. n, 'zset'))
+  if err then return err end
   for _ = 1, count do
     local m, nvals = ARGV[i], tonumber(ARGV[i + 1])
+    local kind = kinds[string.sub(m, 1, 1)]
+    err = check(kind[1] .. n .. ':' .. string.sub(m, 2), kind[2])
+    if err then return err end
     if string.sub(m, 1, 1) == 'c' then
       local run = run_of(ARGV[i + 2])
       if run ~= '' then joined[p.run .. run] = true end
