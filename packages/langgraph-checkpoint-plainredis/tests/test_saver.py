@@ -152,6 +152,9 @@ async def test_list_pages_through_long_timelines(saver: Any) -> None:
     assert await ids(saver, cfg(t)) == stored[::-1]
     assert await ids(saver, cfg(t), filter={"step": 0}) == stored[::-1]
     assert await ids(saver, cfg(t), filter={"step": 1}) == []
+    # an empty checkpoint_id names no checkpoint (as in InMemorySaver and get_tuple)
+    assert await ids(saver, cfg(t, cid="")) == stored[::-1]
+    assert await ids(saver, cfg(t, cid=""), filter={"step": 0}, limit=200) == stored[:99:-1]
 
 
 async def test_list_none_walks_every_thread_and_namespace(saver: Any) -> None:

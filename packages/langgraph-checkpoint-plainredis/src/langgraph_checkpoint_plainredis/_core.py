@@ -667,7 +667,7 @@ class SaverCore:
         conf = _configurable(config, "list")
         thread_id = _str_field(conf, "thread_id")
         ns = conf.get("checkpoint_ns")
-        only = get_checkpoint_id(config)
+        only = get_checkpoint_id(config) or None  # '': no checkpoint named, as in get_tuple
         yield from self._list_thread(
             self.keyspace.thread(thread_id),
             None if ns is None else _str_field(conf, "checkpoint_ns"),
