@@ -1271,6 +1271,23 @@ def test_a_saver_needs_a_url_or_client() -> None:
         RedisSaver()
     with pytest.raises(ValueError, match="decode_responses=False"):
         RedisSaver(client=redis.Redis(decode_responses=True))
+    # the pool carries the setting: a client sharing it decodes too, and is refused too
+    decoding = redis.ConnectionPool(decode_responses=True)
+    with pytest.raises(ValueError, match="pool of its own"):
+        RedisSaver(client=redis.Redis(connection_pool=decoding))
+    with pytest.raises(ValueError, match="decode_responses=False"):
+        AsyncRedisSaver(client=aioredis.Redis(decode_responses=True))
+
+
+@pytest.mark.parametrize("encoding", ["latin-1", "utf-16"])
+def test_a_client_on_another_encoding_is_refused(encoding: str) -> None:
+    """Keys are UTF-8: a client encoding them otherwise would build other keys for the same
+    thread (and registry entries other savers cannot read)."""
+    for cls, client_cls in ((RedisSaver, redis.Redis), (AsyncRedisSaver, aioredis.Redis)):
+        with pytest.raises(ValueError, match=f"encoding='utf-8', got encoding='{encoding}'"):
+            cls(client=client_cls(encoding=encoding))
+    for same in ("utf-8", "UTF8", "utf_8"):
+        RedisSaver(client=redis.Redis(encoding=same))
 
 
 # -- the two classes -------------------------------------------------------------------

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import codecs
 import ssl
 from collections.abc import Awaitable, Callable
 from typing import Any, NoReturn, TypeVar
@@ -151,6 +152,13 @@ def check_serde(serde: Any) -> None:
     )
 
 
+def _codec_name(encoding: Any) -> str:
+    try:
+        return codecs.lookup(str(encoding)).name
+    except LookupError:
+        return str(encoding)
+
+
 def validate_client(client: Any, cls: str, expected: str) -> None:
     """Rejects clients the saver cannot use, naming the fix."""
     if not (hasattr(client, "execute_command") and hasattr(client, "pipeline")):
@@ -158,11 +166,23 @@ def validate_client(client: Any, cls: str, expected: str) -> None:
             f"{cls} client must be a redis-py client, got {type(client).__name__}: pass "
             "client=redis.Redis(...) (or redis.asyncio.Redis for AsyncRedisSaver), or url="
         )
+    # What the client encodes and decodes with: its encoder (a cluster client's too), else
+    # what its pool gives each connection.
+    encoder = client.get_encoder() if hasattr(client, "get_encoder") else None
     kwargs = getattr(getattr(client, "connection_pool", None), "connection_kwargs", {})
-    if kwargs.get("decode_responses"):
+    decodes = getattr(encoder, "decode_responses", kwargs.get("decode_responses"))
+    encoding = getattr(encoder, "encoding", kwargs.get("encoding")) or "utf-8"
+    if decodes:
         raise ValueError(
-            f"{cls} stores raw bytes and needs a client with decode_responses=False; "
-            "create a separate client for the saver (the connection pool can be shared)"
+            f"{cls} stores raw bytes and needs a client with decode_responses=False; give "
+            "the saver a client of its own, with a pool of its own (the pool carries the "
+            "setting), e.g. client=redis.Redis.from_url(url), or pass url= instead"
+        )
+    if _codec_name(encoding) != "utf-8":
+        raise ValueError(
+            f"{cls} keeps its keys in UTF-8 and needs a client with encoding='utf-8', got "
+            f"encoding={encoding!r}: savers on other encodings would build other keys for "
+            "the same thread; give the saver a client of its own, or pass url= instead"
         )
     # A subclass of a redis-py client (a user's, or instrumentation's) counts as its base.
     is_async = any(k.__module__.startswith("redis.asyncio") for k in type(client).__mro__)
