@@ -215,3 +215,30 @@ def test_a_refreshed_checkpoint_keeps_its_run_set_as_long(server_pool: Any, refr
         assert [t.config for t in saver.list(config)] == [first]
         saver.delete_for_runs(["r"])
         assert list(saver.list(config)) == []
+
+
+def test_a_delete_between_writes_and_their_run_set_leaves_no_run_set_for_ever(
+    server_pool: Any,
+) -> None:
+    """On a cluster a saver without a TTL keeps, for its pending writes, the run set of a
+    checkpoint another saver stored with a TTL after its thread script (another slot). A
+    `delete_thread` landing in between (forced here by stepping the saver's plan) leaves no
+    run set kept for ever naming the deleted checkpoint."""
+    url = server_pool.get("redis-7-cluster")
+    prefix = f"race:{uuid.uuid4().hex[:8]}"
+    config = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
+    with (
+        RedisSaver(url, prefix=prefix, ttl=1, cluster=True) as timed,
+        RedisSaver(url, prefix=prefix, cluster=True) as forever,
+    ):
+        cp = empty_checkpoint()
+        cp["channel_values"], cp["channel_versions"] = {"m": 1}, {"m": "1"}
+        first = timed.put(config, cp, {"run_id": "r"}, {"m": "1"})
+        steps = forever._put_writes_steps(first, [("m", 2)], "task", "")
+        reply = forever._run(steps.send(None))  # the thread script
+        timed.delete_thread("t")
+        with pytest.raises(StopIteration):
+            forever._run(steps.send(reply))  # the run set, in its own slot
+            steps.send(None)
+        client = RedisCluster.from_url(url, protocol=2)
+        assert [client.pttl(k) for k in client.scan_iter(match=f"{prefix}:run:*")] in ([], [-2])

@@ -522,10 +522,10 @@ class SaverCore:
         names."""
         return [self._run_join(run_key, member)]
 
-    def _run_join(self, run_key: str, member: str) -> Eval:
+    def _run_join(self, run_key: str, member: str, keep_only: bool = False) -> Eval:
         """On a cluster: checkpoint `member` in its run set, which lives at least this
-        saver's TTL (for ever without one)."""
-        return Eval("run_join", (run_key,), (member, self._ttl_ms))
+        saver's TTL (for ever without one); with `keep_only`, only if it is there already."""
+        return Eval("run_join", (run_key,), (member, self._ttl_ms, 1 if keep_only else 0))
 
     def _put_writes_steps(
         self,
@@ -563,9 +563,12 @@ class SaverCore:
         if isinstance(reply, list) and reply:
             # On a cluster, the checkpoints the writes refreshed (with a TTL) or now keep for
             # ever (without one, on a timeline another writer gave one): their run sets live
-            # in other slots, and must live as long.
+            # in other slots, and must live as long. Kept for ever, only members still there.
+            keep = not self._ttl_ms
             yield [
-                self._run_join(self.keyspace.run_escaped(_s(run)), tk.run_member(ns, _s(kept)))
+                self._run_join(
+                    self.keyspace.run_escaped(_s(run)), tk.run_member(ns, _s(kept)), keep
+                )
                 for run, kept in reply
             ]
 

@@ -1167,12 +1167,16 @@ return redis.call('SMEMBERS', KEYS[1])
 
 
 RUN_JOIN = r"""
--- KEYS: one run set; ARGV: member, ttl_ms (0: kept for ever)
+-- KEYS: one run set; ARGV: member, ttl_ms (0: kept for ever), '1' to keep a member only
 -- On a cluster the client adds a checkpoint to its run set (another hash slot) with this,
--- under the rule a script follows on a standalone server: see expire_run.
+-- under the rule a script follows on a standalone server: see expire_run. Keeping only (a
+-- checkpoint a writer without a TTL keeps for ever, after its thread script) changes
+-- nothing unless the member is there: a delete_thread that came in between leaves no run
+-- set kept for ever naming what it deleted.
 local err = check(KEYS[1], 'set')
 if err then return err end
 local ttl = tonumber(ARGV[2])
+if ARGV[3] == '1' and redis.call('SISMEMBER', KEYS[1], ARGV[1]) == 0 then return 0 end
 redis.call('SADD', KEYS[1], ARGV[1])
 if ttl > 0 then expire_run(KEYS[1], ttl) else redis.call('PERSIST', KEYS[1]) end
 return 1
