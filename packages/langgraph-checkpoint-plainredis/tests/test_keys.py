@@ -44,6 +44,12 @@ def test_escape_rewrites_exactly_the_layout_characters() -> None:
         assert unescape(expected) == value
 
 
+@pytest.mark.parametrize("stray", ["%ZZ", "a%", "%4", "%4a", "x%%"])
+def test_unescape_refuses_a_percent_escape_never_writes(stray: str) -> None:
+    with pytest.raises(ValueError, match="starts no escape"):
+        unescape(stray)
+
+
 @given(text, text, text, text)
 def test_different_thread_and_namespace_never_share_a_key(
     t1: str, n1: str, t2: str, n2: str
@@ -94,7 +100,7 @@ def test_version_tags_are_injective_per_type(version: str | int | float) -> None
 
 def test_run_member_round_trip() -> None:
     tk = KeySpace("lg").thread("u:1")
-    assert parse_run_member(tk.run_member("sub:2", "cid:x")) == ("u%3A1", "sub%3A2", "cid:x")
+    assert parse_run_member(tk.run_member("sub:2", "cid:x"), "k") == ("u%3A1", "sub%3A2", "cid:x")
 
 
 @pytest.mark.parametrize(

@@ -1212,6 +1212,28 @@ def test_a_copy_onto_a_foreign_value_writes_nothing(
         assert saver.get_tuple(cfg("dst")).pending_writes == [("task", "a", 3)]
 
 
+def test_a_stray_registry_or_run_set_member_is_a_clear_error(
+    redis_url: str, prefix: str, client: redis.Redis
+) -> None:
+    """A member no saver wrote, in the registry or in a run set, is a CorruptDataError that
+    names the key and the member, and nothing stored changes."""
+    ks = KeySpace(prefix)
+    with RedisSaver(redis_url, prefix=prefix) as saver:
+        c = saver.put(cfg("good"), checkpoint({"m": 1}, {"m": "1"}), {"run_id": "r"}, {"m": "1"})
+        if not isinstance(client, RedisCluster):
+            client.zadd(ks.threads, {"%ZZ": float("inf")})
+            with pytest.raises(CorruptDataError, match=f"{ks.threads}.*'%ZZ'.*remove that member"):
+                list(saver.list(None))
+            client.zrem(ks.threads, "%ZZ")
+        client.sadd(ks.run("r"), "no-colons")
+        with pytest.raises(CorruptDataError, match=f"{ks.run('r')}.*'no-colons'"):
+            saver.delete_for_runs(["r"])
+        assert saver.get_tuple(c) is not None
+        client.srem(ks.run("r"), "no-colons")
+        saver.delete_for_runs(["r"])
+        assert saver.get_tuple(c) is None
+
+
 @pytest.mark.standalone
 def test_keyspace_of_010_asks_for_the_migration(
     redis_url: str, prefix: str, client: redis.Redis

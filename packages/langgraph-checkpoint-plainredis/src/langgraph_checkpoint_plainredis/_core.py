@@ -55,6 +55,7 @@ from ._keys import (
     blob_suffix,
     escape,
     escape_run,
+    listed_thread,
     parse_run_member,
     unescape,
     write_field,
@@ -659,7 +660,7 @@ class SaverCore:
                     if component in seen or float(flat[i + 1]) < now:  # listed, or expired
                         continue
                     seen.add(component)
-                    tk = self.keyspace.thread_from_component(component)
+                    tk = listed_thread(self.keyspace, component, self.keyspace.threads)
                     remaining = yield from self._list_thread(
                         tk, None, None, before_id, filter, remaining
                     )
@@ -812,11 +813,14 @@ class SaverCore:
         # A script per run set (each may be in its own cluster slot), to name a foreign value.
         members = yield [Eval("run_members", (k,), ()) for k in run_keys]
         by_thread: dict[str, list[str]] = {}
-        for reply in members:
+        named: dict[str, ThreadKeys] = {}
+        for run_key, reply in zip(run_keys, members, strict=True):
             for member in reply or ():
-                thread_c, ns_e, cid = parse_run_member(_s(member))
+                thread_c, ns_e, cid = parse_run_member(_s(member), run_key)
+                if thread_c not in named:
+                    named[thread_c] = listed_thread(self.keyspace, thread_c, run_key)
                 by_thread.setdefault(thread_c, []).extend([ns_e, cid])
-        tks = [self.keyspace.thread_from_component(c) for c in by_thread]
+        tks = list(named.values())
         plan: Plan = [
             Eval(
                 "remove_checkpoints",

@@ -16,12 +16,16 @@ class CorruptDataError(PlainRedisError, ValueError):
         key: The Redis key that holds the value.
     """
 
-    def __init__(self, key: str, reason: str) -> None:
+    def __init__(self, key: str, reason: str, fix: str | None = None) -> None:
         self.key = key
         super().__init__(
             f"Redis key {key!r} does not hold a valid plainredis payload ({reason}); it was "
-            "truncated, corrupted or written by another program. The rest of the thread is "
-            "unaffected: delete this key (or restore it from a backup) to clear the error."
+            "truncated, corrupted or written by another program. "
+            + (
+                fix
+                or "The rest of the thread is unaffected: delete this key (or restore it from "
+                "a backup) to clear the error."
+            )
         )
 
 

@@ -27,7 +27,7 @@ from redis.exceptions import NoPermissionError
 
 from ._core import _s
 from ._errors import LegacyKeyspaceError, WrongTypeError
-from ._keys import ThreadKeys, unescape
+from ._keys import ThreadKeys, listed_thread, unescape
 from ._sync import RedisSaver
 
 __all__ = [
@@ -254,7 +254,7 @@ class Inspector:
             component = _s(member)
             if component not in seen:
                 seen.add(component)
-                page.append(self.keyspace.thread_from_component(component))
+                page.append(listed_thread(self.keyspace, component, self.keyspace.threads))
             if len(page) == _PAGE:
                 yield page
                 page = []

@@ -34,7 +34,7 @@ import functools
 import re
 from dataclasses import dataclass
 
-from ._errors import ArgumentTypeError
+from ._errors import ArgumentTypeError, CorruptDataError
 
 __all__ = [
     "EMPTY_THREAD_TAG",
@@ -42,6 +42,7 @@ __all__ = [
     "LegacyKeys",
     "blob_channel",
     "blob_suffix",
+    "listed_thread",
     "parse_run_member",
     "ThreadKeys",
     "escape",
@@ -72,21 +73,17 @@ def escape(value: str) -> str:
     return value.translate(_ESCAPES)
 
 
+_ESCAPED = re.compile(r"%([0-9A-F]{2})")
+
+
 def unescape(value: str) -> str:
-    """Reverses `escape`."""
+    """Reverses `escape`; a ValueError for a '%' that starts no escape (`escape` never
+    writes one)."""
     if "%" not in value:
         return value
-    out: list[str] = []
-    i = 0
-    while i < len(value):
-        ch = value[i]
-        if ch == "%":
-            out.append(chr(int(value[i + 1 : i + 3], 16)))
-            i += 3
-        else:
-            out.append(ch)
-            i += 1
-    return "".join(out)
+    if "%" in _ESCAPED.sub("", value):
+        raise ValueError(f"{value!r} has a '%' that starts no escape")
+    return _ESCAPED.sub(lambda m: chr(int(m.group(1), 16)), value)
 
 
 def version_tag(version: str | int | float) -> str:
@@ -344,7 +341,24 @@ def blob_channel(suffix: str) -> str:
     return unescape(suffix.split(SEP, 1)[0])
 
 
-def parse_run_member(member: str) -> tuple[str, str, str]:
-    """Splits a run-set member into ``(escaped thread id, escaped namespace, checkpoint id)``."""
-    thread, ns, checkpoint_id = member.split(SEP, 2)
-    return thread, ns, checkpoint_id
+def _stray_member(key: str, reason: str) -> CorruptDataError:
+    fix = f"remove that member from {key!r} to clear the error; the threads are unaffected"
+    return CorruptDataError(key, reason, fix=fix)
+
+
+def listed_thread(keyspace: KeySpace, component: str, key: str) -> ThreadKeys:
+    """The thread a member of the registry or of a run set (`key`) names; one no saver
+    wrote is a CorruptDataError naming the key and the member, not a ValueError."""
+    try:
+        return keyspace.thread_from_component(component)
+    except ValueError as error:
+        raise _stray_member(key, f"its member {component!r} names no thread: {error}") from None
+
+
+def parse_run_member(member: str, key: str) -> tuple[str, str, str]:
+    """Splits a member of run set `key` into ``(escaped thread id, escaped namespace,
+    checkpoint id)``; one no saver wrote is a CorruptDataError naming the key."""
+    parts = member.split(SEP, 2)
+    if len(parts) != 3:
+        raise _stray_member(key, f"its member {member!r} names no checkpoint")
+    return parts[0], parts[1], parts[2]
