@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import operator
 import sys
+import time
 import uuid
 from typing import Annotated, Any, TypedDict
 
@@ -113,3 +114,44 @@ async def test_async_graph_interrupt_resume_history_and_time_travel(
             assert step
         await saver.adelete_thread(config["configurable"]["thread_id"])
         assert (await graph.aget_state(config)).values == {}
+
+
+class Log(TypedDict, total=False):
+    log: Annotated[list[str], operator.add]
+
+
+def paused_beside_a_slow_branch(checkpointer: Any, slow_s: float) -> tuple[Any, dict[str, int]]:
+    """A subgraph that pauses on an interrupt while a sibling branch runs `slow_s` more."""
+    runs = {"a": 0}
+
+    def a(state: Log) -> dict[str, Any]:
+        runs["a"] += 1
+        return {"log": ["a"]}
+
+    def b(state: Log) -> dict[str, Any]:
+        return {"log": [f"b:{interrupt('approve?')}"]}
+
+    def slow(state: Log) -> dict[str, Any]:
+        time.sleep(slow_s)
+        return {"log": ["slow"]}
+
+    sub = StateGraph(Log).add_node("a", a).add_node("b", b)
+    sub = sub.add_edge(START, "a").add_edge("a", "b").add_edge("b", END).compile()
+    graph = StateGraph(Log).add_node("sub", sub).add_node("slow", slow)
+    graph = graph.add_edge(START, "sub").add_edge(START, "slow")
+    return graph.add_edge("sub", END).add_edge("slow", END).compile(checkpointer=checkpointer), runs
+
+
+def test_a_subgraph_paused_beside_a_slow_branch_waits_as_long_as_its_parent(
+    redis_url: str, prefix: str
+) -> None:
+    """With a TTL, the parent's writes after a subgraph paused (a sibling branch running on)
+    refresh the paused subgraph too: a resume late in the TTL of the thread's last write
+    finds it where it paused, and does not run it again from the start."""
+    with RedisSaver(redis_url, prefix=prefix, ttl=1.5) as saver:
+        app, runs = paused_beside_a_slow_branch(saver, slow_s=1.0)
+        config = {"configurable": {"thread_id": "paused"}}
+        app.invoke({"log": []}, config)
+        time.sleep(0.8)  # 1.8 s after the pause, 0.8 s after the parent's last write
+        assert app.invoke(Command(resume="yes"), config) == {"log": ["slow", "a", "b:yes"]}
+        assert runs["a"] == 1

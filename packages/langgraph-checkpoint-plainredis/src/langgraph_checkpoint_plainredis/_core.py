@@ -27,6 +27,7 @@ from langgraph.checkpoint.base import (
     get_checkpoint_metadata,
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
+from langgraph.checkpoint.serde.types import INTERRUPT
 from redis.exceptions import AskError, ClusterCrossSlotError, MovedError
 
 from ._codec import (
@@ -106,6 +107,8 @@ _REGISTRY_PAGE = 500  # threads per ZSCAN call of list(None)
 _LIST_PAGE = 128
 _DECODE_AHEAD = 16  # list entries whose blobs are decoded together, ahead of their tuples
 _BATCH_THREADS = 64
+_PAUSED_THREADS = 1024  # threads whose paused subgraphs a saver remembers, at most
+_NS_SEP = "|"  # LangGraph joins a subgraph's namespace to its parent's with it
 
 
 def slot_is_moving(error: Exception) -> bool:
@@ -261,8 +264,44 @@ class SaverCore:
         # not kept (a cross-slot write cannot be atomic with the thread's own keys, so a
         # delete racing a put could orphan a thread); list(None) scans namespace keys.
         self._cluster = False
+        # With a TTL: per thread, the subgraph namespaces this saver saw pause on an interrupt,
+        # each with the checkpoint it paused at and those of its ancestors then (LangGraph's
+        # checkpoint_map). Writes of an ancestor refresh it while that ancestor's step runs (a
+        # sibling branch may run on long after the pause); a later checkpoint of the ancestor,
+        # or of the namespace itself, ends the pause.
+        self._paused: dict[str, dict[str, tuple[str, dict[str, str]]]] = {}
 
     # -- helpers -------------------------------------------------------------------------
+
+    def _paused_under(self, thread_id: str, ns: str) -> list[str]:
+        """The namespaces paused below `ns` (not `ns` itself) in thread `thread_id`."""
+        paused = self._paused.get(thread_id)
+        if not paused:
+            return []
+        head = f"{ns}{_NS_SEP}" if ns else ""
+        return [sub for sub in list(paused) if sub != ns and sub.startswith(head)]
+
+    def _pause(self, thread_id: str, ns: str, cid: str, conf: Mapping[str, Any]) -> None:
+        ancestors = conf.get("checkpoint_map")
+        at = {k: v for k, v in ancestors.items() if isinstance(v, str)} if ancestors else {}
+        self._paused.setdefault(thread_id, {})[ns] = (cid, at)
+        while len(self._paused) > _PAUSED_THREADS:  # the threads seen longest ago go first
+            self._paused.pop(next(iter(self._paused)), None)
+
+    def _step_ended(self, thread_id: str, ns: str, cid: str) -> None:
+        """Checkpoint `cid` of `ns` stored: a pause it comes after is over (checkpoint ids
+        sort in time; a put still landing from before the pause ends nothing)."""
+        paused = self._paused.get(thread_id)
+        if not paused:
+            return
+        for sub in [ns, *self._paused_under(thread_id, ns)]:
+            entry = paused.get(sub)  # another thread's put may have ended it already
+            if entry is not None:
+                then = entry[0] if sub == ns else entry[1].get(ns)
+                if then is None or cid > then:
+                    paused.pop(sub, None)
+        if not paused:
+            self._paused.pop(thread_id, None)
 
     @property
     def _registry(self) -> tuple[str, ...]:
@@ -465,6 +504,7 @@ class SaverCore:
         if self._cluster and run_key:
             yield self._run_plan(run_key, tk.run_member(ns, cid))
         replies = yield [self._put_eval(tk, ns, cid, payload, refs, written, run_key)]
+        self._step_ended(thread_id, ns, cid)
         if follow := self._after_thread_scripts(zip([tk], replies, strict=True)):
             yield follow
         return {
@@ -542,6 +582,7 @@ class SaverCore:
         if not writes:
             return
         tk = self.keyspace.thread(thread_id)
+        paused = self._paused_under(thread_id, ns) if self._ttl_ms else []
         args: list[str | bytes | int] = [
             cid,
             escape(ns),
@@ -551,6 +592,8 @@ class SaverCore:
             tk.wr_prefix,
             tk.blob_prefix,
             self.keyspace.run_prefix,
+            len(paused),
+            *[escape(sub) for sub in paused],
         ]
         for i, (channel, value) in enumerate(writes):
             idx = WRITES_IDX_MAP.get(channel, i)
@@ -561,6 +604,8 @@ class SaverCore:
             ]
         keys = (tk.wr(ns, cid), tk.keys(ns), tk.ns, tk.cp(ns, cid), tk.idx(ns), *self._registry)
         (reply,) = yield [Eval("put_writes", keys, tuple(args))]
+        if self._ttl_ms and ns and any(channel == INTERRUPT for channel, _ in writes):
+            self._pause(thread_id, ns, cid, conf)
         if isinstance(reply, list) and reply:
             # On a cluster, the checkpoints the writes refreshed (with a TTL) or now keep for
             # ever (without one, on a timeline another writer gave one): their run sets live

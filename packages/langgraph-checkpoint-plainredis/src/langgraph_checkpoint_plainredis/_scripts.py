@@ -733,10 +733,12 @@ return outcome()
 
 PUT_WRITES = r"""
 -- KEYS: wr, keys, ns, cp, idx, [registry]
--- ARGV: cid, N, T, ttl_ms, cp_prefix, wr_prefix, blob_prefix, run_prefix, then per
---       write: field, value, overwrite flag
+-- ARGV: cid, N, T, ttl_ms, cp_prefix, wr_prefix, blob_prefix, run_prefix, the number of
+--       paused namespaces, those namespaces (escaped), then per write: field, value,
+--       overwrite flag
 -- Returns 1, or a list of {escaped run, checkpoint id} (see the end)
 local cid, n, t, ttl = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4])
+local first_write = 10 + tonumber(ARGV[9])
 REGISTRY = KEYS[6]
 local timed, err = expiring(KEYS[2])
 if err then return err end
@@ -765,10 +767,23 @@ if ttl > 0 or mixed then
   if err then return err end
   if newest and newest ~= cid then alive[#alive + 1] = {newest, newest_payload} end
 end
+-- Subgraphs of this timeline paused on an interrupt in the step still running (the client
+-- names them) wait as long as it does: their newest checkpoints keep all they read.
+local idx_prefix = string.sub(KEYS[5], 1, #KEYS[5] - #n)
+local keys_prefix = string.sub(KEYS[2], 1, #KEYS[2] - #n)
+local paused = {}
+for i = 10, ttl > 0 and first_write - 1 or 9 do
+  local sub, newest, payload = ARGV[i], nil, nil
+  err = check(keys_prefix .. sub, 'zset')
+  if err then return err end
+  newest, payload, err = latest(idx_prefix .. sub, ARGV[5], sub)
+  if err then return err end
+  if newest then paused[#paused + 1] = {sub, newest, payload} end
+end
 local left = ttl > 0 and redis.call('PTTL', KEYS[1]) or -2  -- before the writes add to it
 local joins = {}
 -- The first write, to the writes hash, checks its type: refused, it wrote nothing.
-for i = 9, #ARGV, 3 do
+for i = first_write, #ARGV, 3 do
   local done
   if ARGV[i + 2] == '1' then done = redis.pcall('HSET', KEYS[1], ARGV[i], ARGV[i + 1])
   else done = redis.pcall('HSETNX', KEYS[1], ARGV[i], ARGV[i + 1]) end
@@ -792,6 +807,11 @@ if ttl > 0 then
   end
   local p = {cp = ARGV[5], wr = ARGV[6], blob = ARGV[7], run = ARGV[8]}
   adopt_ttl(t, n, KEYS[2], ttl, score, p)
+  for _, s in ipairs(paused) do
+    refresh_checkpoint(s[1], s[2], s[3], ARGV[5], ARGV[6], ARGV[7], keys_prefix .. s[1], ttl,
+      score, REGISTRY and ARGV[8])
+    settle(t, s[1], idx_prefix .. s[1], keys_prefix .. s[1], KEYS[3], now)
+  end
 elseif forever then
   if not settled then settle_forever(t, n, KEYS[3]) end
   return 1
