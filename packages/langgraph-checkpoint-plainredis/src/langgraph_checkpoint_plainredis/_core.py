@@ -612,10 +612,8 @@ class SaverCore:
             # in other slots, and must live as long. Kept for ever, only members still there.
             keep = not self._ttl_ms
             yield [
-                self._run_join(
-                    self.keyspace.run_escaped(_s(run)), tk.run_member(ns, _s(kept)), keep
-                )
-                for run, kept in reply
+                self._run_join(self.keyspace.run_escaped(_s(run)), _s(member), keep)
+                for run, member in reply
             ]
 
     # -- get -----------------------------------------------------------------------------

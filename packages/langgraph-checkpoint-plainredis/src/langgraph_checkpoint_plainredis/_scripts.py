@@ -736,7 +736,7 @@ PUT_WRITES = r"""
 -- ARGV: cid, N, T, ttl_ms, cp_prefix, wr_prefix, blob_prefix, run_prefix, the number of
 --       paused namespaces, those namespaces (escaped), then per write: field, value,
 --       overwrite flag
--- Returns 1, or a list of {escaped run, checkpoint id} (see the end)
+-- Returns 1, or a list of {escaped run, run-set member} (see the end)
 local cid, n, t, ttl = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4])
 local first_write = 10 + tonumber(ARGV[9])
 REGISTRY = KEYS[6]
@@ -802,7 +802,7 @@ if ttl > 0 then
       REGISTRY and ARGV[8])
     if not REGISTRY then
       local run = run_of(c[2])
-      if run ~= '' then joins[#joins + 1] = {run, c[1]} end
+      if run ~= '' then joins[#joins + 1] = {run, t .. ':' .. n .. ':' .. c[1]} end
     end
   end
   local p = {cp = ARGV[5], wr = ARGV[6], blob = ARGV[7], run = ARGV[8]}
@@ -811,6 +811,8 @@ if ttl > 0 then
     refresh_checkpoint(s[1], s[2], s[3], ARGV[5], ARGV[6], ARGV[7], keys_prefix .. s[1], ttl,
       score, REGISTRY and ARGV[8])
     settle(t, s[1], idx_prefix .. s[1], keys_prefix .. s[1], KEYS[3], now)
+    local run = not REGISTRY and run_of(s[3]) or ''
+    if run ~= '' then joins[#joins + 1] = {run, t .. ':' .. s[1] .. ':' .. s[2]} end
   end
 elseif forever then
   if not settled then settle_forever(t, n, KEYS[3]) end
@@ -820,11 +822,11 @@ else
   local p = {cp = ARGV[5], wr = ARGV[6], blob = ARGV[7]}
   for _, c in ipairs(alive) do
     local run = persist_checkpoint(n, c[1], c[2], p, KEYS[2], REGISTRY and ARGV[8])
-    if not REGISTRY and run ~= '' then joins[#joins + 1] = {run, c[1]} end
+    if not REGISTRY and run ~= '' then joins[#joins + 1] = {run, t .. ':' .. n .. ':' .. c[1]} end
   end
 end
 settle(t, n, KEYS[5], KEYS[2], KEYS[3], now)
--- On a cluster: {escaped run, checkpoint id} of each checkpoint refreshed (with a TTL) or
+-- On a cluster: {escaped run, run-set member} of each checkpoint refreshed (with a TTL) or
 -- kept for ever (without) whose run set, in another hash slot, the client must keep as long.
 return joins
 """
