@@ -514,3 +514,22 @@ def test_scripts_define_every_prelude_name_they_use(script: Any) -> None:
     defined = set(re.findall(r"^local (?:function )?(\w+)", code, re.MULTILINE))
     used = PRELUDE_NAMES & set(re.findall(r"\w+", code))
     assert used <= defined, (script.name, used - defined)
+
+
+async def test_a_ttl_takeover_reads_each_run_set_once(redis_url: str, prefix: str) -> None:
+    """A takeover gives the timeline's run sets the TTL when they name only checkpoints it
+    reaches: each run set is read once, however many checkpoints of the run (and their run
+    markers) the timeline holds, also when the set stays kept for ever because it names a
+    checkpoint of another namespace."""
+    with RedisSaver(redis_url, prefix=prefix) as forever:
+        c = cfg("t")
+        for _ in range(40):
+            c = forever.put(c, empty_checkpoint(), {"run_id": "r"}, {})
+        sub = {"configurable": {"thread_id": "t", "checkpoint_ns": "sub:1"}}
+        forever.put(sub, empty_checkpoint(), {"run_id": "r"}, {})
+    with RedisSaver(redis_url, prefix=prefix, ttl=3600) as timed:
+        work = await server_work(
+            redis_url, asyncio.to_thread(timed.put, c, empty_checkpoint(), {"run_id": "r2"}, {})
+        )
+    assert work.get("smembers") == 1
+    assert work["pttl"] < 2 * 41 + 20  # a member at most once, not once per marker

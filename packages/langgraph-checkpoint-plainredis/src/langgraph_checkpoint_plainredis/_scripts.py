@@ -509,9 +509,11 @@ end
 -- is the longest any key of the timeline has, when longer than `ttl` (a checkpoint another
 -- writer keeps longer may read a value kept for ever: it must not expire first). `score` is
 -- the expiry time `ttl` gives. The index lists checkpoints ('c') before run markers ('r'): a
--- run set is looked at once its thread's checkpoints have their TTL.
+-- run set is looked at once its thread's checkpoints have their TTL, and once per takeover
+-- (a run writes many checkpoints, each with its marker).
 local function adopt_ttl(t, n, keys, ttl, score, p)
   local kept = redis.call('ZRANGEBYSCORE', keys, '+inf', '+inf')
+  local runs = {}
   if #kept == 0 then return end
   local longest = redis.call('ZREVRANGEBYSCORE', keys, '(inf', '-inf', 'WITHSCORES', 'LIMIT', 0, 1)
   if longest[2] and tonumber(longest[2]) > tonumber(score) then
@@ -527,7 +529,10 @@ local function adopt_ttl(t, n, keys, ttl, score, p)
       if prefix then redis.call('PEXPIREAT', prefix .. n .. ':' .. rest, score)
       elseif kind == 114 and REGISTRY then  -- 'r': its run set, as a put with a TTL does
         local run = marker_parts(m)
-        if run and run ~= '' then adopt_run(p.run .. run, ttl, t, p.cp) end
+        if run and run ~= '' and not runs[run] then
+          runs[run] = true
+          adopt_run(p.run .. run, ttl, t, p.cp)
+        end
       end
       rescore[#rescore + 1] = score
       rescore[#rescore + 1] = m
