@@ -483,7 +483,8 @@ def test_writers_without_a_ttl_sweep_registry_entries_of_threads_that_expired(
     redis_url: str, prefix: str, client: redis.Redis
 ) -> None:
     """Threads written with a TTL expire; once every writer has dropped its TTL, the first
-    write of each new thread still sweeps their registry entries, so they do not stay."""
+    write of each new thread (or namespace) still sweeps their registry entries, so they do
+    not stay."""
     if isinstance(client, RedisCluster):
         pytest.skip("a cluster keeps no registry")
     ks = KeySpace(prefix)
@@ -1222,9 +1223,17 @@ def test_a_stray_registry_or_run_set_member_is_a_clear_error(
         c = saver.put(cfg("good"), checkpoint({"m": 1}, {"m": "1"}), {"run_id": "r"}, {"m": "1"})
         if not isinstance(client, RedisCluster):
             client.zadd(ks.threads, {"%ZZ": float("inf")})
-            with pytest.raises(CorruptDataError, match=f"{ks.threads}.*'%ZZ'.*remove that member"):
+            with pytest.raises(CorruptDataError, match=f"{ks.threads}.*'%ZZ'.*Remove that member"):
                 list(saver.list(None))
             client.zrem(ks.threads, "%ZZ")
+            client.zadd(ks.threads, {b"\xe9": float("inf")})  # not UTF-8
+            with pytest.raises(CorruptDataError, match=f"{ks.threads}.*xe9.*not UTF-8"):
+                list(saver.list(None))
+            client.zrem(ks.threads, b"\xe9")
+        client.sadd(ks.run("r"), b"\xe9:x:y")
+        with pytest.raises(CorruptDataError, match="not UTF-8"):
+            saver.delete_for_runs(["r"])
+        client.srem(ks.run("r"), b"\xe9:x:y")
         client.sadd(ks.run("r"), "no-colons")
         with pytest.raises(CorruptDataError, match=f"{ks.run('r')}.*'no-colons'"):
             saver.delete_for_runs(["r"])
@@ -1310,6 +1319,18 @@ def test_a_client_on_another_encoding_is_refused(encoding: str) -> None:
             cls(client=client_cls(encoding=encoding))
     for same in ("utf-8", "UTF8", "utf_8"):
         RedisSaver(client=redis.Redis(encoding=same))
+    # nor may URL options, given as arguments or in the URL's query
+    url = "redis://127.0.0.1:6379/0"
+    for cls in (RedisSaver, AsyncRedisSaver):
+        with pytest.raises(ValueError, match=f"got encoding='{encoding}'"):
+            cls(url, encoding=encoding)
+        with pytest.raises(ValueError, match=f"got encoding='{encoding}'"):
+            cls(f"{url}?encoding={encoding}")
+        with pytest.raises(ValueError, match="decode_responses=False"):
+            cls(url, decode_responses=True)
+        with pytest.raises(ValueError, match="decode_responses=False"):
+            cls(f"{url}?decode_responses=yes")
+        cls(f"{url}?decode_responses=false", encoding="utf8")
 
 
 # -- the two classes -------------------------------------------------------------------

@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import math
 import random
+import threading
 from collections.abc import Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
@@ -57,6 +58,7 @@ from ._keys import (
     escape,
     escape_run,
     listed_thread,
+    member_text,
     parse_run_member,
     unescape,
     write_field,
@@ -270,6 +272,7 @@ class SaverCore:
         # sibling branch may run on long after the pause); a later checkpoint of the ancestor,
         # or of the namespace itself, ends the pause.
         self._paused: dict[str, dict[str, tuple[str, dict[str, str]]]] = {}
+        self._paused_lock = threading.Lock()  # puts and writes of one thread run at once
 
     # -- helpers -------------------------------------------------------------------------
 
@@ -284,24 +287,26 @@ class SaverCore:
     def _pause(self, thread_id: str, ns: str, cid: str, conf: Mapping[str, Any]) -> None:
         ancestors = conf.get("checkpoint_map")
         at = {k: v for k, v in ancestors.items() if isinstance(v, str)} if ancestors else {}
-        self._paused.setdefault(thread_id, {})[ns] = (cid, at)
-        while len(self._paused) > _PAUSED_THREADS:  # the threads seen longest ago go first
-            self._paused.pop(next(iter(self._paused)), None)
+        with self._paused_lock:
+            self._paused.setdefault(thread_id, {})[ns] = (cid, at)
+            while len(self._paused) > _PAUSED_THREADS:  # the threads seen longest ago go first
+                self._paused.pop(next(iter(self._paused)), None)
 
     def _step_ended(self, thread_id: str, ns: str, cid: str) -> None:
         """Checkpoint `cid` of `ns` stored: a pause it comes after is over (checkpoint ids
         sort in time; a put still landing from before the pause ends nothing)."""
-        paused = self._paused.get(thread_id)
-        if not paused:
+        if not self._paused.get(thread_id):
             return
-        for sub in [ns, *self._paused_under(thread_id, ns)]:
-            entry = paused.get(sub)  # another thread's put may have ended it already
-            if entry is not None:
-                then = entry[0] if sub == ns else entry[1].get(ns)
-                if then is None or cid > then:
-                    paused.pop(sub, None)
-        if not paused:
-            self._paused.pop(thread_id, None)
+        with self._paused_lock:
+            paused = self._paused.get(thread_id, {})
+            for sub in [ns, *self._paused_under(thread_id, ns)]:
+                entry = paused.get(sub)
+                if entry is not None:
+                    then = entry[0] if sub == ns else entry[1].get(ns)
+                    if then is None or cid > then:
+                        del paused[sub]
+            if not paused:
+                self._paused.pop(thread_id, None)
 
     @property
     def _registry(self) -> tuple[str, ...]:
@@ -699,7 +704,7 @@ class SaverCore:
                 ]
                 cursor, flat, now = _s(reply[0]), reply[1], float(_s(reply[2]))  # server's clock
                 for i in range(0, len(flat), 2):
-                    component = _s(flat[i])
+                    component = member_text(flat[i], self.keyspace.threads)
                     if component in seen or float(flat[i + 1]) < now:  # listed, or expired
                         continue
                     seen.add(component)
@@ -859,7 +864,7 @@ class SaverCore:
         named: dict[str, ThreadKeys] = {}
         for run_key, reply in zip(run_keys, members, strict=True):
             for member in reply or ():
-                thread_c, ns_e, cid = parse_run_member(_s(member), run_key)
+                thread_c, ns_e, cid = parse_run_member(member_text(member, run_key), run_key)
                 if thread_c not in named:
                     named[thread_c] = listed_thread(self.keyspace, thread_c, run_key)
                 by_thread.setdefault(thread_c, []).extend([ns_e, cid])

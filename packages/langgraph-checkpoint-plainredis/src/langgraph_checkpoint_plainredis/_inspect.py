@@ -27,7 +27,7 @@ from redis.exceptions import NoPermissionError
 
 from ._core import _s
 from ._errors import LegacyKeyspaceError, WrongTypeError
-from ._keys import ThreadKeys, listed_thread, unescape
+from ._keys import ThreadKeys, listed_thread, member_text, unescape
 from ._sync import RedisSaver
 
 __all__ = [
@@ -251,7 +251,7 @@ class Inspector:
         seen: set[str] = set()
         page: list[ThreadKeys] = []
         for member, _ in self.client.zscan_iter(self.keyspace.threads, count=_PAGE):
-            component = _s(member)
+            component = member_text(member, self.keyspace.threads)
             if component not in seen:
                 seen.add(component)
                 page.append(listed_thread(self.keyspace, component, self.keyspace.threads))

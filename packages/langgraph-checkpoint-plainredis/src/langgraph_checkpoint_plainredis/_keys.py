@@ -43,6 +43,7 @@ __all__ = [
     "blob_channel",
     "blob_suffix",
     "listed_thread",
+    "member_text",
     "parse_run_member",
     "ThreadKeys",
     "escape",
@@ -342,8 +343,19 @@ def blob_channel(suffix: str) -> str:
 
 
 def _stray_member(key: str, reason: str) -> CorruptDataError:
-    fix = f"remove that member from {key!r} to clear the error; the threads are unaffected"
+    fix = f"Remove that member from {key!r} to clear the error; the threads are unaffected."
     return CorruptDataError(key, reason, fix=fix)
+
+
+def member_text(member: bytes | str, key: str) -> str:
+    """A member of the registry or of a run set (`key`) as text; one that is not UTF-8 (no
+    saver writes one) is a CorruptDataError naming the key and the member."""
+    if isinstance(member, str):
+        return member
+    try:
+        return member.decode()
+    except UnicodeDecodeError:
+        raise _stray_member(key, f"its member {member!r} is not UTF-8") from None
 
 
 def listed_thread(keyspace: KeySpace, component: str, key: str) -> ThreadKeys:

@@ -6,6 +6,7 @@ import codecs
 import ssl
 from collections.abc import Awaitable, Callable
 from typing import Any, NoReturn, TypeVar
+from urllib.parse import parse_qs, urlsplit
 
 from redis.asyncio.retry import Retry as AsyncRetry
 from redis.backoff import EqualJitterBackoff
@@ -136,6 +137,14 @@ def connect_options(url: Any, protocol: Any, options: dict[str, Any], cls: str) 
         )
     if protocol not in (2, 3):
         raise ValueError(f"protocol={protocol!r}: use 2 (RESP2, any Redis 5+) or 3 (Redis 6+)")
+    # The URL's query may set options too; redis-py reads them, and "0", "f", "false", "n",
+    # "no" (any case) or nothing as false.
+    query = {k: v[-1] for k, v in parse_qs(urlsplit(url).query).items()}
+    given = {**query, **options}
+    decodes = given.get("decode_responses")
+    if isinstance(decodes, str):
+        decodes = decodes.upper() not in ("", "0", "F", "FALSE", "N", "NO")
+    _check_codec(cls, decodes, given.get("encoding"))
     retry = default_retry(asynchronous=cls.startswith("Async"))
     # redis-py before 6 retries only the errors a connection lists here, whatever `retry`.
     listed = [RedisConnectionError, RedisTimeoutError]
@@ -159,6 +168,23 @@ def _codec_name(encoding: Any) -> str:
         return str(encoding)
 
 
+def _check_codec(cls: str, decodes: Any, encoding: Any) -> None:
+    """Refuses a client (or URL options) that decodes replies or encodes keys in anything
+    but UTF-8, naming the fix."""
+    if decodes:
+        raise ValueError(
+            f"{cls} stores raw bytes and needs a client with decode_responses=False; give "
+            "the saver a client of its own, with a pool of its own (the pool carries the "
+            "setting), e.g. client=redis.Redis.from_url(url), or pass url= without it"
+        )
+    if _codec_name(encoding or "utf-8") != "utf-8":
+        raise ValueError(
+            f"{cls} keeps its keys in UTF-8 and needs a client with encoding='utf-8', got "
+            f"encoding={encoding!r}: savers on other encodings would build other keys for "
+            "the same thread; give the saver a client of its own, or pass url= without it"
+        )
+
+
 def validate_client(client: Any, cls: str, expected: str) -> None:
     """Rejects clients the saver cannot use, naming the fix."""
     if not (hasattr(client, "execute_command") and hasattr(client, "pipeline")):
@@ -171,19 +197,7 @@ def validate_client(client: Any, cls: str, expected: str) -> None:
     encoder = client.get_encoder() if hasattr(client, "get_encoder") else None
     kwargs = getattr(getattr(client, "connection_pool", None), "connection_kwargs", {})
     decodes = getattr(encoder, "decode_responses", kwargs.get("decode_responses"))
-    encoding = getattr(encoder, "encoding", kwargs.get("encoding")) or "utf-8"
-    if decodes:
-        raise ValueError(
-            f"{cls} stores raw bytes and needs a client with decode_responses=False; give "
-            "the saver a client of its own, with a pool of its own (the pool carries the "
-            "setting), e.g. client=redis.Redis.from_url(url), or pass url= instead"
-        )
-    if _codec_name(encoding) != "utf-8":
-        raise ValueError(
-            f"{cls} keeps its keys in UTF-8 and needs a client with encoding='utf-8', got "
-            f"encoding={encoding!r}: savers on other encodings would build other keys for "
-            "the same thread; give the saver a client of its own, or pass url= instead"
-        )
+    _check_codec(cls, decodes, getattr(encoder, "encoding", kwargs.get("encoding")))
     # A subclass of a redis-py client (a user's, or instrumentation's) counts as its base.
     is_async = any(k.__module__.startswith("redis.asyncio") for k in type(client).__mro__)
     if expected == "async" and not is_async and hasattr(client, "execute_command"):
