@@ -349,6 +349,14 @@ def test_runtime_errors_exit_1_with_one_line_that_says_what_to_do(
     assert code == 1 and "checkpoint 'not-a-checkpoint' in thread 't'" in err
     assert "was not found" in err and "plainredis history t" in err
 
+    # A namespace member no saver wrote names the key it sits in and how to clear it.
+    ns_key = KeySpace(prefix).thread("t").ns
+    client.zadd(ns_key, {"%ZZ": float("inf")})
+    code, _, err = cli(capsys, "threads", *args)
+    assert code == 1 and err.count("\n") == 1
+    assert repr(ns_key) in err and "'%ZZ'" in err and "Remove that member" in err
+    client.zrem(ns_key, "%ZZ")
+
     # A keyspace still in 0.1.0's layout (its registry was a hash) points to the migration.
     legacy = f"{prefix}-old"
     client.hset(KeySpace(legacy).threads, "entry", "{}")

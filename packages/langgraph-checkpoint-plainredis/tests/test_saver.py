@@ -1243,6 +1243,33 @@ def test_a_stray_registry_or_run_set_member_is_a_clear_error(
         assert saver.get_tuple(c) is None
 
 
+def test_a_stray_namespace_member_is_a_clear_error(
+    redis_url: str, prefix: str, client: redis.Redis
+) -> None:
+    """A member no saver wrote in a thread's namespace zset is a CorruptDataError that names
+    the key and the member when a listing meets it, and nothing stored changes."""
+    tk = KeySpace(prefix).thread("t")
+    with RedisSaver(redis_url, prefix=prefix) as saver:
+        c = saver.put(cfg("t"), checkpoint({"m": 1}, {"m": "1"}), {}, {"m": "1"})
+        cid = c["configurable"]["checkpoint_id"]
+        client.zadd(tk.ns, {b"\xe9": float("inf")})  # not UTF-8
+        for listing in ({"configurable": {"thread_id": "t"}}, None):
+            with pytest.raises(CorruptDataError, match=f"{re.escape(tk.ns)}.*xe9.*not UTF-8"):
+                list(saver.list(listing))
+        client.zrem(tk.ns, b"\xe9")
+        # A '%' that starts no escape, with a timeline and a payload under it (copied keys).
+        client.zadd(tk.ns, {"%ZZ": float("inf")})
+        client.zadd(tk.idx_prefix + "%ZZ", {cid: 0})
+        client.set(tk.cp_prefix + "%ZZ:" + cid, client.get(tk.cp("", cid)))
+        with pytest.raises(CorruptDataError, match=f"{re.escape(tk.ns)}.*'%ZZ'.*Remove that"):
+            list(saver.list({"configurable": {"thread_id": "t"}}))
+        with pytest.raises(CorruptDataError, match=f"{re.escape(tk.ns)}.*'%ZZ'"):
+            list(saver.list(None, filter={"step": 1}))  # the metadata filter's path
+        client.zrem(tk.ns, "%ZZ")
+        assert [t.config for t in saver.list({"configurable": {"thread_id": "t"}})] == [c]
+        assert saver.get_tuple(c).checkpoint["channel_values"] == {"m": 1}
+
+
 @pytest.mark.standalone
 def test_keyspace_of_010_asks_for_the_migration(
     redis_url: str, prefix: str, client: redis.Redis

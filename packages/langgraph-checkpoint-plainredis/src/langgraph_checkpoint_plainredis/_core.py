@@ -57,10 +57,10 @@ from ._keys import (
     blob_suffix,
     escape,
     escape_run,
+    listed_namespace,
     listed_thread,
     member_text,
     parse_run_member,
-    unescape,
     write_field,
 )
 from ._scripts import SCRIPTS
@@ -427,7 +427,7 @@ class SaverCore:
         blobs: list[tuple[bytes, str, Known | None, tuple[str, str]]] = []
         for ns_e, entry in entries:
             try:
-                ns = unescape(_s(ns_e))
+                ns = listed_namespace(ns_e, tk.ns)
                 stored = decode_checkpoint(_b(entry[1]), tk.cp(ns, _s(entry[0])))
             except Exception:  # noqa: BLE001 - raised again, in order, by its own tuple
                 decoded.append(None)
@@ -761,7 +761,7 @@ class SaverCore:
                 *(namespaces or ()),
             ]
             (reply,) = yield [Eval("list", (tk.ns, *self._registry), tuple(args))]
-            walked = [_s(n) for n in reply[0]]
+            walked = [member_text(n, tk.ns) for n in reply[0]]
             entries = reply[1]
             todo = [e for e in entries if self._matches(tk, e, filter or {})] if light else entries
             while todo:
@@ -781,7 +781,9 @@ class SaverCore:
                         decoded = self._decode_window(tk, full[k : k + _DECODE_AHEAD], shared)
                     ahead = decoded[k % _DECODE_AHEAD]
                     if ahead is None:  # fails again here, for this checkpoint
-                        tup = self._tuple(tk, unescape(_s(ns_e)), _s(entry[0]), entry, shared)
+                        tup = self._tuple(
+                            tk, listed_namespace(ns_e, tk.ns), _s(entry[0]), entry, shared
+                        )
                     else:
                         tup = self._tuple(
                             tk, ahead[0], _s(entry[0]), entry, shared, stored=ahead[1]
@@ -811,7 +813,7 @@ class SaverCore:
     def _matches(self, tk: ThreadKeys, light: Sequence[Any], filter: Mapping[str, Any]) -> bool:
         """Whether the metadata of a light list entry ``[N, [id, payload]]`` passes."""
         ns_e, (cid, payload) = light
-        key = tk.cp(unescape(_s(ns_e)), _s(cid))
+        key = tk.cp(listed_namespace(ns_e, tk.ns), _s(cid))
         metadata = self._loads(decode_checkpoint(_b(payload), key).metadata, key)
         return isinstance(metadata, Mapping) and _passes(metadata, filter)
 
@@ -919,7 +921,7 @@ class SaverCore:
                 for member, value in zip(items[::2], items[1::2], strict=True):
                     if _b(member)[:1] == b"c":
                         cid = _b(member)[1:].decode()
-                        ns = unescape(_s(ns_e))
+                        ns = listed_namespace(ns_e, src.ns)
                         run = decode_checkpoint(_b(value), dst.cp(ns, cid)).run
                         if run:
                             run_key = self.keyspace.run_escaped(run)

@@ -27,7 +27,7 @@ from redis.exceptions import NoPermissionError
 
 from ._core import _s
 from ._errors import LegacyKeyspaceError, WrongTypeError
-from ._keys import ThreadKeys, listed_thread, member_text, unescape
+from ._keys import ThreadKeys, listed_namespace, listed_thread, member_text
 from ._sync import RedisSaver
 
 __all__ = [
@@ -265,8 +265,8 @@ class Inspector:
         """Each thread's (unescaped) namespaces with their expiry scores; one round trip."""
         replies = self._pipeline([("ZRANGE", tk.ns, 0, -1, "WITHSCORES") for tk in threads])
         return [
-            [(unescape(_s(flat[i])), float(flat[i + 1])) for i in range(0, len(flat), 2)]
-            for flat in replies
+            [(listed_namespace(flat[i], tk.ns), float(flat[i + 1])) for i in range(0, len(flat), 2)]
+            for tk, flat in zip(threads, replies, strict=True)
         ]
 
     def server_ms(self) -> float:

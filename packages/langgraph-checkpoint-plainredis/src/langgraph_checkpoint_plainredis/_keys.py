@@ -42,6 +42,7 @@ __all__ = [
     "LegacyKeys",
     "blob_channel",
     "blob_suffix",
+    "listed_namespace",
     "listed_thread",
     "member_text",
     "parse_run_member",
@@ -365,6 +366,17 @@ def listed_thread(keyspace: KeySpace, component: str, key: str) -> ThreadKeys:
         return keyspace.thread_from_component(component)
     except ValueError as error:
         raise _stray_member(key, f"its member {component!r} names no thread: {error}") from None
+
+
+def listed_namespace(member: bytes | str, key: str) -> str:
+    """The namespace a member of a thread's namespace zset (`key`) names, unescaped; one no
+    saver wrote (not UTF-8, or a '%' that starts no escape) is a CorruptDataError naming the
+    key and the member, not a ValueError."""
+    text = member_text(member, key)
+    try:
+        return unescape(text)
+    except ValueError as error:
+        raise _stray_member(key, f"its member {text!r} names no namespace: {error}") from None
 
 
 def parse_run_member(member: str, key: str) -> tuple[str, str, str]:
