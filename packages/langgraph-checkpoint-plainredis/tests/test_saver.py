@@ -14,6 +14,7 @@ import pytest
 import redis
 import redis.asyncio as aioredis
 from langgraph.checkpoint.base import empty_checkpoint
+from langgraph.checkpoint.memory import InMemorySaver
 from redis.cluster import RedisCluster
 
 from langgraph_checkpoint_plainredis import (
@@ -1094,6 +1095,33 @@ def test_delete_racing_put_leaves_no_orphans(
     assert orphans(client, prefix) == set()
     sync_saver.delete_thread("busy")
     assert set(client.scan_iter(match=f"{prefix}:*")) == set()
+
+
+@pytest.mark.parametrize("given", [7, uuid.UUID("0b9e3bd2-5a8d-4a57-a4b5-3a1d6f0c2e11")])
+async def test_an_int_or_uuid_thread_id_comes_back_as_given(saver: Any, given: Any) -> None:
+    """As from InMemorySaver, the configs put, get_tuple and list return for a thread hold
+    its id as the caller gave it; its text names the same thread."""
+    memory = InMemorySaver()
+    got: dict[str, list[Any]] = {}
+    for name, s in (("memory", memory), ("ours", saver)):
+        conf = {"configurable": {"thread_id": given, "checkpoint_ns": ""}}
+        first = await s.aput(conf, checkpoint({"m": 1}, {"m": "1"}, cid="1"), {}, {"m": "1"})
+        second = await s.aput(first, checkpoint({"m": 2}, {"m": "2"}, cid="2"), {}, {"m": "2"})
+        latest = await s.aget_tuple(conf)
+        by_id = await s.aget_tuple(first)
+        listed = [t async for t in s.alist(conf)]
+        got[name] = [
+            first,
+            second,
+            latest.config,
+            latest.parent_config,
+            by_id.config,
+            [(t.config, t.parent_config) for t in listed],
+        ]
+    assert got["ours"] == got["memory"]
+    assert type(got["ours"][2]["configurable"]["thread_id"]) is type(given)
+    text = await saver.aget_tuple(cfg(str(given)))
+    assert text.config == cfg(str(given), cid="2")
 
 
 # -- bad input -------------------------------------------------------------------------

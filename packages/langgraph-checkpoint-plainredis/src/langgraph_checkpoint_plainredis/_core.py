@@ -342,13 +342,15 @@ class SaverCore:
         shared: dict[str, tuple[str, bytes]] | None = None,
         asked: RunnableConfig | None = None,
         stored: StoredCheckpoint | None = None,
+        shown: Any = None,
     ) -> CheckpointTuple:
         """Builds a `CheckpointTuple` from one entry ``[id, payload, writes, blobs]``.
 
         `shared` holds the blobs of a list reply decoded already, by key (some ahead, by
         `_decode_window`): the script sends each blob once per reply, and ``b""`` where it
         repeats; `stored` is the entry's payload decoded already. `asked` is the config of a
-        read by id, which comes back as given (as from `InMemorySaver`).
+        read by id, which comes back as given (as from `InMemorySaver`); `shown` is the
+        thread id as the caller gave it (an int or a UUID, say), for the configs built here.
         """
         cp_key = tk.cp(ns, cid)
         if stored is None:
@@ -378,7 +380,7 @@ class SaverCore:
         pending: list[PendingWrite] = [
             (w.task_id, w.channel, self._loads(w.value, wr_key)) for w in writes
         ]
-        thread_id = tk.thread_id
+        thread_id = tk.thread_id if shown is None else shown
         return CheckpointTuple(
             config=asked
             or {
@@ -514,7 +516,7 @@ class SaverCore:
             yield follow
         return {
             "configurable": {
-                "thread_id": thread_id,
+                "thread_id": conf["thread_id"],  # as given (an int or a UUID stays one)
                 "checkpoint_ns": ns,
                 "checkpoint_id": cid,
             }
@@ -653,7 +655,10 @@ class SaverCore:
             if stored.run:
                 run_key = self.keyspace.run_escaped(stored.run)
                 yield [self._run_join(run_key, tk.run_member(ns, found))]
-        return self._tuple(tk, ns, found, entry, asked=config if cid else None, stored=stored)
+        asked = config if cid else None
+        return self._tuple(
+            tk, ns, found, entry, asked=asked, stored=stored, shown=conf["thread_id"]
+        )
 
     # -- list ----------------------------------------------------------------------------
 
@@ -727,6 +732,7 @@ class SaverCore:
             before_id,
             filter,
             remaining,
+            shown=conf["thread_id"],
         )
 
     def _list_thread(
@@ -737,8 +743,10 @@ class SaverCore:
         before_id: str | None,
         filter: dict[str, Any] | None,
         remaining: int,
+        shown: Any = None,
     ) -> Generator[Step, list[Any], int]:
-        """Lists one thread (one namespace, or all); returns how many may still follow."""
+        """Lists one thread (one namespace, or all); returns how many may still follow.
+        `shown`: the thread id as the caller gave it, for the configs yielded."""
         if only is not None and before_id is not None and not only < before_id:
             return remaining
         page = _LIST_PAGE if filter or remaining < 0 else min(remaining, _LIST_PAGE * 8)
@@ -781,12 +789,11 @@ class SaverCore:
                         decoded = self._decode_window(tk, full[k : k + _DECODE_AHEAD], shared)
                     ahead = decoded[k % _DECODE_AHEAD]
                     if ahead is None:  # fails again here, for this checkpoint
-                        tup = self._tuple(
-                            tk, listed_namespace(ns_e, tk.ns), _s(entry[0]), entry, shared
-                        )
+                        ns_of = listed_namespace(ns_e, tk.ns)
+                        tup = self._tuple(tk, ns_of, _s(entry[0]), entry, shared, shown=shown)
                     else:
                         tup = self._tuple(
-                            tk, ahead[0], _s(entry[0]), entry, shared, stored=ahead[1]
+                            tk, ahead[0], _s(entry[0]), entry, shared, stored=ahead[1], shown=shown
                         )
                     if filter and not _passes(tup.metadata, filter):
                         continue  # rewritten since the page was read
