@@ -98,6 +98,14 @@ def test_version_tags_are_injective_per_type(version: str | int | float) -> None
     assert blob_channel(blob_suffix("branch:to:agent", version)) == "branch:to:agent"
 
 
+@pytest.mark.parametrize(("one", "other"), [(1, 1.0), (1, True), (0, False), (0, -0.0), (-3, -3.0)])
+def test_versions_python_holds_equal_share_a_tag(one: int | float, other: int | float) -> None:
+    """As keys of InMemorySaver's dicts: a checkpoint naming 1.0 reads the value put at 1."""
+    assert version_tag(one) == version_tag(other)
+    assert blob_suffix("a", one) == blob_suffix("a", other)
+    assert version_tag(1.5) != version_tag(1) and version_tag(float("inf")) == "#finf"
+
+
 def test_run_member_round_trip() -> None:
     tk = KeySpace("lg").thread("u:1")
     assert parse_run_member(tk.run_member("sub:2", "cid:x"), "k") == ("u%3A1", "sub%3A2", "cid:x")

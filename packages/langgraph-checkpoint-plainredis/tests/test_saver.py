@@ -1124,6 +1124,18 @@ async def test_an_int_or_uuid_thread_id_comes_back_as_given(saver: Any, given: A
     assert text.config == cfg(str(given), cid="2")
 
 
+async def test_a_version_equal_to_the_stored_one_reads_its_value(saver: Any) -> None:
+    """A checkpoint naming version 1.0 (or True) of a channel reads the value put at 1, as
+    from InMemorySaver, whose dicts hold equal versions as one key."""
+    for name, s in (("memory", InMemorySaver()), ("ours", saver)):
+        first = await s.aput(cfg("v"), checkpoint({"a": "A"}, {"a": 1}, cid="1"), {}, {"a": 1})
+        for n, same in enumerate((1.0, True), start=2):
+            child = checkpoint({}, {"a": same}, cid=str(n))
+            config = await s.aput(first, child, {}, {})
+            got = await s.aget_tuple(config)
+            assert got.checkpoint["channel_values"] == {"a": "A"}, (name, same)
+
+
 # -- bad input -------------------------------------------------------------------------
 
 

@@ -89,14 +89,18 @@ def unescape(value: str) -> str:
 
 
 def version_tag(version: str | int | float) -> str:
-    """Returns the key form of a channel version; distinct versions get distinct tags."""
-    if isinstance(version, bool) or not isinstance(version, (str, int, float)):
+    """Returns the key form of a channel version: distinct versions get distinct tags, and
+    versions Python holds equal (``1``, ``1.0``, ``True``) the same one, as they are the
+    same key of `InMemorySaver`'s dicts."""
+    if not isinstance(version, (str, int, float)):
         raise TypeError(
             f"channel version {version!r} has type {type(version).__name__}; "
             "LangGraph channel versions are str, int or float"
         )
+    if isinstance(version, float) and version.is_integer():
+        version = int(version)
     if isinstance(version, int):
-        return f"#i{version}"
+        return f"#i{int(version)}"  # int(): a bool is the int it equals
     if isinstance(version, float):
         return f"#f{version!r}"
     return f"#s{version}" if version.startswith("#") else version
