@@ -378,6 +378,12 @@ def test_runtime_errors_exit_1_with_one_line_that_says_what_to_do(
         ["threads", "--prefix", "a{b}"],
         ["threads", "--prefix", "lg:"],
         ["threads", "--url", "http://127.0.0.1:6379"],
+        ["migrate"],
+        ["migrate", "--url", "foo://x"],
+        ["migrate", "--url", "redis://127.0.0.1:1/0", "--prefix", "lg:"],
+        ["migrate", "--url", "redis://127.0.0.1:1/0", "--ttl", "-5"],
+        ["migrate", "--url", "redis://127.0.0.1:1/0", "--ttl", "a day"],
+        ["migrate", "--url", "redis://127.0.0.1:1/0", "--ttl", "1e16"],
     ],
 )
 def test_bad_arguments_exit_2_with_usage(

@@ -14,6 +14,7 @@ from urllib.parse import urlsplit
 
 import redis
 
+from ._core import _ttl_ms
 from ._errors import PlainRedisError
 from ._inspect import Inspector, Usage
 from ._keys import KeySpace
@@ -37,6 +38,16 @@ def _prefix(value: str) -> str:
     except (TypeError, ValueError) as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
     return value
+
+
+def _ttl(value: str) -> float:
+    try:
+        seconds = float(value)
+        _ttl_ms(seconds)  # the saver's own check, and its message
+    except ValueError as exc:
+        reason = str(exc) if "ttl=" in str(exc) else f"{value!r} is not a number of seconds"
+        raise argparse.ArgumentTypeError(reason) from None
+    return seconds
 
 
 def _count(value: str) -> int:
@@ -150,9 +161,11 @@ def _parser() -> argparse.ArgumentParser:
         description="Idempotent and lossless; stop 0.1.0 writers first.",
     )
     migrate.add_argument("--url", required=True, help="Redis URL, e.g. redis://127.0.0.1:6379/0")
-    migrate.add_argument("--prefix", default="lg", help="key prefix 0.1.0 used (default: lg)")
     migrate.add_argument(
-        "--ttl", type=float, default=None, help="TTL in seconds for migrated threads"
+        "--prefix", type=_prefix, default="lg", help="key prefix 0.1.0 used (default: lg)"
+    )
+    migrate.add_argument(
+        "--ttl", type=_ttl, default=None, help="TTL in seconds for migrated threads"
     )
     migrate.add_argument("--keep-old", action="store_true", help="leave the 0.1.0 keys in place")
     return parser
@@ -383,10 +396,13 @@ def _prune(inspector: Inspector, args: argparse.Namespace) -> int:
     return 0
 
 
-def _migrate(args: argparse.Namespace) -> int:
+def _migrate(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     from ._migrate import migrate_v010
 
-    client = redis.Redis.from_url(args.url, protocol=2)
+    try:
+        client = redis.Redis.from_url(args.url, protocol=2)
+    except ValueError as exc:  # redis-py cannot parse the URL
+        parser.error(f"--url {_redact(args.url)!r}: {exc}")
     try:
         report = migrate_v010(
             client, args.prefix, ttl=args.ttl, keep_old=args.keep_old, progress=print
@@ -415,7 +431,7 @@ _COMMANDS: dict[str, Callable[[Inspector, argparse.Namespace], int]] = {
 
 def _run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     if args.command == "migrate":
-        return _migrate(args)
+        return _migrate(args, parser)
     try:
         inspector = Inspector.connect(args.url, args.prefix, socket_connect_timeout=5)
     except ValueError as exc:  # redis-py cannot parse the URL
