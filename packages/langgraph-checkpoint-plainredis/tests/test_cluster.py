@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 import threading
 import time
@@ -61,6 +62,43 @@ async def test_cluster_is_detected_from_a_node_url(server_pool: Any) -> None:
         config = {"configurable": {"thread_id": "t"}}
         assert await saver.aget_tuple(config) is None
         assert type(saver.client).__module__ == "redis.asyncio.cluster"
+
+
+@pytest.mark.parametrize("cluster", [None, True, "client"])
+async def test_many_first_calls_at_once_on_a_fresh_saver_all_succeed(
+    server_pool: Any, cluster: Any
+) -> None:
+    """A fresh redis.asyncio RedisCluster that many commands start on at once fails some
+    with AttributeError (redis-py 8.1); the saver reads the slot map once before its first
+    calls run. Before, about half of these rounds lost a put."""
+    from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
+
+    url = server_pool.get("redis-7-cluster")
+    for round_ in range(6):
+        prefix = f"burst:{uuid.uuid4().hex[:8]}"
+        if cluster == "client":
+            client = AsyncRedisCluster.from_url(url)
+            saver = AsyncRedisSaver(client=client, prefix=prefix)
+        else:
+            client, saver = None, AsyncRedisSaver(url, prefix=prefix, cluster=cluster)
+        try:
+            configs = await asyncio.gather(
+                *(
+                    saver.aput(
+                        {"configurable": {"thread_id": f"t{i}", "checkpoint_ns": ""}},
+                        empty_checkpoint(),
+                        {"run_id": f"r{i}"},
+                        {},
+                    )
+                    for i in range(12)
+                )
+            )
+            got = await asyncio.gather(*(saver.aget_tuple(c) for c in configs))
+            assert [t.config for t in got] == configs, round_
+        finally:
+            await saver.aclose()
+            if client is not None:
+                await client.aclose()
 
 
 def _node_of(client: RedisCluster, key: str) -> tuple[str, str]:

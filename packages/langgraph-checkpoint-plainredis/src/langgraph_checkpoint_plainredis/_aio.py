@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
+import socket
 from collections.abc import AsyncIterator, Generator, Iterator, Sequence
 from types import TracebackType
 from typing import Any, TypeVar
@@ -69,6 +71,41 @@ async def _stale(conn: Any) -> bool:
         return bool(await poll())
     except (RedisError, OSError):  # redis-py's ConnectionError and TimeoutError
         return True
+
+
+def _on_another_loop(conn: Any) -> bool:
+    """Whether `conn`'s stream was opened on an event loop other than the running one (a
+    saver kept from one `asyncio.run` to the next, say): it cannot be read on this one."""
+    reader = getattr(conn, "_reader", None)
+    return reader is not None and getattr(reader, "_loop", None) is not asyncio.get_running_loop()
+
+
+async def _leave_other_loop(conn: Any) -> None:
+    """Drops the stream of a connection opened on another event loop, so that its next use
+    connects on the running one. When that loop is closed its transport cannot close
+    through it (redis-py forgets the stream all the same): the socket is shut down here, and
+    closed when the transport is collected."""
+    transport = conn._writer.transport
+    try:
+        await conn.disconnect(nowait=True)
+    except RuntimeError:  # "Event loop is closed"
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+
+
+async def _from_pool(pool: Any) -> Any:
+    """A connection of `pool` for the running event loop: one the pool hands out that was
+    opened on another loop is connected again first."""
+    conn = await pool.get_connection(*POOL_ARGS)
+    if _on_another_loop(conn):
+        try:
+            await _leave_other_loop(conn)
+        except BaseException:
+            await pool.release(conn)
+            raise
+    return conn
 
 
 async def _exchange(conn: Any, packed: bytes) -> Any:
@@ -141,6 +178,7 @@ class AsyncRedisSaver(SaverCore, BaseCheckpointSaver[str]):
         self._init_core(prefix, ttl, refresh_on_read, compress)
         self._url = url or ""
         self._detect_lock = asyncio.Lock()
+        self._ready = False  # see _get_ready
         self._idle: Idle | None = None  # only for a client of our own, with a large pool
         self._direct: Direct | None = None  # see _direct_pool
         if client is not None:
@@ -206,6 +244,16 @@ class AsyncRedisSaver(SaverCore, BaseCheckpointSaver[str]):
         """Closes the connection pool, unless the client was passed in."""
         if self._owns_client:
             await self._release_idle()
+            # Connections opened on an event loop that has closed since cannot close through
+            # it (a saver closed in an `asyncio.run` of its own, say).
+            pool = getattr(self._client, "connection_pool", None)
+            opened = [
+                *getattr(pool, "_available_connections", ()),
+                *getattr(pool, "_in_use_connections", ()),
+            ]
+            for conn in opened:
+                if _on_another_loop(conn):
+                    await _leave_other_loop(conn)
             await self._client.aclose()
 
     async def _release_idle(self) -> None:
@@ -214,12 +262,24 @@ class AsyncRedisSaver(SaverCore, BaseCheckpointSaver[str]):
             await self._client.connection_pool.release(conn)  # type: ignore[union-attr]
 
     async def asetup(self) -> None:
-        """Learns whether the server is a cluster node, if `cluster=` was not given.
+        """Learns whether the server is a cluster node, if `cluster=` was not given, and
+        reads a cluster's slot map.
 
         Optional: the first call does this by itself. The saver needs no schema.
         """
+        await self._get_ready()
+
+    async def _get_ready(self) -> None:
+        """What the first call does: learn the topology, and have a cluster client read the
+        slot map once, before calls run on it concurrently. A fresh `redis.asyncio`
+        `RedisCluster` that many commands start on at once fails some of them with
+        `AttributeError` (redis-py 8.1: a connection loses its stream while it connects)."""
         if not self._known:
             await self._learn_topology()
+        if self._cluster:
+            async with self._detect_lock:
+                await self._client.initialize()  # reads the slot map once; then a no-op
+        self._ready = True
 
     # -- running plans -------------------------------------------------------------------
 
@@ -256,17 +316,19 @@ class AsyncRedisSaver(SaverCore, BaseCheckpointSaver[str]):
         if taken is not None:
             conn, poll = taken
             try:
-                if reconnects(conn) or (poll and await _stale(conn)):
+                if _on_another_loop(conn):
+                    await _leave_other_loop(conn)
+                elif reconnects(conn) or (poll and await _stale(conn)):
                     await conn.disconnect()
             except BaseException:  # cancelled, say: the pool must get it back
                 await pool.release(conn)
                 raise
             return conn
         if idle is None:
-            return await pool.get_connection(*POOL_ARGS)
+            return await _from_pool(pool)
         idle.waiting(+1)
         try:
-            return await pool.get_connection(*POOL_ARGS)
+            return await _from_pool(pool)
         finally:
             idle.waiting(-1)
 
@@ -321,8 +383,8 @@ class AsyncRedisSaver(SaverCore, BaseCheckpointSaver[str]):
             raise mapped from None
 
     async def _drive(self, steps: Generator[Step, list[Any], T]) -> T:
-        if not self._known:
-            await self._learn_topology()
+        if not self._ready:
+            await self._get_ready()
         reply: Any = None
         while True:
             try:
@@ -346,8 +408,8 @@ class AsyncRedisSaver(SaverCore, BaseCheckpointSaver[str]):
         limit: int | None = None,
     ) -> AsyncIterator[CheckpointTuple]:
         """Yields checkpoints newest first; `config=None` walks every thread."""
-        if not self._known:
-            await self._learn_topology()
+        if not self._ready:
+            await self._get_ready()
         steps = self._list_steps(config, filter=filter, before=before, limit=limit)
         reply: Any = None
         while True:

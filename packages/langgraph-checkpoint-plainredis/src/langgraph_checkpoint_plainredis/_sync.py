@@ -155,6 +155,7 @@ class RedisSaver(SaverCore, BaseCheckpointSaver[str]):
         self._init_core(prefix, ttl, refresh_on_read, compress)
         self._url = url or ""
         self._detect_lock = threading.Lock()
+        self._ready = False  # see _get_ready
         self._idle: Idle | None = None  # only for a client of our own, with a large pool
         self._direct: Direct | None = None  # see _direct_pool
         if client is not None:
@@ -227,8 +228,14 @@ class RedisSaver(SaverCore, BaseCheckpointSaver[str]):
 
         Optional: the first call does this by itself. The saver needs no schema.
         """
+        self._get_ready()
+
+    def _get_ready(self) -> None:
+        """What the first call does: learn the topology (a cluster client reads the slot map
+        when it is built)."""
         if not self._known:
             self._learn_topology()
+        self._ready = True
 
     # -- running plans -------------------------------------------------------------------
 
@@ -328,8 +335,8 @@ class RedisSaver(SaverCore, BaseCheckpointSaver[str]):
             raise mapped from None
 
     def _drive(self, steps: Generator[Step, list[Any], T]) -> T:
-        if not self._known:
-            self._learn_topology()
+        if not self._ready:
+            self._get_ready()
         reply: Any = None
         while True:
             try:
@@ -353,8 +360,8 @@ class RedisSaver(SaverCore, BaseCheckpointSaver[str]):
         limit: int | None = None,
     ) -> Iterator[CheckpointTuple]:
         """Yields checkpoints newest first; `config=None` walks every thread."""
-        if not self._known:
-            self._learn_topology()
+        if not self._ready:
+            self._get_ready()
         steps = self._list_steps(config, filter=filter, before=before, limit=limit)
         reply: Any = None
         while True:
