@@ -95,6 +95,26 @@ async def _leave_other_loop(conn: Any) -> None:
                 sock.shutdown(socket.SHUT_RDWR)
 
 
+def _closed(loop: asyncio.AbstractEventLoop | None) -> bool:
+    """Whether `loop` (the loop of a saver's last call) has closed since."""
+    return loop is not None and loop.is_closed()
+
+
+def _enter_loop(saver: AsyncRedisSaver, loop: asyncio.AbstractEventLoop) -> None:
+    """The first call of `saver` on `loop`. A client of its own that served a loop closed
+    since (one `asyncio.run` after another) is replaced: that pool's locks and connections
+    belong to the closed loop, and redis-py's cluster client cannot leave it; its sockets are
+    closed when it is collected. A client passed in stays (its kept connections are opened
+    again on the running loop: `_leave_other_loop`)."""
+    if saver._owns_client and _closed(saver._loop):
+        saver._client = saver._new_client()
+        saver._idle = Idle.of(saver._client)
+        saver._direct = None
+        saver._detect_lock = asyncio.Lock()
+        saver._ready = False
+    saver._loop = loop
+
+
 async def _from_pool(pool: Any) -> Any:
     """A connection of `pool` for the running event loop: one the pool hands out that was
     opened on another loop is connected again first."""
@@ -179,6 +199,7 @@ class AsyncRedisSaver(SaverCore, BaseCheckpointSaver[str]):
         self._url = url or ""
         self._detect_lock = asyncio.Lock()
         self._ready = False  # see _get_ready
+        self._loop: asyncio.AbstractEventLoop | None = None  # see _enter_loop
         self._idle: Idle | None = None  # only for a client of our own, with a large pool
         self._direct: Direct | None = None  # see _direct_pool
         if client is not None:
@@ -242,6 +263,9 @@ class AsyncRedisSaver(SaverCore, BaseCheckpointSaver[str]):
 
     async def aclose(self) -> None:
         """Closes the connection pool, unless the client was passed in."""
+        if self._owns_client and _closed(self._loop):
+            self._loop = None  # its client cannot close through it: left to be collected
+            return
         if self._owns_client:
             await self._release_idle()
             # Connections opened on an event loop that has closed since cannot close through
@@ -267,6 +291,8 @@ class AsyncRedisSaver(SaverCore, BaseCheckpointSaver[str]):
 
         Optional: the first call does this by itself. The saver needs no schema.
         """
+        if (loop := asyncio.get_running_loop()) is not self._loop:
+            _enter_loop(self, loop)
         await self._get_ready()
 
     async def _get_ready(self) -> None:
@@ -383,6 +409,8 @@ class AsyncRedisSaver(SaverCore, BaseCheckpointSaver[str]):
             raise mapped from None
 
     async def _drive(self, steps: Generator[Step, list[Any], T]) -> T:
+        if (loop := asyncio.get_running_loop()) is not self._loop:
+            _enter_loop(self, loop)
         if not self._ready:
             await self._get_ready()
         reply: Any = None
@@ -408,6 +436,8 @@ class AsyncRedisSaver(SaverCore, BaseCheckpointSaver[str]):
         limit: int | None = None,
     ) -> AsyncIterator[CheckpointTuple]:
         """Yields checkpoints newest first; `config=None` walks every thread."""
+        if (loop := asyncio.get_running_loop()) is not self._loop:
+            _enter_loop(self, loop)
         if not self._ready:
             await self._get_ready()
         steps = self._list_steps(config, filter=filter, before=before, limit=limit)
