@@ -16,6 +16,7 @@ from langgraph.graph import START, StateGraph
 from langgraph.graph.message import add_messages
 from redis.cluster import RedisCluster
 
+from agentstate_testkit.savers import aput_at_once
 from agentstate_testkit.servers import cluster_cli, start_cluster
 from langgraph_checkpoint_plainredis import AsyncRedisSaver, RedisSaver
 
@@ -82,17 +83,7 @@ async def test_many_first_calls_at_once_on_a_fresh_saver_all_succeed(
         else:
             client, saver = None, AsyncRedisSaver(url, prefix=prefix, cluster=cluster)
         try:
-            configs = await asyncio.gather(
-                *(
-                    saver.aput(
-                        {"configurable": {"thread_id": f"t{i}", "checkpoint_ns": ""}},
-                        empty_checkpoint(),
-                        {"run_id": f"r{i}"},
-                        {},
-                    )
-                    for i in range(12)
-                )
-            )
+            configs = await aput_at_once(saver, 12, run_id=f"r{round_}")
             got = await asyncio.gather(*(saver.aget_tuple(c) for c in configs))
             assert [t.config for t in got] == configs, round_
         finally:

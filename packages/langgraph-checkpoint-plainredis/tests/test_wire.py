@@ -23,7 +23,7 @@ from redis.connection import Connection
 
 from agentstate_testkit import servers
 from agentstate_testkit.forking import child_passes_while_held
-from agentstate_testkit.savers import counting_client, wire_commands
+from agentstate_testkit.savers import aput_at_once, counting_client, wire_commands
 from langgraph_checkpoint_plainredis import AsyncRedisSaver, RedisSaver, _sync, _wire
 from langgraph_checkpoint_plainredis._wire import direct_pool, gives_up, pack
 
@@ -1714,17 +1714,7 @@ def test_one_async_saver_serves_one_event_loop_after_another(redis_url: str, pre
     saver = AsyncRedisSaver(redis_url, prefix=prefix)
 
     async def calls(n: int) -> list[Any]:
-        configs = await asyncio.gather(
-            *(
-                saver.aput(
-                    {"configurable": {"thread_id": f"t{i}", "checkpoint_ns": ""}},
-                    empty_checkpoint(),
-                    {"run_id": f"r{n}"},
-                    {},
-                )
-                for i in range(8)
-            )
-        )
+        configs = await aput_at_once(saver, 8, run_id=f"r{n}")
         got = [await saver.aget_tuple(c) for c in configs]
         await saver.adelete_for_runs([f"r{n - 1}"])
         return [t.config for t in got] == configs and [t async for t in saver.alist(None, limit=3)]

@@ -16,11 +16,13 @@ from langgraph.checkpoint.base import (
     Checkpoint,
     CheckpointMetadata,
     CheckpointTuple,
+    empty_checkpoint,
 )
 
 __all__ = [
     "RoundTrips",
     "SyncAsAsync",
+    "aput_at_once",
     "assert_conformance",
     "counting_async_client",
     "counting_client",
@@ -198,6 +200,23 @@ def counting_async_client(url: str, **kwargs: Any) -> tuple[aioredis.Redis, Roun
     pool = aioredis.ConnectionPool.from_url(url, protocol=2, **kwargs)
     pool.connection_class = _counting_async_connection(pool.connection_class, counter)
     return aioredis.Redis(connection_pool=pool), counter
+
+
+async def aput_at_once(saver: Any, threads: int, run_id: str) -> list[RunnableConfig]:
+    """Puts an empty checkpoint on threads t0, t1, ... all at once (concurrent first calls)."""
+    return list(
+        await asyncio.gather(
+            *(
+                saver.aput(
+                    {"configurable": {"thread_id": f"t{i}", "checkpoint_ns": ""}},
+                    empty_checkpoint(),
+                    {"run_id": run_id},
+                    {},
+                )
+                for i in range(threads)
+            )
+        )
+    )
 
 
 def scan_keys(client: redis.Redis, prefix: str) -> list[bytes]:

@@ -115,6 +115,14 @@ def _enter_loop(saver: AsyncRedisSaver, loop: asyncio.AbstractEventLoop) -> None
     saver._loop = loop
 
 
+async def _prepare(saver: AsyncRedisSaver) -> None:
+    """What every call does first: follow the running event loop, and get ready once."""
+    if (loop := asyncio.get_running_loop()) is not saver._loop:
+        _enter_loop(saver, loop)
+    if not saver._ready:
+        await saver._get_ready()
+
+
 async def _from_pool(pool: Any) -> Any:
     """A connection of `pool` for the running event loop: one the pool hands out that was
     opened on another loop is connected again first."""
@@ -268,8 +276,8 @@ class AsyncRedisSaver(SaverCore, BaseCheckpointSaver[str]):
             return
         if self._owns_client:
             await self._release_idle()
-            # Connections opened on an event loop that has closed since cannot close through
-            # it (a saver closed in an `asyncio.run` of its own, say).
+            # A connection opened on another loop, one that ran beside this one (closed since
+            # or not), cannot close through this one: its stream is dropped first.
             pool = getattr(self._client, "connection_pool", None)
             opened = [
                 *getattr(pool, "_available_connections", ()),
@@ -291,9 +299,7 @@ class AsyncRedisSaver(SaverCore, BaseCheckpointSaver[str]):
 
         Optional: the first call does this by itself. The saver needs no schema.
         """
-        if (loop := asyncio.get_running_loop()) is not self._loop:
-            _enter_loop(self, loop)
-        await self._get_ready()
+        await _prepare(self)
 
     async def _get_ready(self) -> None:
         """What the first call does: learn the topology, and have a cluster client read the
@@ -409,10 +415,7 @@ class AsyncRedisSaver(SaverCore, BaseCheckpointSaver[str]):
             raise mapped from None
 
     async def _drive(self, steps: Generator[Step, list[Any], T]) -> T:
-        if (loop := asyncio.get_running_loop()) is not self._loop:
-            _enter_loop(self, loop)
-        if not self._ready:
-            await self._get_ready()
+        await _prepare(self)
         reply: Any = None
         while True:
             try:
@@ -436,10 +439,7 @@ class AsyncRedisSaver(SaverCore, BaseCheckpointSaver[str]):
         limit: int | None = None,
     ) -> AsyncIterator[CheckpointTuple]:
         """Yields checkpoints newest first; `config=None` walks every thread."""
-        if (loop := asyncio.get_running_loop()) is not self._loop:
-            _enter_loop(self, loop)
-        if not self._ready:
-            await self._get_ready()
+        await _prepare(self)
         steps = self._list_steps(config, filter=filter, before=before, limit=limit)
         reply: Any = None
         while True:
