@@ -10,6 +10,7 @@ from typing import Annotated, Any, TypedDict
 
 import pytest
 from langchain_core.messages import AIMessage, HumanMessage
+from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.message import add_messages
 from langgraph.types import Command, interrupt
@@ -155,3 +156,70 @@ def test_a_subgraph_paused_beside_a_slow_branch_waits_as_long_as_its_parent(
         time.sleep(0.8)  # 1.8 s after the pause, 0.8 s after the parent's last write
         assert app.invoke(Command(resume="yes"), config) == {"log": ["slow", "a", "b:yes"]}
         assert runs["a"] == 1
+
+
+class Step(TypedDict, total=False):
+    x: str
+    log: Annotated[list[str], operator.add]
+
+
+def slow_steps(count: int, seconds: float) -> Any:
+    """A subgraph of `count` steps in a row, each taking `seconds`."""
+
+    def slow(state: Log) -> dict[str, Any]:
+        time.sleep(seconds)
+        return {"log": ["step"]}
+
+    sub = StateGraph(Log)
+    names = [f"s{i}" for i in range(count)]
+    for name in names:
+        sub = sub.add_node(name, slow)
+    for a, b in zip([START, *names], [*names, END], strict=True):
+        sub = sub.add_edge(a, b)
+    return sub.compile()
+
+
+def test_a_subgraph_running_longer_than_the_ttl_keeps_its_parents_state(
+    redis_url: str, prefix: str
+) -> None:
+    """A subgraph's writes keep alive its parent's newest checkpoint, whose step is running
+    it: a subgraph that runs longer than the TTL, writing all along, finds the parent's state
+    whole when it returns. Before, the parent's checkpoint expired under it and the run ended
+    without the value set before the subgraph."""
+    parent = StateGraph(Step).add_node("set", lambda s: {"x": "kept", "log": ["set"]})
+    parent = parent.add_node("child", slow_steps(6, 0.5)).add_node("after", lambda s: {})
+    parent = parent.add_edge(START, "set").add_edge("set", "child").add_edge("child", "after")
+    parent = parent.add_edge("after", END)
+    config = {"configurable": {"thread_id": "long-child"}}
+    expected = parent.compile(checkpointer=InMemorySaver()).invoke({}, config)
+    assert expected["x"] == "kept"
+    with RedisSaver(redis_url, prefix=prefix, ttl=2) as saver:
+        app = parent.compile(checkpointer=saver)
+        assert app.invoke({}, config) == expected
+        assert app.get_state(config).values == expected
+
+
+def test_a_subgraph_paused_beside_a_long_sibling_subgraph_keeps_its_answer(
+    redis_url: str, prefix: str
+) -> None:
+    """A subgraph paused on an interrupt while a sibling subgraph runs longer than the TTL
+    waits as long as the sibling writes: a resume right after finds it paused, and takes the
+    answer. Before, its checkpoint expired first, and the resume asked again."""
+
+    def ask(state: Log) -> dict[str, Any]:
+        return {"log": [f"answer={interrupt('question?')}"]}
+
+    asking = StateGraph(Log).add_node("ask", ask).add_edge(START, "ask").add_edge("ask", END)
+    parent = StateGraph(Step).add_node("set", lambda s: {"x": "kept", "log": ["set"]})
+    parent = parent.add_node("a", asking.compile()).add_node("b", slow_steps(6, 0.5))
+    parent = parent.add_edge(START, "set").add_edge("set", "a").add_edge("set", "b")
+    parent = parent.add_edge("a", END).add_edge("b", END)
+    config = {"configurable": {"thread_id": "long-sibling"}}
+    results = []
+    with RedisSaver(redis_url, prefix=prefix, ttl=2) as saver:
+        for checkpointer in (InMemorySaver(), saver):
+            app = parent.compile(checkpointer=checkpointer)
+            assert "__interrupt__" in app.invoke({}, config)
+            results.append(app.invoke(Command(resume="yes"), config))
+    assert "answer=yes" in results[0]["log"]
+    assert results[1] == results[0]

@@ -693,6 +693,60 @@ def test_a_refreshing_reader_or_a_writer_with_a_ttl_adopts_the_whole_thread(
         assert thread_keys_left(client, prefix) == set()
 
 
+@pytest.mark.parametrize("how", ["put", "put_writes", "refresh_on_read", "copy_thread"])
+def test_a_takeover_by_a_ttl_takes_the_threads_subgraph_namespaces_along(
+    redis_url: str, prefix: str, client: redis.Redis, how: str
+) -> None:
+    """A thread stored without a TTL, with subgraph namespaces no later write touches: a
+    writer (or refreshing reader, or a copy onto it) with a TTL gives them its TTL too, so
+    the whole thread expires. Before, they stayed for ever, and list(None) listed the thread
+    after its root had expired."""
+    with RedisSaver(redis_url, prefix=prefix) as forever:
+        root = forever.put(cfg("t"), checkpoint({"m": 1}, {"m": 1}), {"run_id": "r"}, {"m": 1})
+        for ns in ("child:1", "child:1|grand:2"):
+            sub = forever.put(cfg("t", ns), checkpoint({"m": 2}, {"m": 1}), {}, {"m": 1})
+            forever.put_writes(sub, [("m", 3)], "task")
+        if how == "copy_thread":
+            forever.put(cfg("src"), checkpoint({"m": 9}, {"m": 9}), {}, {"m": 9})
+    with RedisSaver(redis_url, prefix=prefix, ttl=1, refresh_on_read=True) as saver:
+        if how == "put":
+            saver.put(root, checkpoint({"m": 4}, {"m": 2}), {}, {"m": 2})
+        elif how == "put_writes":
+            saver.put_writes(root, [("m", 5)], "task")
+        elif how == "refresh_on_read":
+            assert saver.get_tuple(cfg("t")) is not None
+        else:
+            saver.copy_thread("src", "t")
+        assert all_expire(client, {k for k in thread_keys_left(client, prefix) if b"{t}" in k})
+        time.sleep(1.3)
+        assert [c for c in saver.list(None) if c.config["configurable"]["thread_id"] == "t"] == []
+        assert {k for k in thread_keys_left(client, prefix) if b"{t}" in k} == set()
+
+
+@pytest.mark.parametrize("how", ["put", "put_writes", "refresh_on_read"])
+def test_a_takeover_refused_by_a_foreign_subgraph_index_changes_nothing(
+    redis_url: str, prefix: str, client: redis.Redis, how: str
+) -> None:
+    tk = KeySpace(prefix).thread("t")
+    with RedisSaver(redis_url, prefix=prefix) as forever:
+        root = forever.put(cfg("t"), checkpoint({"m": 1}, {"m": 1}), {}, {"m": 1})
+        forever.put(cfg("t", "child:1"), checkpoint({"m": 2}, {"m": 1}), {}, {"m": 1})
+    client.delete(tk.keys("child:1"))
+    client.set(tk.keys("child:1"), "foreign")
+    before = {k: client.dump(k) for k in keys_under(client, prefix)}
+    with RedisSaver(redis_url, prefix=prefix, ttl=60, refresh_on_read=True) as saver:
+        with pytest.raises(WrongTypeError, match="zset") as info:
+            if how == "put":
+                saver.put(root, checkpoint({"m": 4}, {"m": 2}), {}, {"m": 2})
+            elif how == "put_writes":
+                saver.put_writes(root, [("m", 5)], "task")
+            else:
+                saver.get_tuple(cfg("t"))
+    assert info.value.key == tk.keys("child:1")
+    assert {k: client.dump(k) for k in keys_under(client, prefix)} == before
+    assert all(client.pttl(k) == -1 for k in before)
+
+
 def test_a_copy_without_a_ttl_over_one_with_keeps_everything(
     redis_url: str, prefix: str, client: redis.Redis
 ) -> None:

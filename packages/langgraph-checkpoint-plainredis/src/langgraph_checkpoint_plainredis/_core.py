@@ -268,7 +268,7 @@ class SaverCore:
         self._cluster = False
         # With a TTL: per thread, the subgraph namespaces this saver saw pause on an interrupt,
         # each with the checkpoint it paused at and those of its ancestors then (LangGraph's
-        # checkpoint_map). Writes of an ancestor refresh it while that ancestor's step runs (a
+        # checkpoint_map). Writes to the thread refresh it while that ancestor's step runs (a
         # sibling branch may run on long after the pause); a later checkpoint of the ancestor,
         # or of the namespace itself, ends the pause.
         self._paused: dict[str, dict[str, tuple[str, dict[str, str]]]] = {}
@@ -283,6 +283,15 @@ class SaverCore:
             return []
         head = f"{ns}{_NS_SEP}" if ns else ""
         return [sub for sub in list(paused) if sub != ns and sub.startswith(head)]
+
+    def _held_by(self, thread_id: str, ns: str) -> list[str]:
+        """The other namespaces whose newest checkpoints a write to `ns` keeps alive, as the
+        steps that wait on it: those above it (its parents, whose step is running it), and
+        every subgraph of the thread paused in a step still running."""
+        parts = ns.split(_NS_SEP) if ns else []
+        above = [_NS_SEP.join(parts[:i]) for i in range(len(parts))]
+        paused = [sub for sub in list(self._paused.get(thread_id) or ()) if sub != ns]
+        return list(dict.fromkeys([*above, *paused]))
 
     def _pause(self, thread_id: str, ns: str, cid: str, conf: Mapping[str, Any]) -> None:
         ancestors = conf.get("checkpoint_map")
@@ -589,7 +598,7 @@ class SaverCore:
         if not writes:
             return
         tk = self.keyspace.thread(thread_id)
-        paused = self._paused_under(thread_id, ns) if self._ttl_ms else []
+        held = self._held_by(thread_id, ns) if self._ttl_ms else []
         args: list[str | bytes | int] = [
             cid,
             escape(ns),
@@ -599,8 +608,8 @@ class SaverCore:
             tk.wr_prefix,
             tk.blob_prefix,
             self.keyspace.run_prefix,
-            len(paused),
-            *[escape(sub) for sub in paused],
+            len(held),
+            *[escape(other) for other in held],
         ]
         for i, (channel, value) in enumerate(writes):
             idx = WRITES_IDX_MAP.get(channel, i)

@@ -514,7 +514,7 @@ end
 local function adopt_ttl(t, n, keys, ttl, score, p)
   local kept = redis.call('ZRANGEBYSCORE', keys, '+inf', '+inf')
   local runs = {}
-  if #kept == 0 then return end
+  if #kept == 0 then return false end
   local longest = redis.call('ZREVRANGEBYSCORE', keys, '(inf', '-inf', 'WITHSCORES', 'LIMIT', 0, 1)
   if longest[2] and tonumber(longest[2]) > tonumber(score) then
     ttl = ttl + tonumber(longest[2]) - tonumber(score)
@@ -539,6 +539,34 @@ local function adopt_ttl(t, n, keys, ttl, score, p)
     end
     redis.call('ZADD', keys, unpack(rescore))
   end
+  return true
+end
+
+-- A takeover takes the whole thread: the other timelines of thread `t` kept for ever (its
+-- subgraphs' namespaces, which no later write may touch) get the TTL as timeline `n` did.
+-- Its namespace set `nskey` names them with the score 'inf'; `idx_prefix` and `keys_prefix`
+-- are the thread's index key names without the namespace.
+local function adopt_thread(t, n, nskey, idx_prefix, keys_prefix, ttl, score, p, now)
+  for _, sub in ipairs(redis.call('ZRANGEBYSCORE', nskey, '+inf', '+inf')) do
+    if sub ~= n then
+      adopt_ttl(t, sub, keys_prefix .. sub, ttl, score, p)
+      settle(t, sub, idx_prefix .. sub, keys_prefix .. sub, nskey, now)
+    end
+  end
+end
+
+-- Before its first write, a script that may take timeline `n` over (a key of its index
+-- `keys` is kept for ever) checks the index keys of the thread's other timelines kept for
+-- ever, which adopt_thread would write.
+local function check_takeover(n, keys, nskey, idx_prefix, keys_prefix)
+  if redis.call('ZCOUNT', keys, '+inf', '+inf') == 0 then return nil end
+  for _, sub in ipairs(redis.call('ZRANGEBYSCORE', nskey, '+inf', '+inf')) do
+    if sub ~= n then
+      local err = check(idx_prefix .. sub, 'zset') or check(keys_prefix .. sub, 'zset')
+      if err then return err end
+    end
+  end
+  return nil
 end
 
 -- A writer without a TTL keeps for ever every blob its checkpoint reads, as it keeps what
@@ -640,6 +668,12 @@ local mixed = ttl == 0 and timed > 0
 local forever, settled = ttl == 0 and not mixed, false
 if forever then settled, err = settled_forever(KEYS[4], n, t) else err = check(KEYS[4], 'zset') end
 if err then return err end
+local idx_prefix = string.sub(KEYS[2], 1, #KEYS[2] - #n)
+local keys_prefix = string.sub(KEYS[3], 1, #KEYS[3] - #n)
+if ttl > 0 then
+  err = check_takeover(n, KEYS[3], KEYS[4], idx_prefix, keys_prefix)
+  if err then return err end
+end
 -- The server's clock, for expiry scores: a writer keeping all for ever needs none.
 local now = (not forever) and now_ms() or nil
 local score = expiry(now, ttl)
@@ -726,7 +760,9 @@ else
   redis.call('ZADD', KEYS[3], 'XX', score, 'w' .. cid)
 end
 if mixed then persist_refs(n, payload, ARGV[11], KEYS[3]) end
-if ttl > 0 then adopt_ttl(t, n, KEYS[3], ttl, score, p) end
+if ttl > 0 and adopt_ttl(t, n, KEYS[3], ttl, score, p) then
+  adopt_thread(t, n, KEYS[4], idx_prefix, keys_prefix, ttl, score, p, now)
+end
 -- Drop index entries of keys that have expired: at least twice as many per put as a put
 -- adds, so that neither the timeline nor the key index keeps growing.
 sweep(t, n, KEYS[2], KEYS[3], now, math.max(64, 2 * (nb + 3)), p)
@@ -739,8 +775,8 @@ return outcome()
 PUT_WRITES = r"""
 -- KEYS: wr, keys, ns, cp, idx, [registry]
 -- ARGV: cid, N, T, ttl_ms, cp_prefix, wr_prefix, blob_prefix, run_prefix, the number of
---       paused namespaces, those namespaces (escaped), then per write: field, value,
---       overwrite flag
+--       other namespaces kept alive, those namespaces (escaped), then per write: field,
+--       value, overwrite flag
 -- Returns 1, or a list of {escaped run, run-set member} (see the end)
 local cid, n, t, ttl = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4])
 local first_write = 10 + tonumber(ARGV[9])
@@ -750,8 +786,11 @@ if err then return err end
 -- Without a TTL, on a timeline where some key has one (another writer's): see settle.
 local mixed = ttl == 0 and timed > 0
 local forever, settled = ttl == 0 and not mixed, false
+local idx_prefix = string.sub(KEYS[5], 1, #KEYS[5] - #n)
+local keys_prefix = string.sub(KEYS[2], 1, #KEYS[2] - #n)
 if forever then settled, err = settled_forever(KEYS[3], n, t)
 else err = check(KEYS[3], 'zset') or check(KEYS[5], 'zset') end
+if not err and ttl > 0 then err = check_takeover(n, KEYS[2], KEYS[3], idx_prefix, keys_prefix) end
 if err then return err end
 if REGISTRY and not settled then
   err = check_registry(REGISTRY)
@@ -772,10 +811,9 @@ if ttl > 0 or mixed then
   if err then return err end
   if newest and newest ~= cid then alive[#alive + 1] = {newest, newest_payload} end
 end
--- Subgraphs of this timeline paused on an interrupt in the step still running (the client
--- names them) wait as long as it does: their newest checkpoints keep all they read.
-local idx_prefix = string.sub(KEYS[5], 1, #KEYS[5] - #n)
-local keys_prefix = string.sub(KEYS[2], 1, #KEYS[2] - #n)
+-- Other namespaces whose step is still running (the client names them) live as long as
+-- this one: the parents running this subgraph, and subgraphs of this timeline paused on an
+-- interrupt in its running step. Their newest checkpoints keep all they read.
 local paused = {}
 for i = 10, ttl > 0 and first_write - 1 or 9 do
   local sub, newest, payload = ARGV[i], nil, nil
@@ -811,7 +849,9 @@ if ttl > 0 then
     end
   end
   local p = {cp = ARGV[5], wr = ARGV[6], blob = ARGV[7], run = ARGV[8]}
-  adopt_ttl(t, n, KEYS[2], ttl, score, p)
+  if adopt_ttl(t, n, KEYS[2], ttl, score, p) then
+    adopt_thread(t, n, KEYS[3], idx_prefix, keys_prefix, ttl, score, p, now)
+  end
   for _, s in ipairs(paused) do
     refresh_checkpoint(s[1], s[2], s[3], ARGV[5], ARGV[6], ARGV[7], keys_prefix .. s[1], ttl,
       score, REGISTRY and ARGV[8])
@@ -846,9 +886,12 @@ local ttl = tonumber(ARGV[6])
 -- A read without a refresh writes nothing: what it reads is checked as it reads it, and the
 -- registry only when it finds nothing.
 local err
+local idx_prefix = string.sub(KEYS[1], 1, #KEYS[1] - #n)
+local keys_prefix = string.sub(KEYS[2], 1, #KEYS[2] - #n)
 if ttl > 0 then
   err = check(KEYS[1], 'zset') or check(KEYS[2], 'zset') or check(KEYS[3], 'zset')
     or (REGISTRY and check_registry(REGISTRY))
+    or check_takeover(n, KEYS[2], KEYS[3], idx_prefix, keys_prefix)
   if err then return err end
 end
 local payload
@@ -869,7 +912,9 @@ if ttl > 0 then
   local now = now_ms()
   local score = expiry(now, ttl)
   local p = {cp = ARGV[3], wr = ARGV[4], blob = ARGV[5], run = ARGV[8]}
-  adopt_ttl(ARGV[7], n, KEYS[2], ttl, score, p)
+  if adopt_ttl(ARGV[7], n, KEYS[2], ttl, score, p) then
+    adopt_thread(ARGV[7], n, KEYS[3], idx_prefix, keys_prefix, ttl, score, p, now)
+  end
   refresh_checkpoint(n, cid, payload, ARGV[3], ARGV[4], ARGV[5], KEYS[2], ttl, score,
     REGISTRY and ARGV[8])
   settle(ARGV[7], n, KEYS[1], KEYS[2], KEYS[3], now)
@@ -1127,10 +1172,13 @@ end
 err = check_run_sets(joined)
 if err then return err end
 i = 9
+local took_over = false
 while i <= #ARGV do
   local n, count = ARGV[i], tonumber(ARGV[i + 1])
   i = i + 2
-  if ttl > 0 and count > 0 then adopt_ttl(t, n, p.keys .. n, ttl, score, p) end
+  if ttl > 0 and count > 0 and adopt_ttl(t, n, p.keys .. n, ttl, score, p) then
+    took_over = true
+  end
   for _ = 1, count do
     local m, nvals = ARGV[i], tonumber(ARGV[i + 1])
     local kind, rest = string.sub(m, 1, 1), string.sub(m, 2)
@@ -1180,6 +1228,7 @@ while i <= #ARGV do
     settle(t, n, p.idx .. n, p.keys .. n, KEYS[1], now)
   end
 end
+if took_over then adopt_thread(t, false, KEYS[1], p.idx, p.keys, ttl, score, p, now) end
 return outcome()
 """
 )
