@@ -19,6 +19,7 @@ import redis.asyncio as aioredis
 from hypothesis import given
 from hypothesis import strategies as st
 from langgraph.checkpoint.base import empty_checkpoint
+from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from redis.connection import Connection
 
 from agentstate_testkit import servers
@@ -1724,3 +1725,38 @@ def test_one_async_saver_serves_one_event_loop_after_another(redis_url: str, pre
             assert len(asyncio.run(calls(n))) == 3, n
     finally:
         asyncio.run(saver.aclose())
+
+
+def strict_serde() -> JsonPlusSerializer:
+    """The serializer of LANGGRAPH_STRICT_MSGPACK=true (safe types only)."""
+    return JsonPlusSerializer(allowed_msgpack_modules=None)
+
+
+def test_a_copy_of_an_async_saver_shares_its_connections_across_loops(
+    redis_url: str, prefix: str
+) -> None:
+    """With LANGGRAPH_STRICT_MSGPACK, LangGraph runs graphs on a shallow copy of the saver
+    (`with_allowlist`). A graph run on the copy in one `asyncio.run`, then the application's
+    own saver in the next: both are one saver. Before, the saver's own calls failed (a lock
+    bound to the closed loop, or 'Event loop is closed'), and on a cluster its aclose left
+    the copy's client open."""
+    saver = AsyncRedisSaver(redis_url, prefix=prefix, serde=strict_serde())
+    clone = saver.with_allowlist([("some.module", "Thing")])
+    assert clone is not saver
+    stored = asyncio.run(aput_at_once(clone, 8, run_id="r"))  # the pool's lock is contended
+
+    async def reads() -> list[Any]:
+        return list(await asyncio.gather(*(saver.aget_tuple(c) for c in stored)))
+
+    assert [t.config for t in asyncio.run(reads())] == stored
+    assert saver.client is clone.client
+    asyncio.run(saver.aclose())
+
+
+def test_a_copy_of_a_sync_saver_shares_its_client(redis_url: str, prefix: str) -> None:
+    with RedisSaver(redis_url, prefix=prefix, serde=strict_serde()) as saver:
+        clone = saver.with_allowlist([("some.module", "Thing")])
+        assert clone is not saver
+        stored = clone.put(cfg("t"), checkpoint("x"), {}, {"m": 1})  # learns the topology
+        assert saver.client is clone.client
+        assert saver.get_tuple(stored).checkpoint["channel_values"] == {"m": "x"}

@@ -36,6 +36,7 @@ from ._core import (
     Plan,
     SaverCore,
     Scan,
+    Shared,
     Step,
     slot_is_moving,
     translate_error,
@@ -187,6 +188,15 @@ class AsyncRedisSaver(SaverCore, BaseCheckpointSaver[str]):
             which reconnects with jittered backoff for a few seconds (every call is idempotent).
     """
 
+    # The connection state, shared with shallow copies of the saver (see `Shared`).
+    _client = Shared["aioredis.Redis | RedisCluster"]()
+    _known = Shared[bool]()  # whether the topology is known (see _learn_topology)
+    _detect_lock = Shared[asyncio.Lock]()
+    _ready = Shared[bool]()  # see _get_ready
+    _idle = Shared["Idle | None"]()
+    _direct = Shared["Direct | None"]()
+    _loop = Shared["asyncio.AbstractEventLoop | None"]()  # see _enter_loop
+
     def __init__(
         self,
         url: str | None = None,
@@ -207,9 +217,9 @@ class AsyncRedisSaver(SaverCore, BaseCheckpointSaver[str]):
         self._url = url or ""
         self._detect_lock = asyncio.Lock()
         self._ready = False  # see _get_ready
-        self._loop: asyncio.AbstractEventLoop | None = None  # see _enter_loop
-        self._idle: Idle | None = None  # only for a client of our own, with a large pool
-        self._direct: Direct | None = None  # see _direct_pool
+        self._loop = None  # see _enter_loop
+        self._idle = None  # only for a client of our own, with a large pool
+        self._direct = None  # see _direct_pool
         if client is not None:
             validate_client(client, "AsyncRedisSaver", "async")
             self._client, self._owns_client = client, False

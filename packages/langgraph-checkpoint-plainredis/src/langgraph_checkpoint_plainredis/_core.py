@@ -14,7 +14,7 @@ import random
 import threading
 from collections.abc import Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any, Generic, TypeVar, cast
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
@@ -65,12 +65,15 @@ from ._keys import (
 )
 from ._scripts import SCRIPTS
 
+_V = TypeVar("_V")
+
 __all__ = [
     "CLUSTER_RETRY_DELAYS",
     "Eval",
     "Plan",
     "SaverCore",
     "Scan",
+    "Shared",
     "Step",
     "slot_is_moving",
     "translate_error",
@@ -240,14 +243,35 @@ def _pairs(flat: Sequence[Any] | Mapping[Any, Any] | None) -> list[tuple[bytes, 
     return [(_b(flat[i]), _b(flat[i + 1])) for i in range(0, len(flat), 2)]
 
 
+class Shared(Generic[_V]):
+    """An attribute of a saver's connection state, kept in its `_state`: a shallow copy of the
+    saver goes on sharing it. LangGraph makes such copies (`with_allowlist`, for strict
+    msgpack) and runs graphs on them, while the application closes, or calls, its own."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, saver: Any, owner: type | None = None) -> _V:
+        return saver._state[self.name]  # type: ignore[no-any-return]
+
+    def __set__(self, saver: Any, value: _V) -> None:
+        saver._state[self.name] = value
+
+
 class SaverCore:
     """Plans and reply parsing for one keyspace; holds no connection."""
 
     serde: SerializerProtocol
+    # Set by the shell once it knows the server. On a cluster, scripts touch only the
+    # thread's hash slot: run sets are written by plain commands, and the registry is
+    # not kept (a cross-slot write cannot be atomic with the thread's own keys, so a
+    # delete racing a put could orphan a thread); list(None) scans namespace keys.
+    _cluster = Shared[bool]()
 
     def _init_core(
         self, prefix: str, ttl: float | None, refresh_on_read: bool, compress: bool
     ) -> None:
+        self._state: dict[str, Any] = {}  # see Shared
         self.keyspace = KeySpace(prefix)
         self.prefix = prefix
         self.ttl = ttl
@@ -261,10 +285,6 @@ class SaverCore:
         # The last value written per channel, to compress the next from it and read it
         # back without inflating it (see `_deflate`).
         self._memo = ValueMemo() if compress else None
-        # Set by the shell once it knows the server. On a cluster, scripts touch only the
-        # thread's hash slot: run sets are written by plain commands, and the registry is
-        # not kept (a cross-slot write cannot be atomic with the thread's own keys, so a
-        # delete racing a put could orphan a thread); list(None) scans namespace keys.
         self._cluster = False
         # With a TTL: per thread, the subgraph namespaces this saver saw pause on an interrupt,
         # each with the checkpoint it paused at and those of its ancestors then (LangGraph's

@@ -35,6 +35,7 @@ from ._core import (
     Plan,
     SaverCore,
     Scan,
+    Shared,
     Step,
     slot_is_moving,
     translate_error,
@@ -136,6 +137,14 @@ class RedisSaver(SaverCore, BaseCheckpointSaver[str]):
             is idempotent).
     """
 
+    # The connection state, shared with shallow copies of the saver (see `Shared`).
+    _client = Shared["redis.Redis | RedisCluster"]()
+    _known = Shared[bool]()  # whether the topology is known (see _learn_topology)
+    _detect_lock = Shared[threading.Lock]()
+    _ready = Shared[bool]()  # see _get_ready
+    _idle = Shared["Idle | None"]()
+    _direct = Shared["Direct | None"]()
+
     def __init__(
         self,
         url: str | None = None,
@@ -156,8 +165,8 @@ class RedisSaver(SaverCore, BaseCheckpointSaver[str]):
         self._url = url or ""
         self._detect_lock = threading.Lock()
         self._ready = False  # see _get_ready
-        self._idle: Idle | None = None  # only for a client of our own, with a large pool
-        self._direct: Direct | None = None  # see _direct_pool
+        self._idle = None  # only for a client of our own, with a large pool
+        self._direct = None  # see _direct_pool
         if client is not None:
             validate_client(client, "RedisSaver", "sync")
             self._client, self._owns_client = client, False
