@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import datetime
 import io
@@ -20,7 +21,8 @@ from langgraph.graph import START, StateGraph
 from langgraph.graph.message import add_messages
 from redis.cluster import RedisCluster
 
-from langgraph_checkpoint_plainredis import RedisSaver
+from agentstate_testkit import servers
+from langgraph_checkpoint_plainredis import AsyncRedisSaver, PlainRedisError, RedisSaver
 from langgraph_checkpoint_plainredis._cli import main
 from langgraph_checkpoint_plainredis._inspect import jsonable
 from langgraph_checkpoint_plainredis._keys import KeySpace
@@ -416,3 +418,43 @@ def test_python_dash_m_runs_the_same_command() -> None:
     )
     assert done.returncode == 2
     assert done.stderr.startswith("usage: plainredis history")
+
+
+@pytest.mark.parametrize("kind", ["redis-5", "redis-7"])
+def test_a_server_that_renamed_info_away_is_taken_as_standalone(
+    capsys: pytest.CaptureFixture[str], kind: str
+) -> None:
+    """`rename-command INFO ""` (a hardening docs/operations/access.md suggests): the savers
+    and the CLI take the server as standalone, as for a user without INFO. Before, every call
+    of a saver built from a URL, and every CLI command, failed with "unknown command"."""
+    with servers.start(kind, extra_args=["--rename-command", "INFO", ""]) as srv:
+        chat(srv.url, "lg", {"hardened": 1})
+        with RedisSaver(srv.url) as saver:
+            assert saver.get_tuple({"configurable": {"thread_id": "hardened"}}) is not None
+
+        async def read() -> Any:
+            async with AsyncRedisSaver(srv.url) as saver:
+                return await saver.aget_tuple({"configurable": {"thread_id": "hardened"}})
+
+        assert asyncio.run(read()) is not None
+        code, out, _ = cli(capsys, "threads", "--url", srv.url)
+        assert code == 0 and "hardened" in out
+
+
+def test_resp3_asked_of_redis_5_names_the_fix_before_any_call() -> None:
+    """protocol=3 on a server without RESP3: the saver's own error, naming protocol=2, also
+    when it has to ask the server's topology first (no cluster= given)."""
+    with servers.start("redis-5") as srv, RedisSaver(srv.url, protocol=3) as saver:
+        with pytest.raises(PlainRedisError, match="protocol=2"):
+            saver.get_tuple({"configurable": {"thread_id": "t"}})
+
+
+def test_a_url_asking_for_resp3_works_in_the_cli(
+    capsys: pytest.CaptureFixture[str], redis_url: str, prefix: str
+) -> None:
+    """The inspector parses RESP2 replies: a URL with ?protocol=3 crashed `threads`."""
+    if "?" in redis_url:
+        pytest.skip("a URL with a query of its own")
+    chat(redis_url, prefix, {"resp3": 1})
+    code, out, err = cli(capsys, "threads", "--url", f"{redis_url}?protocol=3", "--prefix", prefix)
+    assert code == 0 and "resp3" in out, err

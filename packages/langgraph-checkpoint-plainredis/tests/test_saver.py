@@ -1464,6 +1464,36 @@ def test_a_client_on_another_encoding_is_refused(encoding: str) -> None:
         cls(f"{url}?decode_responses=false", encoding="utf8")
 
 
+@pytest.mark.parametrize("errors", ["replace", "ignore", "surrogateescape"])
+def test_a_client_that_encodes_ids_lossily_is_refused(errors: str) -> None:
+    """With encoding_errors='replace' (or 'ignore'), ids UTF-8 cannot encode became the key
+    of another id: thread 'user\\ud800' read what 'user\\udfff' (or 'user') stored."""
+    url = "redis://127.0.0.1:6379/0"
+    for cls, client_cls in ((RedisSaver, redis.Redis), (AsyncRedisSaver, aioredis.Redis)):
+        with pytest.raises(ValueError, match=f"encoding_errors='strict', got .*'{errors}'"):
+            cls(client=client_cls(encoding_errors=errors))
+        with pytest.raises(ValueError, match=f"encoding_errors='strict', got .*'{errors}'"):
+            cls(url, encoding_errors=errors)
+        with pytest.raises(ValueError, match=f"encoding_errors='strict', got .*'{errors}'"):
+            cls(f"{url}?encoding_errors={errors}")
+        cls(url, encoding_errors="strict")
+
+
+def test_an_id_utf8_cannot_encode_is_refused_naming_it(sync_saver: RedisSaver) -> None:
+    """A lone surrogate (a JSON escape like \\ud800 makes one) cannot be in a UTF-8 key: a
+    ValueError names the id and the field, before anything is sent."""
+    lone = "user\ud800"
+    with pytest.raises(ValueError, match=r"thread_id.*'user\\ud800'.*position 4"):
+        sync_saver.put(cfg(lone), checkpoint({"m": 1}, {"m": 1}), {}, {"m": 1})
+    with pytest.raises(ValueError, match="checkpoint_ns"):
+        sync_saver.get_tuple(cfg("t", ns=lone))
+    with pytest.raises(ValueError, match="delete_thread"):
+        sync_saver.delete_thread(lone)
+    with pytest.raises(ValueError, match="copy_thread"):
+        sync_saver.copy_thread("t", lone)
+    assert sync_saver.get_tuple(cfg("user")) is None
+
+
 # -- the two classes -------------------------------------------------------------------
 
 

@@ -23,7 +23,6 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import (
     ClusterError,
-    NoPermissionError,
     NoScriptError,
     RedisError,
     ResponseError,
@@ -38,6 +37,7 @@ from ._core import (
     Scan,
     Shared,
     Step,
+    info_refused,
     slot_is_moving,
     translate_error,
 )
@@ -254,8 +254,8 @@ class AsyncRedisSaver(SaverCore, BaseCheckpointSaver[str]):
                 return
             try:
                 enabled = bool((await self._client.info("cluster")).get("cluster_enabled"))
-            except NoPermissionError:
-                enabled = False  # a user without INFO: pass cluster= to choose
+            except ResponseError as error:  # no INFO for this user, or none at all
+                enabled = info_refused(error, self.prefix)
             if enabled:
                 await self._release_idle()
                 await self._client.aclose()

@@ -29,7 +29,13 @@ from langgraph.checkpoint.base import (
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
 from langgraph.checkpoint.serde.types import INTERRUPT
-from redis.exceptions import AskError, ClusterCrossSlotError, MovedError
+from redis.exceptions import (
+    AskError,
+    ClusterCrossSlotError,
+    MovedError,
+    NoPermissionError,
+    ResponseError,
+)
 
 from ._codec import (
     Known,
@@ -75,6 +81,7 @@ __all__ = [
     "Scan",
     "Shared",
     "Step",
+    "info_refused",
     "slot_is_moving",
     "translate_error",
 ]
@@ -159,6 +166,19 @@ def translate_error(error: Exception, prefix: str) -> PlainRedisError | None:
     return None
 
 
+def info_refused(error: ResponseError, prefix: str) -> bool:
+    """Whether the server is a cluster node, after `INFO cluster` failed with `error`: a user
+    without INFO (NOPERM) or a server that renamed it away ("unknown command") is taken as
+    standalone (pass cluster= to choose). A server that does not speak the protocol asked
+    for raises the package's error; any other error is raised as it came."""
+    mapped = translate_error(error, prefix)
+    if mapped is not None:
+        raise mapped from None
+    if isinstance(error, NoPermissionError) or "unknown command" in str(error).lower():
+        return False
+    raise error
+
+
 # A blob value in a put script call meaning "the channel is absent at this version": the
 # script deletes any value stored there and writes no key. (A value of b"" means "only
 # refresh its TTL"; an encoded blob is never empty and never starts with a NUL byte.)
@@ -181,12 +201,27 @@ def _configurable(config: RunnableConfig | None, what: str) -> Mapping[str, Any]
     return conf
 
 
+def _utf8(value: str, what: str) -> str:
+    """`value`, when UTF-8 can encode it (keys are UTF-8); a lone surrogate, which a JSON
+    escape like \\ud800 makes, cannot be, and is refused before anything is sent."""
+    if not value.isascii():
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as error:
+            raise ValueError(
+                f"{what}: {value!r} cannot be part of a Redis key: UTF-8 cannot encode "
+                f"{value[error.start : error.end]!r} (a lone surrogate) at position "
+                f"{error.start}; pass valid Unicode text"
+            ) from None
+    return value
+
+
 def _str_field(conf: Mapping[str, Any], name: str, default: str | None = None) -> str:
     value = conf.get(name, default)
     if value is None:
         raise ValueError(f"config['configurable'][{name!r}] is missing")
     if isinstance(value, str):
-        return value
+        return _utf8(value, f"config['configurable'][{name!r}]")
     if isinstance(value, (int,)) or type(value).__name__ == "UUID":
         return str(value)
     raise TypeError(
@@ -979,7 +1014,7 @@ def _id_list(values: Any, what: str, kind: str) -> None:
 
 def _thread_arg(value: Any, what: str) -> str:
     if isinstance(value, str):
-        return value
+        return _utf8(value, what)
     if isinstance(value, int) and not isinstance(value, bool):
         return str(value)
     if type(value).__name__ == "UUID":

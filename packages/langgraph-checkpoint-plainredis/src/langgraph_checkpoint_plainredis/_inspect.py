@@ -17,15 +17,16 @@ import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import redis
 from langchain_core.messages import BaseMessage
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import CheckpointTuple
 from redis.cluster import RedisCluster
-from redis.exceptions import NoPermissionError
+from redis.exceptions import ResponseError
 
-from ._core import _s
+from ._core import _s, info_refused
 from ._errors import LegacyKeyspaceError, WrongTypeError
 from ._keys import ThreadKeys, listed_namespace, listed_thread, member_text
 from ._sync import RedisSaver
@@ -193,12 +194,17 @@ class Inspector:
         Raises:
             ValueError: redis-py cannot parse `url`.
         """
+        # Its reads parse RESP2 replies: a `protocol` in the URL's query would override the
+        # argument.
+        parts = urlsplit(url)
+        query = [q for q in parse_qsl(parts.query, keep_blank_values=True) if q[0] != "protocol"]
+        url = urlunsplit(parts._replace(query=urlencode(query)))
         probe = redis.Redis.from_url(url, protocol=2, **connection)
         try:
             try:
                 cluster = bool(probe.info("cluster").get("cluster_enabled"))
-            except NoPermissionError:
-                cluster = False  # a user without INFO: standalone, as the savers assume
+            except ResponseError as error:  # standalone, as the savers take it
+                cluster = info_refused(error, prefix)
         finally:
             probe.close()
         factory: Any = RedisCluster if cluster else redis.Redis

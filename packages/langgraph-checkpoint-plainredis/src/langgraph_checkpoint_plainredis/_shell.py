@@ -144,7 +144,7 @@ def connect_options(url: Any, protocol: Any, options: dict[str, Any], cls: str) 
     decodes = given.get("decode_responses")
     if isinstance(decodes, str):
         decodes = decodes.upper() not in ("", "0", "F", "FALSE", "N", "NO")
-    _check_codec(cls, decodes, given.get("encoding"))
+    _check_codec(cls, decodes, given.get("encoding"), given.get("encoding_errors"))
     retry = default_retry(asynchronous=cls.startswith("Async"))
     # redis-py before 6 retries only the errors a connection lists here, whatever `retry`.
     listed = [RedisConnectionError, RedisTimeoutError]
@@ -168,9 +168,9 @@ def _codec_name(encoding: Any) -> str:
         return str(encoding)
 
 
-def _check_codec(cls: str, decodes: Any, encoding: Any) -> None:
+def _check_codec(cls: str, decodes: Any, encoding: Any, errors: Any) -> None:
     """Refuses a client (or URL options) that decodes replies or encodes keys in anything
-    but UTF-8, naming the fix."""
+    but strict UTF-8, naming the fix."""
     if decodes:
         raise ValueError(
             f"{cls} stores raw bytes and needs a client with decode_responses=False; give "
@@ -182,6 +182,12 @@ def _check_codec(cls: str, decodes: Any, encoding: Any) -> None:
             f"{cls} keeps its keys in UTF-8 and needs a client with encoding='utf-8', got "
             f"encoding={encoding!r}: savers on other encodings would build other keys for "
             "the same thread; give the saver a client of its own, or pass url= without it"
+        )
+    if errors not in (None, "strict"):
+        raise ValueError(
+            f"{cls} needs a client with encoding_errors='strict', got encoding_errors="
+            f"{errors!r}: it would store ids UTF-8 cannot encode under the key of another "
+            "id; give the saver a client of its own, or pass url= without it"
         )
 
 
@@ -197,7 +203,12 @@ def validate_client(client: Any, cls: str, expected: str) -> None:
     encoder = client.get_encoder() if hasattr(client, "get_encoder") else None
     kwargs = getattr(getattr(client, "connection_pool", None), "connection_kwargs", {})
     decodes = getattr(encoder, "decode_responses", kwargs.get("decode_responses"))
-    _check_codec(cls, decodes, getattr(encoder, "encoding", kwargs.get("encoding")))
+    _check_codec(
+        cls,
+        decodes,
+        getattr(encoder, "encoding", kwargs.get("encoding")),
+        getattr(encoder, "encoding_errors", kwargs.get("encoding_errors")),
+    )
     # A subclass of a redis-py client (a user's, or instrumentation's) counts as its base.
     is_async = any(k.__module__.startswith("redis.asyncio") for k in type(client).__mro__)
     if expected == "async" and not is_async and hasattr(client, "execute_command"):

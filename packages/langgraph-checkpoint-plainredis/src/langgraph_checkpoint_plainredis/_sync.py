@@ -22,7 +22,6 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 from redis.cluster import RedisCluster
 from redis.exceptions import (
     ClusterError,
-    NoPermissionError,
     NoScriptError,
     RedisError,
     ResponseError,
@@ -37,6 +36,7 @@ from ._core import (
     Scan,
     Shared,
     Step,
+    info_refused,
     slot_is_moving,
     translate_error,
 )
@@ -196,8 +196,8 @@ class RedisSaver(SaverCore, BaseCheckpointSaver[str]):
                 return
             try:
                 enabled = bool(self._client.info("cluster").get("cluster_enabled"))
-            except NoPermissionError:
-                enabled = False  # a user without INFO: pass cluster= to choose
+            except ResponseError as error:  # no INFO for this user, or none at all
+                enabled = info_refused(error, self.prefix)
             if enabled:
                 self._release_idle()
                 self._client.close()
