@@ -17,6 +17,7 @@ from typing import Annotated, Any, TypedDict
 import pytest
 import redis
 from langchain_core.messages import AIMessage, HumanMessage
+from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.graph import START, StateGraph
 from langgraph.graph.message import add_messages
 from redis.cluster import RedisCluster
@@ -458,3 +459,20 @@ def test_a_url_asking_for_resp3_works_in_the_cli(
     chat(redis_url, prefix, {"resp3": 1})
     code, out, err = cli(capsys, "threads", "--url", f"{redis_url}?protocol=3", "--prefix", prefix)
     assert code == 0 and "resp3" in out, err
+
+
+@pytest.mark.parametrize("kind", ["redis-6", "redis-7"])
+def test_a_user_missing_a_script_command_gets_the_fix(kind: str) -> None:
+    """An ACL user without PEXPIRE, a saver with a TTL: Redis stops the put script there. The
+    error names the ACL list to grant; it was a bare ResponseError."""
+    with servers.start(kind) as srv:
+        admin = redis.Redis.from_url(srv.url, protocol=2)
+        admin.execute_command(
+            "ACL", "SETUSER", "nopexpire", "on", ">pw", "~lg:*", "+@all", "-pexpire"
+        )
+        url = f"redis://nopexpire:pw@127.0.0.1:{srv.port}/0"
+        with RedisSaver(url, ttl=100) as saver, pytest.raises(PlainRedisError, match="access.md"):
+            cp = empty_checkpoint()
+            cp["channel_values"], cp["channel_versions"] = {"m": 1}, {"m": 1}
+            saver.put({"configurable": {"thread_id": "t"}}, cp, {}, {"m": 1})
+        admin.close()

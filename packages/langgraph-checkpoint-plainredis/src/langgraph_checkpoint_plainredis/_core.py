@@ -154,6 +154,13 @@ def translate_error(error: Exception, prefix: str) -> PlainRedisError | None:
             "client with protocol=2, e.g. redis.Redis.from_url(url, protocol=2) (redis-py 8 "
             "defaults to 3), or pass url= and leave the saver's protocol at its default 2"
         )
+    if "script can't run this command" in message or "no permissions to run" in message:
+        return PlainRedisError(
+            f"{message}: the saver's Redis user may not run a command its scripts call; grant "
+            "the commands docs/operations/access.md lists. Redis stops a script at the first "
+            "refused command, and a write script may have written part of its call by then: "
+            "rerun the call once the user may"
+        )
     at = message.find("PLAINREDIS_")
     if at < 0:
         return None
