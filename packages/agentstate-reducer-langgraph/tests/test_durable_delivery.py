@@ -213,11 +213,12 @@ def test_outbox_stages_idempotently_leases_and_settles(any_client: Any, prefix: 
     outbox.stage(batch("b2", cid="c2"), now=t, visible_at=t + 60_000)  # leased to its stager
     assert outbox.stats().backlog == 2 and outbox.stats().staged == 2
 
-    (claimed,) = outbox.claim(now=now_ms(), lease_until=now_ms() + 1000, limit=10)
+    # A 2.5 s lease: the claim that finds it leased has room for a busy machine.
+    (claimed,) = outbox.claim(now=now_ms(), lease_until=now_ms() + 2500, limit=10)
     assert (claimed.id, claimed.checkpoint_id, claimed.committed) == ("b1", "c1", None)
     assert claimed.age is not None and 0 <= claimed.age < 60_000
     assert outbox.claim(now=now_ms(), lease_until=now_ms() + 1000, limit=10) == []  # leased
-    time.sleep(1.05)
+    time.sleep(2.55)
     (again,) = outbox.claim(now=now_ms(), lease_until=now_ms() + 1000, limit=10)
     assert again.id == "b1"  # lease expired: claimable again
 
@@ -348,7 +349,7 @@ def test_a_retry_waits_its_delay_whatever_the_deliverers_clock_does_meanwhile(
         InMemorySaver(),
         reducer(ledger, stepping_hook, Plain(fail=1), window=3, keep=2),
         outbox=outbox,
-        delivery=Delivery("manual", retry_after=5),
+        delivery=Delivery("manual", retry_after=60),
     )
     graph = chat_graph(saver)
     for i in range(3):
@@ -360,7 +361,8 @@ def test_a_retry_waits_its_delay_whatever_the_deliverers_clock_does_meanwhile(
         (score - server_ms(client)) / 1000
         for _, score in client.zrange(outbox.keys.due, 0, -1, withscores=True)
     ]
-    assert waits and all(4 <= w <= 5.5 for w in waits), waits
+    # 60 s, so a busy machine's seconds between the failure and this read do not matter
+    assert waits and all(55 <= w <= 60.5 for w in waits), waits
 
 
 def test_a_drain_stops_at_its_lease_when_the_wall_clock_steps_back(

@@ -207,17 +207,23 @@ def test_writes_without_a_ttl_keep_the_run_set_of_the_checkpoint_they_keep(
 ) -> None:
     """On a cluster the run set lives in another slot than the thread: a saver without a TTL
     that keeps, for its pending writes, a checkpoint another saver stored with a TTL keeps
-    that checkpoint's run set too, so `delete_for_runs` still finds it."""
+    that checkpoint's run set too, so `delete_for_runs` still finds it.
+
+    Both savers open, `forever` connected, before the timed put: the writes come well
+    within its 2 s TTL, even on a busy machine."""
     url = server_pool.get("redis-7-cluster")
     prefix = f"runs:{uuid.uuid4().hex[:8]}"
     config = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
-    with RedisSaver(url, prefix=prefix, ttl=1) as timed:
+    with (
+        RedisSaver(url, prefix=prefix, ttl=2) as timed,
+        RedisSaver(url, prefix=prefix) as forever,
+    ):
+        forever.get_tuple({"configurable": {"thread_id": "warm", "checkpoint_ns": ""}})
         cp = empty_checkpoint()
         cp["channel_values"], cp["channel_versions"] = {"m": 1}, {"m": "1"}
         first = timed.put(config, cp, {"run_id": "r"}, {"m": "1"})
-    with RedisSaver(url, prefix=prefix) as forever:
         forever.put_writes(first, [("__interrupt__", "approve?")], "task")
-        time.sleep(1.3)
+        time.sleep(2.3)
         assert [t.config for t in forever.list(config)] == [first]
         forever.delete_for_runs(["r"])
         assert list(forever.list(config)) == []
@@ -227,20 +233,22 @@ def test_writes_without_a_ttl_keep_the_run_set_of_the_checkpoint_they_keep(
 def test_a_refreshed_checkpoint_keeps_its_run_set_as_long(server_pool: Any, refresh: str) -> None:
     """On a cluster the run set lives in another slot than the thread: pending writes (or a
     read with `refresh_on_read`) that give a checkpoint another `ttl` give its run set as
-    long, so `delete_for_runs` still finds the checkpoint after the put's TTL has passed."""
+    long, so `delete_for_runs` still finds the checkpoint after the put's TTL has passed.
+
+    Steps 2.3 s apart with a 4 s TTL: each has ~1.7 s to spare."""
     url = server_pool.get("redis-7-cluster")
     prefix = f"runs:{uuid.uuid4().hex[:8]}"
     config = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
-    with RedisSaver(url, prefix=prefix, ttl=1.5, refresh_on_read=True) as saver:
+    with RedisSaver(url, prefix=prefix, ttl=4, refresh_on_read=True) as saver:
         cp = empty_checkpoint()
         cp["channel_values"], cp["channel_versions"] = {"m": 1}, {"m": "1"}
         first = saver.put(config, cp, {"run_id": "r"}, {"m": "1"})
-        time.sleep(0.9)
+        time.sleep(2.3)
         if refresh == "put_writes":
             saver.put_writes(first, [("__interrupt__", "approve?")], "task")
         else:
             assert saver.get_tuple(config) is not None
-        time.sleep(0.9)  # past the put's TTL, within the refreshed one
+        time.sleep(2.3)  # past the put's TTL, within the refreshed one
         assert [t.config for t in saver.list(config)] == [first]
         saver.delete_for_runs(["r"])
         assert list(saver.list(config)) == []

@@ -149,11 +149,14 @@ def test_a_subgraph_paused_beside_a_slow_branch_waits_as_long_as_its_parent(
     """With a TTL, the parent's writes after a subgraph paused (a sibling branch running on)
     refresh the paused subgraph too: a resume late in the TTL of the thread's last write
     finds it where it paused, and does not run it again from the start."""
-    with RedisSaver(redis_url, prefix=prefix, ttl=1.5) as saver:
-        app, runs = paused_beside_a_slow_branch(saver, slow_s=1.0)
+    # The parent writes 2 s into the paused subgraph's 4 s TTL; the resume comes 4.2 s
+    # after the pause (past that TTL), 2.2 s after the parent's last write: ~2 s to spare
+    # at each step on a busy machine.
+    with RedisSaver(redis_url, prefix=prefix, ttl=4) as saver:
+        app, runs = paused_beside_a_slow_branch(saver, slow_s=2.0)
         config = {"configurable": {"thread_id": "paused"}}
         app.invoke({"log": []}, config)
-        time.sleep(0.8)  # 1.8 s after the pause, 0.8 s after the parent's last write
+        time.sleep(2.2)
         assert app.invoke(Command(resume="yes"), config) == {"log": ["slow", "a", "b:yes"]}
         assert runs["a"] == 1
 
@@ -193,7 +196,8 @@ def test_a_subgraph_running_longer_than_the_ttl_keeps_its_parents_state(
     config = {"configurable": {"thread_id": "long-child"}}
     expected = parent.compile(checkpointer=InMemorySaver()).invoke({}, config)
     assert expected["x"] == "kept"
-    with RedisSaver(redis_url, prefix=prefix, ttl=2) as saver:
+    # 3 s of steps 0.5 s apart with a 2.5 s TTL: each step has 2 s to spare.
+    with RedisSaver(redis_url, prefix=prefix, ttl=2.5) as saver:
         app = parent.compile(checkpointer=saver)
         assert app.invoke({}, config) == expected
         assert app.get_state(config).values == expected
@@ -216,7 +220,8 @@ def test_a_subgraph_paused_beside_a_long_sibling_subgraph_keeps_its_answer(
     parent = parent.add_edge("a", END).add_edge("b", END)
     config = {"configurable": {"thread_id": "long-sibling"}}
     results = []
-    with RedisSaver(redis_url, prefix=prefix, ttl=2) as saver:
+    # 3 s of steps 0.5 s apart with a 2.5 s TTL: each step has 2 s to spare.
+    with RedisSaver(redis_url, prefix=prefix, ttl=2.5) as saver:
         for checkpointer in (InMemorySaver(), saver):
             app = parent.compile(checkpointer=checkpointer)
             assert "__interrupt__" in app.invoke({}, config)

@@ -400,7 +400,8 @@ async def test_fork_never_changes_what_existing_checkpoints_read(saver: Any) -> 
 
 
 def test_ttl_refreshes_every_blob_the_newest_checkpoint_reads(redis_url: str, prefix: str) -> None:
-    with RedisSaver(redis_url, prefix=prefix, ttl=1.5) as saver:
+    # Puts 1.1 s apart with a 3 s TTL: a stall of up to ~1.9 s between two is harmless.
+    with RedisSaver(redis_url, prefix=prefix, ttl=3) as saver:
         c = saver.put(
             cfg("ttl"),
             checkpoint({"stable": "s", "m": 1}, {"stable": 1, "m": 1}),
@@ -408,11 +409,11 @@ def test_ttl_refreshes_every_blob_the_newest_checkpoint_reads(redis_url: str, pr
             {"stable": 1, "m": 1},
         )
         for step in range(2, 5):
-            time.sleep(0.6)
+            time.sleep(1.1)
             c = saver.put(
                 c, checkpoint({"stable": "s", "m": step}, {"stable": 1, "m": step}), {}, {"m": step}
             )
-        # "stable" was written 1.8 s ago with a 1.5 s ttl: only refreshes keep it.
+        # "stable" was written 3.3 s ago with a 3 s ttl: only refreshes keep it.
         assert saver.get_tuple(cfg("ttl")).checkpoint["channel_values"] == {"stable": "s", "m": 4}
 
 
@@ -420,18 +421,20 @@ def test_ttl_put_writes_keeps_the_thread_alive_as_a_put_does(
     redis_url: str, prefix: str, client: redis.Redis
 ) -> None:
     # The human-in-the-loop pattern: a checkpoint, then its writes (a resume) much later.
-    with RedisSaver(redis_url, prefix=prefix, ttl=1.2) as saver:
+    # The writes come 2.2 s into the puts' 4 s TTL and the reads 2.2 s into the writes':
+    # each step has ~1.8 s to spare, and the reads still come after the puts' TTL ended.
+    with RedisSaver(redis_url, prefix=prefix, ttl=4) as saver:
         first = saver.put(
             cfg("h"), checkpoint({"m": "hi", "k": 1}, {"m": 1, "k": 1}), {}, {"m": 1, "k": 1}
         )
         newest = saver.put(
             first, checkpoint({"m": "hi!", "k": 1}, {"m": 2, "k": 1}), {"run_id": "r"}, {"m": 2}
         )
-        time.sleep(0.7)
+        time.sleep(2.2)
         saver.put_writes(newest, [("__resume__", "yes")], "task")
         saver.put_writes(first, [("m", "late")], "old-task")  # an older one keeps the newest
-        time.sleep(0.7)
-        # 1.4 s after the puts, 0.7 s after the writes: everything either checkpoint reads
+        time.sleep(2.2)
+        # 4.4 s after the puts, 2.2 s after the writes: everything either checkpoint reads
         got = saver.get_tuple(cfg("h"))
         assert got is not None
         assert got.checkpoint["channel_values"] == {"m": "hi!", "k": 1}
@@ -444,7 +447,7 @@ def test_ttl_put_writes_keeps_the_thread_alive_as_a_put_does(
         # a put now sweeps nothing the writes refreshed
         saver.put(newest, checkpoint({"m": "bye", "k": 1}, {"m": 3, "k": 1}), {}, {"m": 3})
         assert len(list(saver.list(cfg("h")))) == 3
-        time.sleep(1.3)
+        time.sleep(4.3)
         assert saver.get_tuple(cfg("h")) is None
         assert list(saver.list(None)) == []
     assert orphans(client, prefix) == set()
@@ -472,12 +475,18 @@ def test_expired_threads_leave_listings_and_indexes(
         time.sleep(1.3)
         saver.put(c, checkpoint({"m": 9}, {"m": 9}), {}, {"m": 9})
         tk = ks.thread("new")
-        # Neither the registry (standalone) nor the timeline keeps ids of expired checkpoints.
+        # Read in one pipeline right after the put, before its own 1 s TTL can end.
+        pipe = client.pipeline(transaction=False)
+        pipe.zcard(tk.idx(""))
+        pipe.zcard(tk.keys(""))
         if not isinstance(client, RedisCluster):
-            assert client.zrange(ks.threads, 0, -1) == [b"new"]
-        assert client.zcard(tk.idx("")) == 1
+            pipe.zrange(ks.threads, 0, -1)
+        idx, keys, *threads = pipe.execute()
+        # Neither the registry (standalone) nor the timeline keeps ids of expired checkpoints.
+        assert threads == ([] if isinstance(client, RedisCluster) else [[b"new"]])
+        assert idx == 1
         # the checkpoint, its run marker and its one blob
-        assert client.zcard(tk.keys("")) == 3
+        assert keys == 3
         assert orphans(client, prefix) == set()
 
 
@@ -490,10 +499,12 @@ def test_writers_without_a_ttl_sweep_registry_entries_of_threads_that_expired(
     if isinstance(client, RedisCluster):
         pytest.skip("a cluster keeps no registry")
     ks = KeySpace(prefix)
-    with RedisSaver(redis_url, prefix=prefix, ttl=1) as timed:
+    # Each new thread's put sweeps expired entries: the 70 puts must end before the first
+    # expires (2.5 s, well past what 70 puts take on a busy machine).
+    with RedisSaver(redis_url, prefix=prefix, ttl=2.5) as timed:
         for n in range(70):  # more than one sweep takes (64)
             timed.put(cfg(f"gone-{n}"), checkpoint({"m": 0}, {"m": 1}), {}, {"m": 1})
-    time.sleep(1.3)
+    time.sleep(2.8)
     assert client.zcard(ks.threads) == 70  # expired, filtered out of listings, still there
     with RedisSaver(redis_url, prefix=prefix) as saver:
         first = saver.put(cfg("kept"), checkpoint({"m": 0}, {"m": 1}), {}, {"m": 1})
@@ -582,10 +593,12 @@ def test_a_ttl_taken_up_by_a_thread_written_without_one_covers_its_old_keys(
         c = forever.put(
             c, checkpoint({"m": 2, "k": 1}, {"m": 2, "k": 1}), {"run_id": "r"}, {"m": 2}
         )
+    # Listed while kept for ever: a SCAN after the 1 s TTL call may come too late to see them.
+    before = keys_under(client, prefix)
     with RedisSaver(redis_url, prefix=prefix, ttl=1) as saver:
         saver.put(c, checkpoint({"m": 3, "k": 1}, {"m": 3, "k": 1}), {}, {"m": 3})
         ks = KeySpace(prefix)
-        stored = set(client.scan_iter(match=f"{prefix}:*", count=1000)) - {ks.threads.encode()}
+        stored = (before | keys_under(client, prefix)) - {ks.threads.encode()}
         if isinstance(client, RedisCluster):  # run sets live in other slots: scripts leave them
             stored -= {ks.run("r").encode()}
         assert all_expire(client, stored)
@@ -600,16 +613,21 @@ def test_a_ttl_taken_up_by_a_thread_written_without_one_covers_its_old_keys(
 def test_a_thread_written_without_a_ttl_after_one_with_keeps_all_it_reads(
     redis_url: str, prefix: str, client: redis.Redis
 ) -> None:
-    with RedisSaver(redis_url, prefix=prefix, ttl=1) as saver:
+    # Both savers open, `forever` connected, before the timed put: the takeover comes well
+    # within its 2 s TTL, even on a busy machine.
+    with (
+        RedisSaver(redis_url, prefix=prefix, ttl=2) as saver,
+        RedisSaver(redis_url, prefix=prefix) as forever,
+    ):
+        forever.get_tuple(cfg("warm"))
         c = saver.put(
             cfg("t"), checkpoint({"m": 1, "k": 1}, {"m": 1, "k": 1}), {}, {"m": 1, "k": 1}
         )
-    with RedisSaver(redis_url, prefix=prefix) as forever:
         c = forever.put(
             c, checkpoint({"m": 2, "k": 1}, {"m": 2, "k": 1}), {"run_id": "r"}, {"m": 2}
         )
         forever.put_writes(c, [("m", 3)], "task")
-        time.sleep(1.3)
+        time.sleep(2.3)
         got = forever.get_tuple(cfg("t"))
         assert got is not None and got.checkpoint["channel_values"] == {"m": 2, "k": 1}
         assert got.pending_writes == [("task", "m", 3)]
@@ -624,8 +642,15 @@ def test_writes_without_a_ttl_keep_the_checkpoint_they_belong_to_for_ever(
 ) -> None:
     """A saver without a TTL records an interrupt on a checkpoint another saver stored with
     one: the checkpoint, all it reads and the newest of the timeline stay with the writes,
-    for ever, as if that saver had stored them (no thread listed for ever with nothing in it)."""
-    with RedisSaver(redis_url, prefix=prefix, ttl=1) as timed:
+    for ever, as if that saver had stored them (no thread listed for ever with nothing in it).
+
+    Both savers open, `forever` connected, before the timed puts: the writes come well
+    within their 2 s TTL, even on a busy machine."""
+    with (
+        RedisSaver(redis_url, prefix=prefix, ttl=2) as timed,
+        RedisSaver(redis_url, prefix=prefix) as forever,
+    ):
+        forever.get_tuple(cfg("warm"))
         first = timed.put(
             cfg("t"),
             checkpoint({"m": 1, "k": 1}, {"m": 1, "k": 1}),
@@ -633,9 +658,8 @@ def test_writes_without_a_ttl_keep_the_checkpoint_they_belong_to_for_ever(
             {"m": 1, "k": 1},
         )
         newest = timed.put(first, checkpoint({"m": 2, "k": 1}, {"m": 2, "k": 1}), {}, {"m": 2})
-    with RedisSaver(redis_url, prefix=prefix) as forever:
         forever.put_writes(first, [("__interrupt__", "approve?")], "task")
-        time.sleep(1.3)
+        time.sleep(2.3)
         listed = list(forever.list(cfg("t")))
         assert [t.config for t in listed] == [newest, first]
         assert listed[1].pending_writes == [("task", "__interrupt__", "approve?")]
@@ -682,13 +706,14 @@ def test_a_refreshing_reader_or_a_writer_with_a_ttl_adopts_the_whole_thread(
                 {},
                 {"m": step + 1, "k": 1},
             )
+    # Listed while kept for ever: a SCAN after the 1 s TTL call may come too late to see them.
+    before = thread_keys_left(client, prefix)
     with RedisSaver(redis_url, prefix=prefix, ttl=1, refresh_on_read=True) as saver:
         if checkpoints == 2:
             assert saver.get_tuple(cfg("t")) is not None  # a read that refreshes
         else:
             saver.put(c, checkpoint({"m": -1, "k": 1}, {"m": 0, "k": 1}), {}, {"m": 0})
-        left = thread_keys_left(client, prefix)
-        assert all_expire(client, left)
+        assert all_expire(client, before | thread_keys_left(client, prefix))
         time.sleep(1.3)
         assert saver.get_tuple(cfg("t")) is None
         assert thread_keys_left(client, prefix) == set()
@@ -709,6 +734,8 @@ def test_a_takeover_by_a_ttl_takes_the_threads_subgraph_namespaces_along(
             forever.put_writes(sub, [("m", 3)], "task")
         if how == "copy_thread":
             forever.put(cfg("src"), checkpoint({"m": 9}, {"m": 9}), {}, {"m": 9})
+    # Listed while kept for ever: a SCAN after the 1 s TTL call may come too late to see them.
+    before = thread_keys_left(client, prefix)
     with RedisSaver(redis_url, prefix=prefix, ttl=1, refresh_on_read=True) as saver:
         if how == "put":
             saver.put(root, checkpoint({"m": 4}, {"m": 2}), {}, {"m": 2})
@@ -718,7 +745,8 @@ def test_a_takeover_by_a_ttl_takes_the_threads_subgraph_namespaces_along(
             assert saver.get_tuple(cfg("t")) is not None
         else:
             saver.copy_thread("src", "t")
-        assert all_expire(client, {k for k in thread_keys_left(client, prefix) if b"{t}" in k})
+        left = before | thread_keys_left(client, prefix)
+        assert all_expire(client, {k for k in left if b"{t}" in k})
         time.sleep(1.3)
         assert [c for c in saver.list(None) if c.config["configurable"]["thread_id"] == "t"] == []
         assert {k for k in thread_keys_left(client, prefix) if b"{t}" in k} == set()
@@ -822,7 +850,8 @@ def test_a_thread_taken_over_by_a_ttl_takes_its_own_run_sets_along(
             saver.put_writes(c, [("m", 1)], "task")
         else:
             assert saver.get_tuple(cfg("t")) is not None
-        assert 0 < client.pttl(ks.run("r")) <= 1000
+        p = client.pttl(ks.run("r"))
+        assert p == -2 or 0 < p <= 1000  # expiring (or already gone, after a stall)
         assert client.pttl(ks.run("shared")) == -1
         time.sleep(1.3)
         assert saver.get_tuple(cfg("t")) is None
@@ -836,12 +865,13 @@ def test_a_thread_taken_over_by_a_ttl_takes_its_own_run_sets_along(
 def test_a_ttl_takeover_never_cuts_a_value_a_longer_lived_checkpoint_reads(
     redis_url: str, prefix: str, client: redis.Redis, how: str
 ) -> None:
-    """A checkpoint kept 3 s reads value k; a writer without a TTL keeps k for ever; a
+    """A checkpoint kept 10 s reads value k; a writer without a TTL keeps k for ever; a
     writer with a 0.5 s TTL then takes the thread over: k lives as long as the longest-lived
-    key of the timeline, not 0.5 s, so no checkpoint comes back without it."""
+    key of the timeline, not 0.5 s, so no checkpoint comes back without it. (10 s, checked
+    as > 2 s: room for stalls between the first put and the check.)"""
     blob = KeySpace(prefix).thread("t").blob("", "k", "1")
     with (
-        RedisSaver(redis_url, prefix=prefix, ttl=3) as long,
+        RedisSaver(redis_url, prefix=prefix, ttl=10) as long,
         RedisSaver(redis_url, prefix=prefix) as forever,
         RedisSaver(redis_url, prefix=prefix, ttl=0.5, refresh_on_read=True) as short,
     ):
@@ -869,16 +899,18 @@ def test_copying_again_keeps_what_the_target_reads_that_expired_in_the_source(
     redis_url: str, prefix: str, client: redis.Redis
 ) -> None:
     """A value that expired in the source (its index entry not swept yet) is not "absent at
-    that version": copying the source again leaves the target's live copy of it alone."""
-    with RedisSaver(redis_url, prefix=prefix, ttl=2) as saver:
+    that version": copying the source again leaves the target's live copy of it alone.
+
+    Steps 2.2 s apart with a 4 s TTL: each has ~1.8 s to spare."""
+    with RedisSaver(redis_url, prefix=prefix, ttl=4) as saver:
         v = {"k": "1", "m": "1"}
         c1 = saver.put(cfg("src"), checkpoint({"k": "v1", "m": 1}, v), {}, v)
         saver.copy_thread("src", "dst")
-        time.sleep(1.2)
+        time.sleep(2.2)
         saver.put(c1, checkpoint({"k": "v2", "m": 1}, {"k": "2", "m": "1"}), {}, {"k": "2"})
         dst = cfg("dst", cid=c1["configurable"]["checkpoint_id"])
         saver.put(dst, checkpoint({"k": "v1", "m": 2}, {"k": "1", "m": "2"}), {}, {"m": "2"})
-        time.sleep(1.2)  # the source's first checkpoint and its k have expired
+        time.sleep(2.2)  # the source's first checkpoint and its k have expired
         assert saver.get_tuple(cfg("dst")).checkpoint["channel_values"] == {"k": "v1", "m": 2}
         saver.copy_thread("src", "dst")
         assert saver.get_tuple(cfg("dst")).checkpoint["channel_values"] == {"k": "v1", "m": 2}
@@ -955,9 +987,12 @@ def test_a_copy_with_a_ttl_adopts_the_target_and_keeps_longer_lives(
             {},
             {"m": 2},
         )
+        # Listed while kept for ever: a SCAN after the 1 s TTL call may come too late.
+        before = thread_keys_left(client, prefix)
         with RedisSaver(redis_url, prefix=prefix, ttl=1) as saver:
             saver.copy_thread("src", "dst")  # the target takes the TTL as a whole
-        assert all_expire(client, {k for k in thread_keys_left(client, prefix) if b"{dst}" in k})
+        left = before | thread_keys_left(client, prefix)
+        assert all_expire(client, {k for k in left if b"{dst}" in k})
         time.sleep(1.3)
         assert forever.get_tuple(cfg("dst")) is None
         assert orphans(client, prefix) == set()
@@ -1000,12 +1035,17 @@ def test_a_foreign_run_set_never_fails_a_ttl_call_half_way(
 def test_a_copy_without_a_ttl_keeps_its_run_set(
     redis_url: str, prefix: str, client: redis.Redis
 ) -> None:
-    with RedisSaver(redis_url, prefix=prefix, ttl=1) as saver:
+    # Both savers open, `forever` connected, before the timed put: the copy comes well
+    # within its 2 s TTL, even on a busy machine.
+    with (
+        RedisSaver(redis_url, prefix=prefix, ttl=2) as saver,
+        RedisSaver(redis_url, prefix=prefix) as forever,
+    ):
+        forever.get_tuple(cfg("warm"))
         saver.put(cfg("a"), checkpoint({"m": 1}, {"m": 1}), {"run_id": "r"}, {"m": 1})
-    with RedisSaver(redis_url, prefix=prefix) as forever:
         forever.copy_thread("a", "b")
         assert client.pttl(KeySpace(prefix).run("r")) == -1
-        time.sleep(1.3)
+        time.sleep(2.3)
         forever.delete_for_runs(["r"])
         assert forever.get_tuple(cfg("b")) is None
 
@@ -1014,20 +1054,23 @@ def test_expired_entries_are_swept_faster_than_wide_puts_add_them(
     redis_url: str, prefix: str, client: redis.Redis
 ) -> None:
     # A put adds 2 index entries plus one per blob; it drops at least twice as many. The
-    # puts come 0.7 s apart with a 1 s TTL, so the index outlives the entries that expire.
+    # first put has a 1 s TTL and has expired by the next; the next two have 30 s, so
+    # nothing else expires, however slow the machine.
     channels = 100
     tk = KeySpace(prefix).thread("wide")
-    with RedisSaver(redis_url, prefix=prefix, ttl=1) as saver:
+    with (
+        RedisSaver(redis_url, prefix=prefix, ttl=1) as short,
+        RedisSaver(redis_url, prefix=prefix, ttl=30) as saver,
+    ):
         c = cfg("wide")
         for step in (1, 2, 3):
             values = {f"ch{i}": step for i in range(channels)}
             versions = dict.fromkeys(values, step)
-            c = saver.put(c, checkpoint(values, versions), {}, versions)
+            c = (short if step == 1 else saver).put(c, checkpoint(values, versions), {}, versions)
             if step == 1:
                 first = client.zrange(tk.keys(""), 0, -1)
-            if step < 3:
-                time.sleep(0.7)
-        # the first put's entries expired before the third put, which swept all of them
+                time.sleep(1.3)
+        # the first put's entries expired before the second put, which swept all of them
         assert not set(first) & set(client.zrange(tk.keys(""), 0, -1))
         assert client.zcard(tk.keys("")) == 2 * (channels + 2)
         assert client.zcard(tk.idx("")) == 2
@@ -1039,30 +1082,37 @@ def test_run_sets_drop_expired_checkpoints_and_copies_keep_a_ttl(
     redis_url: str, prefix: str, client: redis.Redis
 ) -> None:
     run_set = KeySpace(prefix).run("r")
-    with RedisSaver(redis_url, prefix=prefix, ttl=1) as saver:
+    with (
+        RedisSaver(redis_url, prefix=prefix, ttl=1) as short,
+        RedisSaver(redis_url, prefix=prefix, ttl=30) as saver,
+    ):
         ids = []
-        for step in range(3):  # 0.7 s apart: the run set outlives the first checkpoint
-            c = saver.put(
+        # The first checkpoint lives 1 s and has expired by the next; the run set, refreshed
+        # by the next two (30 s, so nothing else expires on a slow machine), outlives it.
+        for step in range(3):
+            c = (short if step == 0 else saver).put(
                 cfg("a"), checkpoint({"m": step}, {"m": step + 1}), {"run_id": "r"}, {"m": step + 1}
             )
             ids.append(c["configurable"]["checkpoint_id"])
-            if step < 2:
-                time.sleep(0.7)
+            if step == 0:
+                time.sleep(1.3)
         assert client.smembers(run_set) == {f"a::{cid}".encode() for cid in ids[1:]}
         saver.copy_thread("a", "b")
-        assert client.scard(run_set) == 4 and 0 < client.pttl(run_set) <= 1000
+        assert client.scard(run_set) == 4 and 0 < client.pttl(run_set) <= 30_000
 
 
 def test_a_put_keeps_the_writes_already_stored_for_its_checkpoint(
     redis_url: str, prefix: str, client: redis.Redis
 ) -> None:
-    with RedisSaver(redis_url, prefix=prefix, ttl=1.5) as saver:
+    # Steps 2.1 s apart with a 4 s TTL: each has ~1.9 s to spare, and the read still comes
+    # after the writes' own TTL ended.
+    with RedisSaver(redis_url, prefix=prefix, ttl=4) as saver:
         cp = checkpoint({"m": 1}, {"m": 1})
         target = cfg("w", cid=cp["id"])
         saver.put_writes(target, [("m", 2)], "task")
-        time.sleep(0.8)
+        time.sleep(2.1)
         saver.put(cfg("w"), cp, {}, {"m": 1})
-        time.sleep(0.8)
+        time.sleep(2.1)
         got = saver.get_tuple(cfg("w"))
         assert got is not None and got.pending_writes == [("task", "m", 2)]
 
@@ -1085,10 +1135,11 @@ async def test_a_resp3_client_on_redis_5_is_told_to_use_protocol_2(
 
 
 def test_refresh_on_read_keeps_a_read_thread_alive(redis_url: str, prefix: str) -> None:
-    with RedisSaver(redis_url, prefix=prefix, ttl=1.2, refresh_on_read=True) as saver:
+    # Reads 1.1 s apart with a 3 s TTL, the last 3.3 s after the put: each has ~1.9 s to spare.
+    with RedisSaver(redis_url, prefix=prefix, ttl=3, refresh_on_read=True) as saver:
         saver.put(cfg("r"), checkpoint({"m": 1}, {"m": 1}), {}, {"m": 1})
         for _ in range(3):
-            time.sleep(0.6)
+            time.sleep(1.1)
             assert saver.get_tuple(cfg("r")) is not None
         assert [t.config["configurable"]["thread_id"] for t in saver.list(None)] == ["r"]
 

@@ -588,16 +588,16 @@ def test_a_late_reply_on_a_held_socket_times_out_in_the_kernel(
     real_stale = _sync._stale
     monkeypatch.setattr(_sync, "_stale", lambda conn: polls.append(conn) or real_stale(conn))
     with RedisSaver(
-        redis_url, prefix=prefix, cluster=False, socket_timeout=0.2, retry=_drops_only()
+        redis_url, prefix=prefix, cluster=False, socket_timeout=1.0, retry=_drops_only()
     ) as saver:
         saver.put(cfg("held"), checkpoint("x"), {}, {"m": 1})
         assert saver.get_tuple(cfg("held")) is not None
         assert saver._idle is not None and saver._idle._kept[0][0]._sock.gettimeout() is None
-        probe.execute_command("CLIENT", "PAUSE", 1000)
+        probe.execute_command("CLIENT", "PAUSE", PAUSE_MS)
         with pytest.raises(redis.TimeoutError, match="Timeout reading from"):
             saver.get_tuple(cfg("held"))
         assert polls == []
-        probe.execute_command("CLIENT", "UNPAUSE") if _unpauses(probe) else _wait_pause()
+        probe.execute_command("CLIENT", "UNPAUSE") if _unpauses(probe) else _wait_pause(probe)
         got = saver.get_tuple(cfg("held"))
         assert got is not None and got.checkpoint["channel_values"]["m"] == "x"
     probe.close()
@@ -776,7 +776,7 @@ def test_a_saver_on_a_unix_socket_holds_it_and_times_out(redis_kind: str, tmp_pa
     path = tmp_path / "redis.sock"
     with servers.start(redis_kind, extra_args=["--unixsocket", str(path)]) as server:
         url = f"unix://{path}"
-        with RedisSaver(url, prefix="unix", socket_timeout=0.2, retry=_drops_only()) as saver:
+        with RedisSaver(url, prefix="unix", socket_timeout=1.0, retry=_drops_only()) as saver:
             saver.put(cfg("u"), checkpoint("x"), {}, {"m": 1})
             assert saver._idle is not None and len(saver._idle) == 1
             conn = saver._idle._kept[0][0]
@@ -786,9 +786,9 @@ def test_a_saver_on_a_unix_socket_holds_it_and_times_out(redis_kind: str, tmp_pa
             assert got is not None and got.checkpoint["channel_values"]["m"] == "x"
             if conn.socket_timeout is None:  # redis-py 5.0 leaves it out of unix:// URLs
                 return
-            assert _kernel_timeouts(sock) == (0.2, 0.2)
+            assert _kernel_timeouts(sock) == (1.0, 1.0)
             probe = redis.Redis.from_url(server.url, protocol=2)
-            probe.execute_command("CLIENT", "PAUSE", 1000)
+            probe.execute_command("CLIENT", "PAUSE", PAUSE_MS)
             with pytest.raises(redis.TimeoutError, match="Timeout reading from"):
                 saver.get_tuple(cfg("u"))
             probe.close()
@@ -1146,10 +1146,19 @@ async def test_an_async_connection_keeps_one_timer_however_many_reads_it_makes()
 
 async def test_a_connection_idle_past_its_timeout_still_times_out_its_next_read() -> None:
     """The timer lapses when it fires with no read under way; the next read sets it again."""
-    stream = _Stream(_resp(b"ok"), 64)
-    conn = await _async_conn_on(stream)
-    conn.socket_timeout = 0.05
-    assert await _wire.aexchange(conn, b"PING") == b"ok"
+    # The first read only sets the timer. Its reply is already there, but a pause of the
+    # whole process longer than 0.05 s times it out as it would a real one: try again.
+    for _ in range(5):
+        stream = _Stream(_resp(b"ok"), 64)
+        conn = await _async_conn_on(stream)
+        conn.socket_timeout = 0.05
+        try:
+            assert await _wire.aexchange(conn, b"PING") == b"ok"
+            break
+        except redis.TimeoutError:
+            continue
+    else:
+        pytest.fail("no read of a reply already there finished within 0.05 s")
     await asyncio.sleep(0.15)  # the timer fires with nothing to cancel
     stream.data = b""  # the server stops answering
     await _read_times_out(conn)
@@ -1160,16 +1169,16 @@ async def test_a_read_past_the_deadline_of_an_earlier_one_is_not_cut_short() -> 
     read's deadline waits on for the current one."""
     stream = _Stream(_resp(b"ok"), 64)
     conn = await _async_conn_on(stream)
-    conn.socket_timeout = 0.2
+    conn.socket_timeout = 1.0  # room for a busy machine: the reply below has 0.7 s to spare
     assert await _wire.aexchange(conn, b"PING") == b"ok"
-    await asyncio.sleep(0.15)
+    await asyncio.sleep(0.9)
     late = _answers(conn, _resp(b"late"))
 
-    def write(data: bytes) -> None:  # the reply comes 0.1 s after the request
-        asyncio.get_running_loop().call_later(0.1, late.reader.feed_data, _resp(b"late"))
+    def write(data: bytes) -> None:  # the reply comes 0.3 s after the request
+        asyncio.get_running_loop().call_later(0.3, late.reader.feed_data, _resp(b"late"))
 
     late.write = write  # type: ignore[method-assign]
-    assert await _wire.aexchange(conn, b"PING") == b"late"  # past the first read's 0.2 s
+    assert await _wire.aexchange(conn, b"PING") == b"late"  # past the first read's 1 s
     assert conn.disconnected == []
 
 
@@ -1350,13 +1359,13 @@ def test_a_reply_that_comes_too_late_times_out_and_loses_nothing(
     probe = redis.Redis.from_url(redis_url, protocol=2)
     no_retry = redis.retry.Retry(redis.backoff.NoBackoff(), 0)
     with RedisSaver(
-        redis_url, prefix=prefix, cluster=False, socket_timeout=0.2, retry=no_retry
+        redis_url, prefix=prefix, cluster=False, socket_timeout=1.0, retry=no_retry
     ) as saver:
         saver.put(cfg("late"), checkpoint("kept"), {}, {"m": 1})
-        probe.execute_command("CLIENT", "PAUSE", 1000)
+        probe.execute_command("CLIENT", "PAUSE", PAUSE_MS)
         with pytest.raises(redis.TimeoutError, match="Timeout reading from"):
             saver.put(cfg("late"), checkpoint("late"), {}, {"m": 1})
-        probe.execute_command("CLIENT", "UNPAUSE") if _unpauses(probe) else _wait_pause()
+        probe.execute_command("CLIENT", "UNPAUSE") if _unpauses(probe) else _wait_pause(probe)
         got = saver.get_tuple(cfg("late"))
         assert got is not None and got.checkpoint["channel_values"]["m"] in ("kept", "late")
         assert len(list(saver.list(cfg("late")))) in (1, 2)  # the late put ran whole or not
@@ -1371,15 +1380,15 @@ async def test_an_async_reply_that_comes_too_late_times_out_and_loses_nothing(
     probe = redis.Redis.from_url(redis_url, protocol=2)
     no_retry = aioredis.retry.Retry(redis.backoff.NoBackoff(), 0)
     async with AsyncRedisSaver(
-        redis_url, prefix=prefix, cluster=False, socket_timeout=0.2, retry=no_retry
+        redis_url, prefix=prefix, cluster=False, socket_timeout=1.0, retry=no_retry
     ) as saver:
         for n in range(20):  # the connection's timer is set, and outlives these reads
             await saver.aput(cfg(f"warm{n}"), checkpoint("x"), {}, {"m": 1})
         await saver.aput(cfg("alate"), checkpoint("kept"), {}, {"m": 1})
-        probe.execute_command("CLIENT", "PAUSE", 1000)
+        probe.execute_command("CLIENT", "PAUSE", PAUSE_MS)
         with pytest.raises(redis.TimeoutError, match="Timeout reading from"):
             await saver.aput(cfg("alate"), checkpoint("late"), {}, {"m": 1})
-        probe.execute_command("CLIENT", "UNPAUSE") if _unpauses(probe) else _wait_pause()
+        probe.execute_command("CLIENT", "UNPAUSE") if _unpauses(probe) else _wait_pause(probe)
         got = await saver.aget_tuple(cfg("alate"))
         assert got is not None and got.checkpoint["channel_values"]["m"] in ("kept", "late")
         assert len([t async for t in saver.alist(cfg("alate"))]) in (1, 2)
@@ -1391,10 +1400,16 @@ def _unpauses(client: redis.Redis) -> bool:
     return int(client.info("server")["redis_version"].split(".")[0]) >= 6
 
 
-def _wait_pause() -> None:
-    import time
+# The tests of a late reply time out after 1 s (room for a busy machine to answer every
+# other call), so a paused call sent within 2 s of CLIENT PAUSE times out. Every command,
+# the probe's too, waits for the pause to end: each of these tests takes as long as it.
+PAUSE_MS = 3000
 
-    time.sleep(1.0)
+
+def _wait_pause(probe: redis.Redis) -> None:
+    """Redis 5 has no CLIENT UNPAUSE; it pauses the probe too, so a command of the probe's
+    answers once the pause has ended (no longer than it must)."""
+    assert probe.ping()
 
 
 @pytest.mark.standalone
@@ -1507,7 +1522,7 @@ def test_a_held_connection_read_by_redis_py_gets_its_python_timeout_back(
     not the ConnectionError it makes of a held socket's EAGAIN; and it is not held again."""
     probe = redis.Redis.from_url(redis_url, protocol=2)
     with RedisSaver(
-        redis_url, prefix=prefix, cluster=False, socket_timeout=0.2, retry=_drops_only()
+        redis_url, prefix=prefix, cluster=False, socket_timeout=1.0, retry=_drops_only()
     ) as saver:
         saver.put(cfg("traced"), checkpoint("x"), {}, {"m": 1})
         assert saver.get_tuple(cfg("traced")) is not None  # the server learns the script
@@ -1523,12 +1538,12 @@ def test_a_held_connection_read_by_redis_py_gets_its_python_timeout_back(
 
         monkeypatch.setattr(Connection, "read_response", traced)
         assert saver.get_tuple(cfg("traced")) is not None and reads == [1]
-        probe.execute_command("CLIENT", "PAUSE", 1000)
+        probe.execute_command("CLIENT", "PAUSE", PAUSE_MS)
         with pytest.raises(redis.TimeoutError):
             saver.get_tuple(cfg("traced"))
         assert reads[0] >= 2  # redis-py read it (and may call itself again inside)
         assert saver._idle._kept == [] or saver._idle._kept[0][0]._sock is None
-        probe.execute_command("CLIENT", "UNPAUSE") if _unpauses(probe) else _wait_pause()
+        probe.execute_command("CLIENT", "UNPAUSE") if _unpauses(probe) else _wait_pause(probe)
     probe.close()
 
 

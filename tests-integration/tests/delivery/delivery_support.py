@@ -112,7 +112,10 @@ def build(url: str, prefix: str, mode: str, worker: str = "") -> Stack:
         config=ReducerConfig(min_messages=KEEP, max_messages=WINDOW, on_prune=hooks),
         ledger=ledger,
     )
-    options = Delivery(mode, lease=2.0, grace=30.0, retry_after=0.2, poll_interval=0.2)  # type: ignore[arg-type]
+    # Exactly once holds only while no delivery outlasts its lease (another process may
+    # then deliver it again): 10 s, room for a busy machine. B's stalled batch waits as long
+    # after its kill, which the test's last drain allows for.
+    options = Delivery(mode, lease=10.0, grace=30.0, retry_after=0.2, poll_interval=0.2)  # type: ignore[arg-type]
     saver = ReducingSaver(
         inner, reducer, outbox=RedisOutbox.for_saver(inner, prefix=f"{prefix}:d"), delivery=options
     )
