@@ -1144,21 +1144,25 @@ async def test_an_async_connection_keeps_one_timer_however_many_reads_it_makes()
     assert watch.handle is timer and not timer.cancelled() and watch.task is None
 
 
-async def test_a_connection_idle_past_its_timeout_still_times_out_its_next_read() -> None:
-    """The timer lapses when it fires with no read under way; the next read sets it again."""
-    # The first read only sets the timer. Its reply is already there, but a pause of the
-    # whole process longer than 0.05 s times it out as it would a real one: try again.
+async def _primed(timeout: float) -> tuple[Any, _Stream]:
+    """A connection with `timeout` whose first read, of a reply already there, set its timer.
+    A pause of the whole process (a garbage collection, a busy machine) longer than `timeout`
+    times that read out as it would a real one: it is tried again on a fresh connection."""
     for _ in range(5):
         stream = _Stream(_resp(b"ok"), 64)
         conn = await _async_conn_on(stream)
-        conn.socket_timeout = 0.05
+        conn.socket_timeout = timeout
         try:
             assert await _wire.aexchange(conn, b"PING") == b"ok"
-            break
+            return conn, stream
         except redis.TimeoutError:
             continue
-    else:
-        pytest.fail("no read of a reply already there finished within 0.05 s")
+    pytest.fail(f"no read of a reply already there finished within {timeout} s")
+
+
+async def test_a_connection_idle_past_its_timeout_still_times_out_its_next_read() -> None:
+    """The timer lapses when it fires with no read under way; the next read sets it again."""
+    conn, stream = await _primed(0.05)
     await asyncio.sleep(0.15)  # the timer fires with nothing to cancel
     stream.data = b""  # the server stops answering
     await _read_times_out(conn)
@@ -1189,19 +1193,7 @@ async def test_no_read_times_out_before_its_own_timeout(timeout: float) -> None:
     millisecond before) still gets its whole timeout, by the loop's own clock."""
     loop = asyncio.get_running_loop()
     for lead in (0.9, 0.99):
-        # The first read only sets the timer. Its reply is already there, but a pause of the
-        # whole process (a garbage collection, a busy machine) longer than `timeout` times
-        # it out as it would a real one: it is tried again on a fresh connection.
-        for _ in range(5):
-            conn = await _async_conn_on(_Stream(_resp(b"ok"), 64))
-            conn.socket_timeout = timeout
-            try:
-                assert await _wire.aexchange(conn, b"PING") == b"ok"
-                break
-            except redis.TimeoutError:
-                continue
-        else:
-            pytest.fail(f"no read of a reply already there finished within {timeout} s")
+        conn, _ = await _primed(timeout)
         due = getattr(conn, _wire._WATCH).due
         while loop.time() < due - timeout * (1 - lead):  # busy: the timer cannot run yet
             pass
