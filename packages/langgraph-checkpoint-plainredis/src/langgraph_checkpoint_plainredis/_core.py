@@ -154,7 +154,7 @@ def translate_error(error: Exception, prefix: str) -> PlainRedisError | None:
             "client with protocol=2, e.g. redis.Redis.from_url(url, protocol=2) (redis-py 8 "
             "defaults to 3), or pass url= and leave the saver's protocol at its default 2"
         )
-    if "script can't run this command" in message or "no permissions to run" in message:
+    if "script can't run this command" in message:  # Redis 6 and 7 word it so
         return PlainRedisError(
             f"{message}: the saver's Redis user may not run a command its scripts call; grant "
             "the commands docs/operations/access.md lists. Redis stops a script at the first "
@@ -178,10 +178,12 @@ def info_refused(error: ResponseError, prefix: str) -> bool:
     without INFO (NOPERM) or a server that renamed it away ("unknown command") is taken as
     standalone (pass cluster= to choose). A server that does not speak the protocol asked
     for raises the package's error; any other error is raised as it came."""
+    if isinstance(error, NoPermissionError):
+        return False
     mapped = translate_error(error, prefix)
     if mapped is not None:
         raise mapped from None
-    if isinstance(error, NoPermissionError) or "unknown command" in str(error).lower():
+    if "unknown command" in str(error).lower():
         return False
     raise error
 
