@@ -279,3 +279,28 @@ def test_a_delete_between_writes_and_their_run_set_leaves_no_run_set_for_ever(
             steps.send(None)
         client = RedisCluster.from_url(url, protocol=2)
         assert [client.pttl(k) for k in client.scan_iter(match=f"{prefix}:run:*")] in ([], [-2])
+
+
+def _connections(url: str, name: str) -> int:
+    """Connections named `name` on every node of the cluster at `url`."""
+    with RedisCluster.from_url(url) as client:
+        per_node = client.client_list(target_nodes=RedisCluster.ALL_NODES)
+    return sum(entry.get("name") == name for entries in per_node.values() for entry in entries)
+
+
+def test_close_disconnects_every_node(server_pool: Any) -> None:
+    """redis-py's RedisCluster.close leaves its nodes' pools connected until they are
+    collected; the saver's close disconnects them."""
+    url = server_pool.get("redis-7-cluster")
+    name = f"close-{uuid.uuid4().hex[:8]}"
+    saver = RedisSaver(url, prefix=f"close:{uuid.uuid4().hex[:8]}", client_name=name)
+    for thread in range(12):  # threads on every node
+        saver.put(
+            {"configurable": {"thread_id": f"t{thread}", "checkpoint_ns": ""}},
+            empty_checkpoint(),
+            {},
+            {},
+        )
+    assert _connections(url, name) >= 3
+    saver.close()
+    assert _connections(url, name) == 0

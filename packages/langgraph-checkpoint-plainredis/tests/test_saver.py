@@ -1492,6 +1492,39 @@ def test_a_saver_needs_a_url_or_client() -> None:
         AsyncRedisSaver(client=aioredis.Redis(decode_responses=True))
 
 
+@pytest.mark.parametrize("cls", [RedisSaver, AsyncRedisSaver])
+def test_a_bad_connection_option_is_refused_at_construction_naming_it(cls: Any) -> None:
+    """A misspelt or misplaced keyword failed at the first call, as a bare TypeError from
+    redis-py's connection; a cluster client dropped it silently."""
+    url = "redis://127.0.0.1:6379/0"
+    with pytest.raises(TypeError, match=r"socket_timout=1, .*did you mean socket_timeout="):
+        cls(url, socket_timout=1)
+    with pytest.raises(TypeError, match=r"sockettimeout='3' in the url.*socket_timeout="):
+        cls(f"{url}?sockettimeout=3")
+    with pytest.raises(TypeError, match=r"pass client=redis.Redis\(connection_pool=pool\)"):
+        cls(url, connection_pool=redis.ConnectionPool())
+    with pytest.raises(TypeError, match="read_from_replicas=True, .*pass cluster=True"):
+        cls(url, read_from_replicas=True)
+    # with cluster=True a typo is caught as well; nothing here connects
+    with pytest.raises(TypeError, match="did you mean socket_timeout="):
+        cls(url, cluster=True, socket_timout=1)
+    for good in ({"socket_timeout": 1, "max_connections": 5}, {"health_check_interval": 3}):
+        cls(url, **good)
+    cls(f"{url}?socket_timeout=3&health_check_interval=2")
+    cls("unix:///tmp/redis.sock?db=3")
+    cls("rediss://127.0.0.1:6380/2", ssl_cert_reqs="none")
+
+
+@pytest.mark.parametrize("cls", [RedisSaver, AsyncRedisSaver])
+def test_a_url_whose_database_is_not_a_number_is_refused(cls: Any) -> None:
+    """redis-py reads 'redis://host/abc' as database 0: a saver would share db 0."""
+    for url in ("redis://127.0.0.1:6379/abc", "redis://127.0.0.1:6379/1x", "rediss://h/-1"):
+        with pytest.raises(ValueError, match=r"names database .*a Redis database is a number"):
+            cls(url)
+    for url in ("redis://127.0.0.1:6379", "redis://127.0.0.1:6379/", "redis://127.0.0.1/15"):
+        cls(url)
+
+
 @pytest.mark.parametrize("encoding", ["latin-1", "utf-16"])
 def test_a_client_on_another_encoding_is_refused(encoding: str) -> None:
     """Keys are UTF-8: a client encoding them otherwise would build other keys for the same

@@ -226,7 +226,9 @@ class AsyncRedisSaver(SaverCore, BaseCheckpointSaver[str]):
             self._cluster = isinstance(client, RedisCluster)
             self._known = True
         elif url is not None:
-            self._connect = connect_options(url, protocol, connection_kwargs, "AsyncRedisSaver")
+            self._connect = connect_options(
+                url, protocol, connection_kwargs, "AsyncRedisSaver", cluster
+            )
             self._owns_client = True
             self._cluster = bool(cluster)
             self._client = self._new_client()

@@ -3,13 +3,20 @@
 from __future__ import annotations
 
 import codecs
+import difflib
+import inspect
+import re
 import ssl
 from collections.abc import Awaitable, Callable
 from typing import Any, NoReturn, TypeVar
 from urllib.parse import parse_qs, urlsplit
 
+import redis
+import redis.asyncio as aioredis
+from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.asyncio.retry import Retry as AsyncRetry
 from redis.backoff import EqualJitterBackoff
+from redis.cluster import RedisCluster
 from redis.exceptions import AuthenticationError, AuthorizationError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
@@ -123,8 +130,11 @@ def default_retry(asynchronous: bool = False) -> Any:
     return factory(EqualJitterBackoff(cap=1.0, base=0.01), 10)
 
 
-def connect_options(url: Any, protocol: Any, options: dict[str, Any], cls: str) -> dict[str, Any]:
-    """Checks `url` and `protocol` and returns the client options, with a default retry."""
+def connect_options(
+    url: Any, protocol: Any, options: dict[str, Any], cls: str, cluster: bool | None = None
+) -> dict[str, Any]:
+    """Checks `url`, `protocol` and the connection options, and returns the client
+    options, with a default retry."""
     if not isinstance(url, str):
         raise TypeError(
             f"{cls} url must be a str like 'redis://127.0.0.1:6379/0', got "
@@ -135,6 +145,7 @@ def connect_options(url: Any, protocol: Any, options: dict[str, Any], cls: str) 
             f"{cls} url {url!r} is not a Redis URL: use redis://host:port/db, rediss:// for "
             "TLS, or unix:///path/to.sock"
         )
+    _check_database(url, cls)
     if protocol not in (2, 3):
         raise ValueError(f"protocol={protocol!r}: use 2 (RESP2, any Redis 5+) or 3 (Redis 6+)")
     # The URL's query may set options too; redis-py reads them, and "0", "f", "false", "n",
@@ -148,7 +159,78 @@ def connect_options(url: Any, protocol: Any, options: dict[str, Any], cls: str) 
     retry = default_retry(asynchronous=cls.startswith("Async"))
     # redis-py before 6 retries only the errors a connection lists here, whatever `retry`.
     listed = [RedisConnectionError, RedisTimeoutError]
-    return {"protocol": protocol, "retry": retry, "retry_on_error": listed, **options}
+    connect = {"protocol": protocol, "retry": retry, "retry_on_error": listed, **options}
+    _check_keywords(url, connect, query, cls, cluster)
+    return connect
+
+
+def _check_database(url: str, cls: str) -> None:
+    """Refuses a redis:// or rediss:// URL whose path is not a database number: redis-py
+    would quietly use database 0 (or the query's ``db``)."""
+    path = urlsplit(url).path.strip("/") if not url.startswith("unix://") else ""
+    if path and not path.isdigit():
+        raise ValueError(
+            f"{cls} url {url!r} names database {path!r}: a Redis database is a number, as "
+            "in redis://host:6379/0 (or leave the path out for database 0)"
+        )
+
+
+_UNEXPECTED = re.compile(r"unexpected keyword argument '(\w+)'")
+
+
+def _parameters(*classes: type) -> set[str]:
+    """The keyword names the `__init__` of `classes` and their bases declare."""
+    names: set[str] = set()
+    for klass in classes:
+        for base in klass.__mro__[:-1]:  # not object
+            init = vars(base).get("__init__")
+            if init is not None:
+                names.update(inspect.signature(init).parameters)
+    return names - {"self", "args", "kwargs", "connection_kwargs"}
+
+
+def _check_keywords(
+    url: str, options: dict[str, Any], query: dict[str, str], cls: str, cluster: bool | None
+) -> None:
+    """Builds one connection object (no socket) as the saver's pool will, so that a
+    misspelt or misplaced option fails here, named, and not at the first call (a cluster
+    client drops it silently). A `RedisCluster` option needs ``cluster=True``."""
+    asynchronous = cls.startswith("Async")
+    # The pools the savers build (`_new_client`): the async one is blocking (`timeout=`).
+    pool_class = aioredis.BlockingConnectionPool if asynchronous else redis.ConnectionPool
+    cluster_class = AsyncRedisCluster if asynchronous else RedisCluster
+    cluster_only = _parameters(cluster_class)
+    left = dict(options)
+    while True:
+        pool = pool_class.from_url(url, **left)
+        try:
+            pool.connection_class(**pool.connection_kwargs)
+            return
+        except TypeError as error:
+            found = _UNEXPECTED.search(str(error))
+            if found is None or found.group(1) not in {**query, **left}:
+                raise
+            name = found.group(1)
+        if cluster and name in cluster_only:
+            if name not in left:  # in the query, which the cluster client reads itself
+                return
+            del left[name]  # the cluster client's own, not its connections'
+            continue
+        where = f"{name}={left[name]!r}" if name in left else f"{name}={query[name]!r} in the url"
+        if name in cluster_only:
+            fix = "it is an option of RedisCluster: pass cluster=True for a cluster"
+        elif name == "connection_pool":
+            fix = "to use a pool of your own, pass client=redis.Redis(connection_pool=pool)"
+        else:
+            known = _parameters(pool.connection_class, pool_class) | cluster_only
+            close = difflib.get_close_matches(name, sorted(known), n=1)
+            fix = (f"did you mean {close[0]}=? " if close else "") + (
+                "Check its spelling, or build the client yourself and pass client="
+            )
+        raise TypeError(
+            f"{cls} got {where}, which redis-py's "
+            f"{pool.connection_class.__name__} does not take: {fix}"
+        )
 
 
 def check_serde(serde: Any) -> None:

@@ -173,7 +173,7 @@ class RedisSaver(SaverCore, BaseCheckpointSaver[str]):
             self._cluster = isinstance(client, RedisCluster)
             self._known = True
         elif url is not None:
-            self._connect = connect_options(url, protocol, connection_kwargs, "RedisSaver")
+            self._connect = connect_options(url, protocol, connection_kwargs, "RedisSaver", cluster)
             self._owns_client = True
             self._cluster = bool(cluster)
             self._client = self._new_client()
@@ -226,6 +226,10 @@ class RedisSaver(SaverCore, BaseCheckpointSaver[str]):
         if self._owns_client:
             self._release_idle()
             self._client.close()
+            if isinstance(self._client, RedisCluster):  # its close leaves nodes connected
+                for node in self._client.get_nodes():  # type: ignore[no-untyped-call]
+                    if node.redis_connection is not None:
+                        node.redis_connection.connection_pool.disconnect()
 
     def _release_idle(self) -> None:
         kept = self._idle.drain() if self._idle is not None else []
