@@ -387,6 +387,9 @@ def test_runtime_errors_exit_1_with_one_line_that_says_what_to_do(
         ["migrate", "--url", "redis://127.0.0.1:1/0", "--ttl", "-5"],
         ["migrate", "--url", "redis://127.0.0.1:1/0", "--ttl", "a day"],
         ["migrate", "--url", "redis://127.0.0.1:1/0", "--ttl", "1e16"],
+        # redis-py reads a database that is not a number as database 0
+        ["migrate", "--url", "redis://127.0.0.1:1/abc"],
+        ["threads", "--url", "redis://:secret@127.0.0.1:1/abc"],
     ],
 )
 def test_bad_arguments_exit_2_with_usage(
@@ -397,6 +400,9 @@ def test_bad_arguments_exit_2_with_usage(
     assert exit_info.value.code == 2
     err = capsys.readouterr().err
     assert err.startswith("usage: plainredis") and "error:" in err
+    if argv[-1:] and argv[-1].endswith("/abc"):
+        assert "names database 'abc', which is not a number" in err
+        assert "secret" not in err
 
 
 def test_the_installed_console_script_exits_2_on_bad_arguments() -> None:

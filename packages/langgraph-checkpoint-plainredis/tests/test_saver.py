@@ -1508,6 +1508,8 @@ def test_a_bad_connection_option_is_refused_at_construction_naming_it(cls: Any) 
     # with cluster=True a typo is caught as well; nothing here connects
     with pytest.raises(TypeError, match="did you mean socket_timeout="):
         cls(url, cluster=True, socket_timout=1)
+    with pytest.raises(TypeError, match="cluster must be True, False or None .*got str 'no'"):
+        cls(url, cluster="no")  # a cluster client, which failed to connect
     for good in ({"socket_timeout": 1, "max_connections": 5}, {"health_check_interval": 3}):
         cls(url, **good)
     cls(f"{url}?socket_timeout=3&health_check_interval=2")
@@ -1519,7 +1521,9 @@ def test_a_bad_connection_option_is_refused_at_construction_naming_it(cls: Any) 
 def test_a_url_whose_database_is_not_a_number_is_refused(cls: Any) -> None:
     """redis-py reads 'redis://host/abc' as database 0: a saver would share db 0."""
     for url in ("redis://127.0.0.1:6379/abc", "redis://127.0.0.1:6379/1x", "rediss://h/-1"):
-        with pytest.raises(ValueError, match=r"names database .*a Redis database is a number"):
+        with pytest.raises(
+            ValueError, match=r"url names database .*not a number: a Redis database is a number"
+        ):
             cls(url)
     for url in ("redis://127.0.0.1:6379", "redis://127.0.0.1:6379/", "redis://127.0.0.1/15"):
         cls(url)

@@ -18,6 +18,7 @@ from ._core import _ttl_ms
 from ._errors import PlainRedisError
 from ._inspect import Inspector, Usage
 from ._keys import KeySpace
+from ._shell import check_database
 
 __all__ = ["main"]
 
@@ -400,8 +401,9 @@ def _migrate(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     from ._migrate import migrate_v010
 
     try:
+        check_database(args.url, "it")
         client = redis.Redis.from_url(args.url, protocol=2)
-    except ValueError as exc:  # redis-py cannot parse the URL
+    except ValueError as exc:  # redis-py cannot parse the URL, or it names no database
         parser.error(f"--url {_redact(args.url)!r}: {exc}")
     try:
         report = migrate_v010(

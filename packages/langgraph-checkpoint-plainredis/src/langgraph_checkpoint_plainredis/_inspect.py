@@ -29,6 +29,7 @@ from redis.exceptions import ResponseError
 from ._core import _s, info_refused
 from ._errors import LegacyKeyspaceError, WrongTypeError
 from ._keys import ThreadKeys, listed_namespace, listed_thread, member_text
+from ._shell import check_database
 from ._sync import RedisSaver
 
 __all__ = [
@@ -192,8 +193,9 @@ class Inspector:
         """An inspector on its own client: a `RedisCluster` when `url` names a cluster node.
 
         Raises:
-            ValueError: redis-py cannot parse `url`.
+            ValueError: redis-py cannot parse `url`, or its database is not a number.
         """
+        check_database(url, "it")
         # Its reads parse RESP2 replies: a `protocol` in the URL's query would override the
         # argument.
         parts = urlsplit(url)

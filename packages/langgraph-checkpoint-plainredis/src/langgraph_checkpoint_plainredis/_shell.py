@@ -28,6 +28,7 @@ from ._scripts import SCRIPTS
 __all__ = [
     "AsyncSaverRetry",
     "SaverRetry",
+    "check_database",
     "check_serde",
     "connect_options",
     "default_retry",
@@ -145,7 +146,12 @@ def connect_options(
             f"{cls} url {url!r} is not a Redis URL: use redis://host:port/db, rediss:// for "
             "TLS, or unix:///path/to.sock"
         )
-    _check_database(url, cls)
+    check_database(url, f"{cls} url")
+    if cluster is not None and not isinstance(cluster, bool):
+        raise TypeError(
+            f"{cls} cluster must be True, False or None (ask the server), got "
+            f"{type(cluster).__name__} {cluster!r}"
+        )
     if protocol not in (2, 3):
         raise ValueError(f"protocol={protocol!r}: use 2 (RESP2, any Redis 5+) or 3 (Redis 6+)")
     # The URL's query may set options too; redis-py reads them, and "0", "f", "false", "n",
@@ -164,14 +170,15 @@ def connect_options(
     return connect
 
 
-def _check_database(url: str, cls: str) -> None:
+def check_database(url: str, subject: str) -> None:
     """Refuses a redis:// or rediss:// URL whose path is not a database number: redis-py
-    would quietly use database 0 (or the query's ``db``)."""
+    would quietly use database 0 (or the query's ``db``). `subject` names the URL in the
+    message, which leaves the URL itself out (it may hold a password)."""
     path = urlsplit(url).path.strip("/") if not url.startswith("unix://") else ""
     if path and not path.isdigit():
         raise ValueError(
-            f"{cls} url {url!r} names database {path!r}: a Redis database is a number, as "
-            "in redis://host:6379/0 (or leave the path out for database 0)"
+            f"{subject} names database {path!r}, which is not a number: a Redis database "
+            "is a number, as in redis://host:6379/0 (or leave the path out for database 0)"
         )
 
 
