@@ -1515,6 +1515,14 @@ def test_a_bad_connection_option_is_refused_at_construction_naming_it(cls: Any) 
     cls(f"{url}?socket_timeout=3&health_check_interval=2")
     cls("unix:///tmp/redis.sock?db=3")
     cls("rediss://127.0.0.1:6380/2", ssl_cert_reqs="none")
+    # options a client or pool takes itself, never a connection
+    cache_config = pytest.importorskip("redis.cache").CacheConfig  # redis-py 5.1+
+    if cls is RedisSaver:
+        cls(url, single_connection_client=False)
+        cls(url, protocol=3, cache_config=cache_config())
+    else:  # redis.asyncio's connections refuse it at the first call
+        with pytest.raises(TypeError, match="cache_config="):
+            cls(url, protocol=3, cache_config=cache_config())
 
 
 @pytest.mark.parametrize("cls", [RedisSaver, AsyncRedisSaver])

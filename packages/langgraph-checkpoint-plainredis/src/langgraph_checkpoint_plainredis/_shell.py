@@ -207,7 +207,11 @@ def _check_keywords(
     pool_class = aioredis.BlockingConnectionPool if asynchronous else redis.ConnectionPool
     cluster_class = AsyncRedisCluster if asynchronous else RedisCluster
     cluster_only = _parameters(cluster_class)
-    left = dict(options)
+    # Left out of the probe: what the blocking client's from_url takes itself, and its pool's
+    # client-side cache, which it registers for its metrics and never hands on (redis.asyncio
+    # takes neither: its connections are given them, and refuse them).
+    consumed = set() if asynchronous else {"single_connection_client", "cache", "cache_config"}
+    left = {name: value for name, value in options.items() if name not in consumed}
     while True:
         pool = pool_class.from_url(url, **left)
         try:
