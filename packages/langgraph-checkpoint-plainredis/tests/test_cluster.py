@@ -304,3 +304,20 @@ def test_close_disconnects_every_node(server_pool: Any) -> None:
     assert _connections(url, name) >= 3
     saver.close()
     assert _connections(url, name) == 0
+
+
+def test_options_a_blocking_cluster_client_hands_its_nodes_are_taken(server_pool: Any) -> None:
+    """RedisCluster passes connection_pool_class, queue_class and timeout on to its nodes'
+    pools (its REDIS_ALLOWED_KEYS); the saver's construction check took them for typos."""
+    import queue
+
+    import redis
+
+    url = server_pool.get("redis-7-cluster")
+    options = {"connection_pool_class": redis.BlockingConnectionPool, "timeout": 3}
+    with RedisSaver(url, cluster=True, queue_class=queue.LifoQueue, **options) as saver:
+        config = {"configurable": {"thread_id": "pool-class", "checkpoint_ns": ""}}
+        saver.put(config, empty_checkpoint(), {}, {})
+        assert saver.get_tuple(config) is not None
+    with pytest.raises(TypeError, match="did you mean socket_timeout="):
+        RedisSaver(url, cluster=True, socket_timout=1)  # was dropped silently

@@ -1510,6 +1510,10 @@ def test_a_bad_connection_option_is_refused_at_construction_naming_it(cls: Any) 
         cls(url, cluster=True, socket_timout=1)
     with pytest.raises(TypeError, match="cluster must be True, False or None .*got str 'no'"):
         cls(url, cluster="no")  # a cluster client, which failed to connect
+    cls(url, cluster=0)  # cluster=int(os.environ[...]) works as before
+    if cls is AsyncRedisSaver:  # the blocking client takes it, and connects at once
+        with pytest.raises(TypeError, match="an option of the client.* pass client="):
+            cls(url, single_connection_client=True)
     for good in ({"socket_timeout": 1, "max_connections": 5}, {"health_check_interval": 3}):
         cls(url, **good)
     cls(f"{url}?socket_timeout=3&health_check_interval=2")
@@ -1535,6 +1539,13 @@ def test_a_url_whose_database_is_not_a_number_is_refused(cls: Any) -> None:
             cls(url)
     for url in ("redis://127.0.0.1:6379", "redis://127.0.0.1:6379/", "redis://127.0.0.1/15"):
         cls(url)
+    # what redis-py reads right: a query's db wins over the path, the path is unquoted
+    cls("redis://127.0.0.1:6379/abc?db=2")
+    cls("redis://127.0.0.1:6379/%31")
+    # a raw '/' in a password cuts the URL: said so, without echoing what follows it
+    with pytest.raises(ValueError, match="'/' in its username or password: write it as %2F") as e:
+        cls("redis://user:top/secret@127.0.0.1:6379/0")
+    assert "secret" not in str(e.value)
 
 
 @pytest.mark.parametrize("encoding", ["latin-1", "utf-16"])

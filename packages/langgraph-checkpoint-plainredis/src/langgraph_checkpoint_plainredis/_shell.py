@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import codecs
 import difflib
+import functools
 import inspect
 import re
 import ssl
 from collections.abc import Awaitable, Callable
 from typing import Any, NoReturn, TypeVar
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs, unquote, urlsplit
 
 import redis
 import redis.asyncio as aioredis
+from redis import cluster as redis_cluster
 from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.asyncio.retry import Retry as AsyncRetry
 from redis.backoff import EqualJitterBackoff
@@ -147,7 +149,7 @@ def connect_options(
             "TLS, or unix:///path/to.sock"
         )
     check_database(url, f"{cls} url")
-    if cluster is not None and not isinstance(cluster, bool):
+    if isinstance(cluster, (str, bytes)):  # 'no' is true
         raise TypeError(
             f"{cls} cluster must be True, False or None (ask the server), got "
             f"{type(cluster).__name__} {cluster!r}"
@@ -171,11 +173,20 @@ def connect_options(
 
 
 def check_database(url: str, subject: str) -> None:
-    """Refuses a redis:// or rediss:// URL whose path is not a database number: redis-py
-    would quietly use database 0 (or the query's ``db``). `subject` names the URL in the
-    message, which leaves the URL itself out (it may hold a password)."""
-    path = urlsplit(url).path.strip("/") if not url.startswith("unix://") else ""
-    if path and not path.isdigit():
+    """Refuses a redis:// or rediss:// URL whose path redis-py would not read as a database
+    number (it quietly uses database 0 then), unless the query names the database. `subject`
+    names the URL in the message, which leaves the URL out (it may hold a password)."""
+    parts = urlsplit(url)
+    if url.startswith("unix://") or "db" in parse_qs(parts.query):
+        return
+    path = unquote(parts.path).replace("/", "")
+    if "@" in path:  # a '/' in the user info ended the host early
+        raise ValueError(f"{subject} has a '/' in its username or password: write it as %2F")
+    try:
+        database = int(path) if path else 0
+    except ValueError:
+        database = -1
+    if database < 0:
         raise ValueError(
             f"{subject} names database {path!r}, which is not a number: a Redis database "
             "is a number, as in redis://host:6379/0 (or leave the path out for database 0)"
@@ -183,9 +194,12 @@ def check_database(url: str, subject: str) -> None:
 
 
 _UNEXPECTED = re.compile(r"unexpected keyword argument '(\w+)'")
+# What a blocking RedisCluster hands on to its nodes' clients; it drops any other keyword.
+_CLUSTER_PASSES = frozenset(getattr(redis_cluster, "REDIS_ALLOWED_KEYS", ()))
 
 
-def _parameters(*classes: type) -> set[str]:
+@functools.lru_cache(maxsize=64)
+def _parameters(*classes: type) -> frozenset[str]:
     """The keyword names the `__init__` of `classes` and their bases declare."""
     names: set[str] = set()
     for klass in classes:
@@ -193,24 +207,37 @@ def _parameters(*classes: type) -> set[str]:
             init = vars(base).get("__init__")
             if init is not None:
                 names.update(inspect.signature(init).parameters)
-    return names - {"self", "args", "kwargs", "connection_kwargs"}
+    return frozenset(names - {"self", "args", "kwargs", "connection_kwargs"})
 
 
 def _check_keywords(
     url: str, options: dict[str, Any], query: dict[str, str], cls: str, cluster: bool | None
 ) -> None:
-    """Builds one connection object (no socket) as the saver's pool will, so that a
-    misspelt or misplaced option fails here, named, and not at the first call (a cluster
-    client drops it silently). A `RedisCluster` option needs ``cluster=True``."""
+    """Refuses, naming it, a misspelt or misplaced connection option, which would fail at
+    the first call (or, on a blocking cluster client, be dropped silently). Names the
+    connection, its pool and the client declare pass at once; any other is tried on one
+    connection object (no socket) built as the saver's pool will, which is what decides.
+    A `RedisCluster` option needs ``cluster=True``."""
     asynchronous = cls.startswith("Async")
+    side: Any = aioredis if asynchronous else redis
     # The pools the savers build (`_new_client`): the async one is blocking (`timeout=`).
     pool_class = aioredis.BlockingConnectionPool if asynchronous else redis.ConnectionPool
-    cluster_class = AsyncRedisCluster if asynchronous else RedisCluster
-    cluster_only = _parameters(cluster_class)
-    # Left out of the probe: what the blocking client's from_url takes itself, and its pool's
-    # client-side cache, which it registers for its metrics and never hands on (redis.asyncio
-    # takes neither: its connections are given them, and refuse them).
+    cluster_named = _parameters(AsyncRedisCluster if asynchronous else RedisCluster)
+    cluster_takes = cluster_named | (frozenset() if asynchronous else _CLUSTER_PASSES)
+    # What the blocking client's from_url takes itself, and its pool's client-side cache,
+    # which it registers for its metrics and never hands on (redis.asyncio takes neither:
+    # its connections are given them, and refuse them).
     consumed = set() if asynchronous else {"single_connection_client", "cache", "cache_config"}
+    connection_class = (
+        options.get("connection_class")
+        or side.connection.parse_url(url).get("connection_class")
+        or side.Connection
+    )
+    known = _parameters(connection_class, pool_class) | consumed
+    if cluster:
+        known |= cluster_takes
+    if all(name in known for name in (*options, *query)):
+        return
     left = {name: value for name, value in options.items() if name not in consumed}
     while True:
         pool = pool_class.from_url(url, **left)
@@ -222,19 +249,23 @@ def _check_keywords(
             if found is None or found.group(1) not in {**query, **left}:
                 raise
             name = found.group(1)
-        if cluster and name in cluster_only:
+        if cluster and name in cluster_takes:
             if name not in left:  # in the query, which the cluster client reads itself
                 return
             del left[name]  # the cluster client's own, not its connections'
             continue
         where = f"{name}={left[name]!r}" if name in left else f"{name}={query[name]!r} in the url"
-        if name in cluster_only:
-            fix = "it is an option of RedisCluster: pass cluster=True for a cluster"
-        elif name == "connection_pool":
+        if name == "connection_pool":
             fix = "to use a pool of your own, pass client=redis.Redis(connection_pool=pool)"
+        elif name in _parameters(side.Redis):
+            fix = (
+                "it is an option of the client, which the saver builds on a pool of its "
+                "own: build the client with it and pass client="
+            )
+        elif name in cluster_named:
+            fix = "it is an option of RedisCluster: pass cluster=True for a cluster"
         else:
-            known = _parameters(pool.connection_class, pool_class) | cluster_only
-            close = difflib.get_close_matches(name, sorted(known), n=1)
+            close = difflib.get_close_matches(name, sorted(known | cluster_named), n=1)
             fix = (f"did you mean {close[0]}=? " if close else "") + (
                 "Check its spelling, or build the client yourself and pass client="
             )
