@@ -16,8 +16,12 @@ threads of its own (ten turns per thread, the graph of `make bench`):
   the client work of each call (in a blocking turn that work competes for the GIL with the
   graph's own thread).
 
-Prints the median turn of each and its ratio to InMemorySaver's (the first 30 turns of each
-warm up and are not counted); writes bench/results/turn.md and turn.json.
+Prints the median turn of each, its ratio to InMemorySaver's and the median CPU time the
+process spent in it (all its threads: a blocking turn's writes run on workers), the first 30
+turns of each left out as warm-up; then how many script calls ours made per turn and the
+server's time per call (`INFO commandstats`). Ours less InMemorySaver in CPU is the client work
+our calls add; ours less the floor in wall time is all they add (that work, the server's and
+the waits on either side). Writes bench/results/turn.md and turn.json.
 """
 
 from __future__ import annotations
@@ -27,8 +31,9 @@ import asyncio
 import json
 import statistics
 import time
-from typing import Any
+from typing import Any, NamedTuple
 
+import redis
 from _floor import PingingMemorySaver
 from _results import RESULTS
 from _v010_probe import chat_graph, human_message, thread_config
@@ -73,7 +78,25 @@ def floor_saver(url: str, work: int) -> PingingMemorySaver:
     return saver
 
 
-async def run(url: str, style: str, turns: int, works: list[int]) -> dict[str, float]:
+class Measured(NamedTuple):
+    wall: dict[str, float]  # median µs per turn, by subject
+    cpu: dict[str, float]  # median µs of process CPU per turn, by subject
+    scripts: float  # our script calls per turn
+    server: float  # server µs per script call
+
+
+def script_stats(url: str) -> tuple[int, float]:
+    """EVALSHA and EVAL calls so far on the server at `url`, and their server µs."""
+    client = redis.Redis.from_url(url)
+    try:
+        stats = client.info("commandstats")
+    finally:
+        client.close()
+    rows = [stats.get(f"cmdstat_{name}", {}) for name in ("evalsha", "eval")]
+    return sum(row.get("calls", 0) for row in rows), sum(row.get("usec", 0) for row in rows)
+
+
+async def run(url: str, style: str, turns: int, works: list[int]) -> Measured:
     ours = (
         AsyncRedisSaver(url, prefix="turn") if style == "async" else RedisSaver(url, prefix="turn")
     )
@@ -86,22 +109,27 @@ async def run(url: str, style: str, turns: int, works: list[int]) -> dict[str, f
     }
     names = list(graphs)
     took: dict[str, list[int]] = {name: [] for name in names}
+    used: dict[str, list[int]] = {name: [] for name in names}
 
-    async def turn(name: str, n: int) -> int:
+    async def turn(name: str, n: int) -> None:
         message = {"messages": [human_message(n // 10, n % 10)]}
         config = thread_config(f"{name}-{n // 10}")
-        started = time.perf_counter_ns()
+        started, cpu = time.perf_counter_ns(), time.process_time_ns()
         if style == "async":
             await graphs[name].ainvoke(message, config)
         else:
             graphs[name].invoke(message, config)
-        return time.perf_counter_ns() - started
+        took[name].append(time.perf_counter_ns() - started)
+        used[name].append(time.process_time_ns() - cpu)
 
     try:
         for n in range(WARM + turns):
+            if n == WARM:
+                calls, usec = script_stats(url)
             shift = n % len(names)
             for name in names[shift:] + names[:shift]:
-                took[name].append(await turn(name, n))
+                await turn(name, n)
+        calls_after, usec_after = script_stats(url)
     finally:
         if isinstance(ours, AsyncRedisSaver):
             await ours.aclose()
@@ -110,12 +138,22 @@ async def run(url: str, style: str, turns: int, works: list[int]) -> dict[str, f
         for saver in savers.values():
             if isinstance(saver, PingingMemorySaver):
                 await saver.aclose()
-    return {name: statistics.median(times[WARM:]) / 1e3 for name, times in took.items()}
+
+    def medians(samples: dict[str, list[int]]) -> dict[str, float]:
+        return {name: statistics.median(values[WARM:]) / 1e3 for name, values in samples.items()}
+
+    scripts = calls_after - calls
+    return Measured(
+        medians(took), medians(used), scripts / turns, (usec_after - usec) / max(scripts, 1)
+    )
 
 
-def render(medians: dict[str, float], kind: str, style: str, turns: int) -> str:
-    base = medians["InMemorySaver"]
-    rows = [f"| {name} | {us:,.0f} | {us / base:.2f}× |" for name, us in medians.items()]
+def render(measured: Measured, kind: str, style: str, turns: int) -> str:
+    base = measured.wall["InMemorySaver"]
+    rows = [
+        f"| {name} | {us:,.0f} | {us / base:.2f}× | {measured.cpu[name]:,.0f} |"
+        for name, us in measured.wall.items()
+    ]
     call = "ainvoke" if style == "async" else "invoke"
     return "\n".join(
         [
@@ -123,9 +161,12 @@ def render(medians: dict[str, float], kind: str, style: str, turns: int) -> str:
             "",
             f"{turns} turns each, alternating, median µs (after {WARM} warm-up turns).",
             "",
-            "| saver | median µs | × InMemorySaver |",
-            "|:---|---:|---:|",
+            "| saver | median µs | × InMemorySaver | CPU µs |",
+            "|:---|---:|---:|---:|",
             *rows,
+            "",
+            f"Ours made {measured.scripts:.1f} script calls a turn, each taking the server "
+            f"{measured.server:.0f} µs (`INFO commandstats`).",
             "",
         ]
     )
@@ -140,12 +181,20 @@ def main() -> None:
     args = parser.parse_args()
     works = [int(w) for w in args.work.split(",") if w]
     with servers.start(args.kind) as server:
-        medians = asyncio.run(run(server.url, args.style, args.turns, works))
-    text = render(medians, args.kind, args.style, args.turns)
+        measured = asyncio.run(run(server.url, args.style, args.turns, works))
+    text = render(measured, args.kind, args.style, args.turns)
     print(text)
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "turn.md").write_text(text, encoding="utf-8")
-    record = {"kind": args.kind, "style": args.style, "turns": args.turns, "median_us": medians}
+    record = {
+        "kind": args.kind,
+        "style": args.style,
+        "turns": args.turns,
+        "median_us": measured.wall,
+        "median_cpu_us": measured.cpu,
+        "script_calls_per_turn": measured.scripts,
+        "server_us_per_script_call": measured.server,
+    }
     (RESULTS / "turn.json").write_text(json.dumps(record, indent=2), encoding="utf-8")
 
 
