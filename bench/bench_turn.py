@@ -122,9 +122,10 @@ async def run(url: str, style: str, turns: int, works: list[int]) -> Measured:
         took[name].append(time.perf_counter_ns() - started)
         used[name].append(time.process_time_ns() - cpu)
 
+    calls, usec = script_stats(url)
     try:
         for n in range(WARM + turns):
-            if n == WARM:
+            if n == WARM:  # from here on turns count
                 calls, usec = script_stats(url)
             shift = n % len(names)
             for name in names[shift:] + names[:shift]:

@@ -8,7 +8,9 @@ are PNG images.
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -84,7 +86,8 @@ def test_the_plots_are_png_images(results: Path, plot: str) -> None:
 @pytest.mark.parametrize("style", ["async", "sync"])
 def test_the_turn_timed_alone_reports_ours_and_the_floors(tmp_path: Path, style: str) -> None:
     """`bench/bench_turn.py`, which `make bench` does not run: ours, InMemorySaver and the
-    floors, each with a median and a ratio."""
+    floors, each with a median, a ratio and its CPU time; and our script calls per turn with
+    the server's time per call."""
     done = subprocess.run(
         [sys.executable, str(BENCH / "bench_turn.py"), "--style", style, "--turns", "4"]
         + ["--work", "10"],
@@ -100,4 +103,8 @@ def test_the_turn_timed_alone_reports_ours_and_the_floors(tmp_path: Path, style:
     for row in ("| InMemorySaver |", "| ours |", "| floor |", "| floor + 10 µs a call |"):
         assert row in table, row
     baseline = next(line for line in table.splitlines() if line.startswith("| InMemorySaver |"))
-    assert baseline.endswith("| 1.00× |"), baseline
+    assert re.fullmatch(r"\| InMemorySaver \| [\d,]+ \| 1\.00× \| [\d,]+ \|", baseline), baseline
+    # a chat turn is six script calls: one get_tuple, three puts, two put_writes
+    assert "Ours made 6.0 script calls a turn, each taking the server" in table, table
+    record = json.loads((tmp_path / "turn.json").read_text(encoding="utf-8"))
+    assert record["script_calls_per_turn"] == 6.0 and record["server_us_per_script_call"] > 0
