@@ -19,6 +19,7 @@ from redis.cluster import RedisCluster
 from agentstate_testkit.savers import aput_at_once
 from agentstate_testkit.servers import cluster_cli, start_cluster
 from langgraph_checkpoint_plainredis import AsyncRedisSaver, RedisSaver
+from langgraph_checkpoint_plainredis._inspect import Inspector
 
 
 class State(TypedDict):
@@ -303,6 +304,12 @@ def test_close_disconnects_every_node(server_pool: Any) -> None:
         )
     assert _connections(url, name) >= 3
     saver.close()
+    assert _connections(url, name) == 0
+    # the CLI's inspector closes its own cluster client the same way
+    inspector = Inspector.connect(url, "close", client_name=name)
+    inspector.checkpoint_count("t0")
+    assert _connections(url, name) >= 1
+    inspector.close()
     assert _connections(url, name) == 0
 
 

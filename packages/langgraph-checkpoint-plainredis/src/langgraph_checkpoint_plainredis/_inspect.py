@@ -30,7 +30,7 @@ from ._core import _s, info_refused
 from ._errors import LegacyKeyspaceError, WrongTypeError
 from ._keys import ThreadKeys, listed_namespace, listed_thread, member_text
 from ._shell import check_database
-from ._sync import RedisSaver
+from ._sync import RedisSaver, close_client
 
 __all__ = [
     "Inspector",
@@ -216,7 +216,7 @@ class Inspector:
     def close(self) -> None:
         """Closes the client when `connect` made it."""
         if self._owns_client:
-            self.client.close()
+            close_client(self.client)
 
     def __enter__(self) -> Inspector:
         return self

@@ -55,7 +55,7 @@ from ._wire import (
     unhold,
 )
 
-__all__ = ["RedisSaver"]
+__all__ = ["RedisSaver", "close_client"]
 
 T = TypeVar("T")
 _use_async = functools.partial(
@@ -111,6 +111,16 @@ def _retried(conn: Any, packed: bytes, error: BaseException) -> Any:
             raise error
 
     return conn.retry.call_with_retry(attempt, fail)
+
+
+def close_client(client: redis.Redis | RedisCluster) -> None:
+    """Closes a blocking client; a `RedisCluster` also disconnects its nodes' pools, which its
+    own close leaves connected until they are collected."""
+    client.close()
+    if isinstance(client, RedisCluster):
+        for node in client.get_nodes():  # type: ignore[no-untyped-call]
+            if node.redis_connection is not None:
+                node.redis_connection.connection_pool.disconnect()
 
 
 class RedisSaver(SaverCore, BaseCheckpointSaver[str]):
@@ -225,11 +235,7 @@ class RedisSaver(SaverCore, BaseCheckpointSaver[str]):
         """Closes the connection pool, unless the client was passed in."""
         if self._owns_client:
             self._release_idle()
-            self._client.close()
-            if isinstance(self._client, RedisCluster):  # its close leaves nodes connected
-                for node in self._client.get_nodes():  # type: ignore[no-untyped-call]
-                    if node.redis_connection is not None:
-                        node.redis_connection.connection_pool.disconnect()
+            close_client(self._client)
 
     def _release_idle(self) -> None:
         kept = self._idle.drain() if self._idle is not None else []
