@@ -177,10 +177,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--kind", default="redis-7", help="server kind (agentstate_testkit)")
     parser.add_argument("--style", choices=("async", "sync"), default="async")
-    parser.add_argument("--turns", type=int, default=600)
+    parser.add_argument("--turns", type=int, default=600, help="timed turns per subject, 1 or more")
     parser.add_argument("--work", default="40,70,100", help="µs of work per call, comma-separated")
     args = parser.parse_args()
-    works = [int(w) for w in args.work.split(",") if w]
+    if args.turns < 1:
+        parser.error(f"--turns {args.turns}: pass 1 or more (each subject is timed that often)")
+    try:
+        works = [int(w) for w in args.work.split(",") if w]
+    except ValueError:
+        parser.error(f"--work {args.work!r}: pass whole µs, comma-separated, e.g. 40,100")
+    if any(w < 0 for w in works):
+        parser.error(f"--work {args.work!r}: µs of work cannot be negative")
     with servers.start(args.kind) as server:
         measured = asyncio.run(run(server.url, args.style, args.turns, works))
     text = render(measured, args.kind, args.style, args.turns)

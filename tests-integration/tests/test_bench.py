@@ -108,3 +108,27 @@ def test_the_turn_timed_alone_reports_ours_and_the_floors(tmp_path: Path, style:
     assert "Ours made 6.0 script calls a turn, each taking the server" in table, table
     record = json.loads((tmp_path / "turn.json").read_text(encoding="utf-8"))
     assert record["script_calls_per_turn"] == 6.0 and record["server_us_per_script_call"] > 0
+
+
+@pytest.mark.parametrize(
+    ("args", "named"),
+    [
+        (["--turns", "0"], "--turns 0: pass 1 or more"),
+        (["--turns", "-3"], "--turns -3: pass 1 or more"),
+        (["--work", "a,b"], "--work 'a,b': pass whole µs"),
+        (["--work", "-5"], "--work '-5': µs of work cannot be negative"),
+    ],
+)
+def test_the_turn_bench_refuses_bad_settings_naming_them(args: list[str], named: str) -> None:
+    """A setting that cannot be timed fails before any server starts, naming it and the
+    fix (``--turns 0`` divided by zero after the whole run)."""
+    done = subprocess.run(
+        [sys.executable, str(BENCH / "bench_turn.py"), *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 2, done.stderr
+    assert named in done.stderr, done.stderr
