@@ -132,3 +132,45 @@ def test_the_turn_bench_refuses_bad_settings_naming_them(args: list[str], named:
     )
     assert done.returncode == 2, done.stderr
     assert named in done.stderr, done.stderr
+
+
+def test_the_script_bytes_bench_reports_each_size_and_the_thread(tmp_path: Path) -> None:
+    """`bench/bench_script_bytes.py`, which `make bench` does not run: a row per value size
+    and a per-byte figure for the server, then our put and get_tuple at turn 10, unwrapped
+    and wrapped, with the stored size of the messages value."""
+    done = subprocess.run(
+        [sys.executable, str(BENCH / "bench_script_bytes.py"), "--kinds", "redis-7"]
+        + ["--turns", "10"],
+        cwd=ROOT,
+        env={**os.environ, "BENCH_RESULTS": str(tmp_path)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    table = (tmp_path / "script_bytes.md").read_text(encoding="utf-8")
+    for size in ("1 KiB", "16 KiB", "256 KiB"):
+        assert re.search(rf"\| redis-7 [\d.]+ \| {size} \| [\d.]+ \| [\d.]+ \| [\d.]+ \|", table)
+    assert re.search(r"ns per byte through Lua: redis-7 -?[\d.]+\.", table), table
+    for mode in ("unwrapped", "ReducingSaver"):
+        assert re.search(rf"\| redis-7 \| {mode} \| 10 \| [\d,]+ \| \d+ \| \d+ \|", table), table
+    record = json.loads((tmp_path / "script_bytes.json").read_text(encoding="utf-8"))
+    assert [r["turn"] for r in record[0]["unwrapped"]] == [10]
+    assert (
+        record[0]["unwrapped"][0]["messages_bytes"]
+        > record[0]["ReducingSaver"][0]["messages_bytes"]
+    )
+
+
+def test_the_script_bytes_bench_refuses_a_thread_too_short() -> None:
+    done = subprocess.run(
+        [sys.executable, str(BENCH / "bench_script_bytes.py"), "--turns", "3"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 2, done.stderr
+    assert "--turns 3: pass 10 or more" in done.stderr, done.stderr
