@@ -33,21 +33,28 @@ def stamps(folder: Path) -> dict[str, int]:
     return {p.name: p.stat().st_mtime_ns for p in folder.glob("*")} if folder.is_dir() else {}
 
 
+def bench(
+    script: str, *args: str, results: Path | None = None, timeout: int = 300
+) -> subprocess.CompletedProcess[str]:
+    """Runs `bench/<script>` with `args`, writing to `results` (never to bench/results/)."""
+    env = {**os.environ, "BENCH_RESULTS": str(results)} if results else None
+    return subprocess.run(
+        [sys.executable, str(BENCH / script), *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
 @pytest.fixture(scope="module")
 def results(tmp_path_factory: pytest.TempPathFactory) -> Path:
     before = stamps(BENCH / "results")
     out = tmp_path_factory.mktemp("bench-results")
-    env = {**os.environ, "BENCH_RESULTS": str(out)}
     for script, *args in QUICK_RUN:
-        done = subprocess.run(
-            [sys.executable, str(BENCH / script), *args],
-            cwd=ROOT,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=900,
-            check=False,
-        )
+        done = bench(script, *args, results=out, timeout=900)
         assert done.returncode == 0, f"{script}: {done.stderr[-3000:]}"
     assert stamps(BENCH / "results") == before, "a test run must not touch bench/results/"
     return out
@@ -88,15 +95,8 @@ def test_the_turn_timed_alone_reports_ours_and_the_floors(tmp_path: Path, style:
     """`bench/bench_turn.py`, which `make bench` does not run: ours, InMemorySaver and the
     floors, each with a median, a ratio and its CPU time; and our script calls per turn with
     the server's time per call."""
-    done = subprocess.run(
-        [sys.executable, str(BENCH / "bench_turn.py"), "--style", style, "--turns", "4"]
-        + ["--work", "10"],
-        cwd=ROOT,
-        env={**os.environ, "BENCH_RESULTS": str(tmp_path)},
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
+    done = bench(
+        "bench_turn.py", "--style", style, "--turns", "4", "--work", "10", results=tmp_path
     )
     assert done.returncode == 0, done.stderr[-3000:]
     table = (tmp_path / "turn.md").read_text(encoding="utf-8")
@@ -122,14 +122,7 @@ def test_the_turn_timed_alone_reports_ours_and_the_floors(tmp_path: Path, style:
 def test_the_turn_bench_refuses_bad_settings_naming_them(args: list[str], named: str) -> None:
     """A setting that cannot be timed fails before any server starts, naming it and the
     fix (``--turns 0`` divided by zero after the whole run)."""
-    done = subprocess.run(
-        [sys.executable, str(BENCH / "bench_turn.py"), *args],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    done = bench("bench_turn.py", *args, timeout=60)
     assert done.returncode == 2, done.stderr
     assert named in done.stderr, done.stderr
 
@@ -138,16 +131,7 @@ def test_the_script_bytes_bench_reports_each_size_and_the_thread(tmp_path: Path)
     """`bench/bench_script_bytes.py`, which `make bench` does not run: a row per value size
     and a per-byte figure for the server, then our put and get_tuple at turn 10, unwrapped
     and wrapped, with the stored size of the messages value."""
-    done = subprocess.run(
-        [sys.executable, str(BENCH / "bench_script_bytes.py"), "--kinds", "redis-7"]
-        + ["--turns", "10"],
-        cwd=ROOT,
-        env={**os.environ, "BENCH_RESULTS": str(tmp_path)},
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+    done = bench("bench_script_bytes.py", "--kinds", "redis-7", "--turns", "10", results=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     table = (tmp_path / "script_bytes.md").read_text(encoding="utf-8")
     for size in ("1 KiB", "16 KiB", "256 KiB"):
@@ -164,13 +148,6 @@ def test_the_script_bytes_bench_reports_each_size_and_the_thread(tmp_path: Path)
 
 
 def test_the_script_bytes_bench_refuses_a_thread_too_short() -> None:
-    done = subprocess.run(
-        [sys.executable, str(BENCH / "bench_script_bytes.py"), "--turns", "3"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    done = bench("bench_script_bytes.py", "--turns", "3", timeout=60)
     assert done.returncode == 2, done.stderr
     assert "--turns 3: pass 10 or more" in done.stderr, done.stderr
