@@ -182,7 +182,8 @@ def command_calls(client: redis.Redis) -> dict[str, int]:
 async def test_delete_thread_works_in_bulk_on_the_server(
     counted: tuple[Any, RoundTrips], redis_url: str
 ) -> None:
-    """Inside the script: one SREM per run and one DEL per 500 keys, whatever the length."""
+    """Inside the script: one SREM and one PTTL per run and one DEL per 500 keys, whatever the
+    length."""
     saver, _ = counted
     await warm(saver)
     parent: str | None = None
@@ -203,9 +204,9 @@ async def test_delete_thread_works_in_bulk_on_the_server(
     # 300 checkpoints, 300 writes hashes, 300 blobs and 2 timeline keys: 902 keys in 2 DELs,
     # then the namespace zset; run sets from the run markers, so no payload is read (no GET,
     # no MGET); TYPE checks first (namespace, registry, the timeline's two indexes, the run
-    # set), all before the first change.
+    # set), all before the first change; one PTTL settles the run set (emptied: gone).
     assert delta == {
-        "evalsha": 1, "type": 5, "zrange": 4, "srem": 1, "del": 3, "zrem": 1,
+        "evalsha": 1, "type": 5, "zrange": 4, "srem": 1, "pttl": 1, "del": 3, "zrem": 1,
     }  # fmt: skip
     admin.close()
 

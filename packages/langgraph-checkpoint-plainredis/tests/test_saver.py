@@ -277,6 +277,40 @@ def test_racing_put_writes_keep_the_first_value(sync_saver: RedisSaver) -> None:
         assert sync_saver.get_tuple(c).pending_writes == tup.pending_writes
 
 
+@pytest.mark.parametrize("ttl", [None, 60])
+def test_a_checkpoint_of_9000_channels_works_for_every_call(
+    redis_url: str, prefix: str, client: Any, ttl: int | None
+) -> None:
+    """Lua unpacks at most 8,000 values at once: a checkpoint naming 9,000 channel versions
+    could be put but not read back (every read failed with "too many results to unpack")."""
+    n = 9000
+    versions = {f"ch{i}": 1 for i in range(n)}
+    values = {f"ch{i}": i for i in range(n)}
+    with RedisSaver(redis_url, prefix=prefix, ttl=ttl, refresh_on_read=True) as saver:
+        c1 = saver.put(cfg("t"), checkpoint(values, versions), {"run_id": "r"}, versions)
+        saver.put_writes(c1, [("ch1", "w")], "task")
+        later = {**versions, "ch0": 2}
+        c2 = saver.put(c1, checkpoint({**values, "ch0": -1}, later), {"run_id": "r2"}, {"ch0": 2})
+        for config in (cfg("t"), c1, c2):
+            got = saver.get_tuple(config)
+            assert got is not None and len(got.checkpoint["channel_values"]) == n
+        listed = list(saver.list(cfg("t")))
+        assert [len(t.checkpoint["channel_values"]) for t in listed] == [n, n]
+        assert listed[0].checkpoint["channel_values"]["ch0"] == -1
+        assert listed[1].pending_writes == [("task", "ch1", "w")]
+        saver.copy_thread("t", "copy")
+        got = saver.get_tuple(cfg("copy"))
+        assert got is not None and len(got.checkpoint["channel_values"]) == n
+        saver.delete_for_runs(["r2"])
+        got = saver.get_tuple(cfg("t"))
+        assert got is not None and got.checkpoint["id"] == c1["configurable"]["checkpoint_id"]
+        saver.prune(["copy"], strategy="keep_latest")
+        saver.delete_thread("t")
+        saver.delete_thread("copy")
+        assert saver.get_tuple(cfg("t")) is None and saver.get_tuple(cfg("copy")) is None
+    assert keys_under(client, prefix) <= {KeySpace(prefix).threads.encode()}
+
+
 async def test_channel_in_new_versions_but_not_in_values_reads_back_absent(saver: Any) -> None:
     c = await put(saver, "absent", {"x": 1}, {"x": "1", "gone": "1"})
     tup = await saver.aget_tuple(c)
@@ -1015,6 +1049,88 @@ def test_a_shorter_ttl_never_cuts_what_a_longer_lived_checkpoint_reads(
         old = long.get_tuple(c1)
         assert old is not None and old.checkpoint["channel_values"] == {"m": 1, "k": 1}
         assert sorted(old.pending_writes) == [("other", "m", 10), ("task", "m", 9)]
+
+
+def test_a_retried_put_by_a_shorter_ttl_keeps_what_a_longer_lived_checkpoint_reads(
+    redis_url: str, prefix: str, client: redis.Redis
+) -> None:
+    """A put repeated (same id, same versions) by a writer with a shorter TTL rewrites
+    values that exist already: they keep their longer life, since the child checkpoint the
+    longer-lived writer put reads one of them (it came back without it)."""
+    tk = KeySpace(prefix).thread("t")
+    versions = {"k": "0000000001.aaaaaaaaaaaa", "m": "0000000001.bbbbbbbbbbbb"}
+    first = checkpoint({"k": "keep me", "m": 1}, versions)
+    with (
+        RedisSaver(redis_url, prefix=prefix, ttl=3600) as long,
+        RedisSaver(redis_url, prefix=prefix, ttl=1) as short,
+    ):
+        c1 = long.put(cfg("t"), first, {"run_id": "r"}, dict(versions))
+        child = {"k": versions["k"], "m": "0000000002.cccccccccccc"}
+        c2 = long.put(c1, checkpoint({"k": "keep me", "m": 2}, child), {}, {"m": child["m"]})
+        short.put(cfg("t"), first, {"run_id": "r"}, dict(versions))
+        assert client.pttl(tk.blob("", "k", versions["k"])) > 3_000_000
+        assert client.pttl(tk.cp("", first["id"])) > 3_000_000  # the checkpoint itself too
+        time.sleep(1.3)
+        got = long.get_tuple(c2)
+        assert got is not None and got.checkpoint["channel_values"] == {"k": "keep me", "m": 2}
+        again = long.get_tuple(c1)
+        assert again is not None and again.checkpoint["channel_values"]["k"] == "keep me"
+
+
+@pytest.mark.standalone
+@pytest.mark.parametrize("how", ["delete_thread", "ttl_takeover"])
+def test_a_run_set_shared_with_a_thread_kept_for_ever_expires_once_that_one_no_longer_is(
+    redis_url: str, prefix: str, client: redis.Redis, how: str
+) -> None:
+    """Run r names a 1 s checkpoint of thread A and one kept for ever of thread B, so its
+    set is kept for ever. Once B is deleted, or taken over by a writer with a TTL, the set
+    lives as long as what it still names: nothing is left once all has expired (it used to
+    stay for ever, named by no index)."""
+    run_set = KeySpace(prefix).run("r")
+    with (
+        RedisSaver(redis_url, prefix=prefix, ttl=1) as short,
+        RedisSaver(redis_url, prefix=prefix) as forever,
+    ):
+        short.put(cfg("A"), checkpoint({"m": 1}, {"m": "1"}), {"run_id": "r"}, {"m": "1"})
+        b = forever.put(cfg("B"), checkpoint({"m": 1}, {"m": "1"}), {"run_id": "r"}, {"m": "1"})
+        assert client.pttl(run_set) == -1 and client.scard(run_set) == 2
+        if how == "delete_thread":
+            forever.delete_thread("B")
+        else:
+            short.put(b, checkpoint({"m": 2}, {"m": "2"}), {"run_id": "r2"}, {"m": "2"})
+        left = client.pttl(run_set)
+        assert left == -2 or 0 < left <= 1000, left
+        time.sleep(1.3)
+        assert not client.exists(run_set)
+        for thread in ("A", "B"):
+            forever.delete_thread(thread)
+    assert keys_under(client, prefix) <= {KeySpace(prefix).threads.encode()}
+
+
+@pytest.mark.standalone
+def test_prune_drops_the_run_set_member_of_a_checkpoint_that_expired_unswept(
+    redis_url: str, prefix: str, client: redis.Redis
+) -> None:
+    """c1 (1 s) and c2 (kept for ever) share run r, whose set is kept for ever; c1's payload
+    expires before any put sweeps its index entries, then `prune` keeps only c3: c1's member
+    leaves the run set by its run marker (the payload that named the run is gone), and the
+    set, naming nothing alive, goes. It used to stay for ever, named by no index."""
+    ks = KeySpace(prefix)
+    with (
+        RedisSaver(redis_url, prefix=prefix, ttl=1) as short,
+        RedisSaver(redis_url, prefix=prefix) as forever,
+    ):
+        c1 = short.put(cfg("T"), checkpoint({"m": 1}, {"m": "1"}), {"run_id": "r"}, {"m": "1"})
+        c2 = forever.put(c1, checkpoint({"m": 2}, {"m": "2"}), {"run_id": "r"}, {"m": "2"})
+        forever.put(c2, checkpoint({"m": 3}, {"m": "3"}), {"run_id": "r2"}, {"m": "3"})
+        assert client.pttl(ks.run("r")) == -1
+        time.sleep(1.3)
+        forever.prune(["T"], strategy="keep_latest")
+        assert not client.exists(ks.run("r"))
+        got = forever.get_tuple(cfg("T"))
+        assert got is not None and got.checkpoint["channel_values"] == {"m": 3}
+        forever.delete_thread("T")
+    assert keys_under(client, prefix) <= {ks.threads.encode()}
 
 
 @pytest.mark.standalone

@@ -157,6 +157,24 @@ local function extend(key, keys, member, ttl, score)
   return true
 end
 
+-- SET `key` to `value` for `ttl` ms (expiry score `score`, from the clock `now`), unless
+-- `again` (the put writes keys that exist: a retried put, versions a caller reuses) and the
+-- key has a longer life, or none, from another writer: then it keeps that life, since a
+-- checkpoint that writer keeps longer may read it. Returns the key's expiry score.
+local function set_kept(key, value, ttl, score, now, again)
+  local left = again and redis.call('PTTL', key) or -2
+  if left == -1 then
+    redis.call('SET', key, value)
+    return 'inf'
+  end
+  if left > ttl then
+    redis.call('SET', key, value, 'PX', left)
+    return expiry(now, left)
+  end
+  redis.call('SET', key, value, 'PX', ttl)
+  return score
+end
+
 -- Refreshes the TTL of one checkpoint and of all it reads (payload, writes, blobs), and
 -- their entries in the key index, whose scores are expiry times; with `run_prefix` (a
 -- standalone server) also its run set, as a put does.
@@ -193,9 +211,13 @@ local function read_entry(n, cid, payload, wr_prefix, blob_prefix, sent)
       else wanted[#wanted + 1] = i end
     end
     if #wanted > 0 then
-      local fetch = {}
-      for j, i in ipairs(wanted) do fetch[j] = keys[i] end
-      local got = redis.call('MGET', unpack(fetch))
+      -- In MGETs of 1,000 keys at most: Lua unpacks 8,000 values at most at once.
+      local got = {}
+      for from = 1, #wanted, 1000 do
+        local fetch = {}
+        for j = from, math.min(from + 999, #wanted) do fetch[#fetch + 1] = keys[wanted[j]] end
+        for _, v in ipairs(redis.call('MGET', unpack(fetch))) do got[#got + 1] = v end
+      end
       for j, i in ipairs(wanted) do
         local v = got[j]
         values[i] = v
@@ -241,6 +263,40 @@ local function forget_runs(by_run)
       end
     end
   end
+end
+
+-- The key prefix of every checkpoint under the keyspace, from thread `t`'s (`cp_prefix` is
+-- `{prefix}:cp:{T}:`): a run-set member `T:N:id` names the checkpoint at it .. '{T}:N:id'.
+local function cp_root(cp_prefix, t)
+  return string.sub(cp_prefix, 1, #cp_prefix - #t - 3)
+end
+
+-- A run set kept for ever that names no checkpoint kept for ever any more (its last such
+-- member left, or got a TTL) lives as long as the longest-lived checkpoint it names, and at
+-- least `ttl` ms; with no such checkpoint left and no `ttl`, it goes. Every member is looked
+-- at: called where members leave or take a TTL (delete_thread, prune, a takeover), never per
+-- write. A standalone server only: on a cluster the checkpoints live in other slots.
+local function settle_run(key, root, ttl)
+  if redis.call('PTTL', key) ~= -1 then return end
+  local members = redis.pcall('SMEMBERS', key)  -- a foreign value: leave it as it is
+  if members.err then return end
+  local longest = ttl
+  for _, m in ipairs(members) do
+    local colon = string.find(m, ':', 1, true)
+    if colon then
+      local left = redis.call('PTTL', root .. '{' .. string.sub(m, 1, colon - 1) .. '}'
+        .. string.sub(m, colon))
+      if left == -1 then return end
+      if left > longest then longest = left end
+    end
+  end
+  if longest > 0 then redis.call('PEXPIRE', key, longest) else redis.call('DEL', key) end
+end
+
+-- settle_run for each run key of `run_keys` (a set: key -> true) on a standalone server.
+local function settle_runs(run_keys, root)
+  if not REGISTRY then return end
+  for key in pairs(run_keys) do settle_run(key, root, 0) end
 end
 
 -- What a thread-wide script returns: {thread emptied (0/1), run key, member, ...}.
@@ -378,10 +434,11 @@ local function doomed_keys(t, n, p, by_run)
   return doomed
 end
 
--- Deletes blobs no remaining checkpoint references; drops an emptied timeline.
+-- Deletes blobs no remaining checkpoint references; drops an emptied timeline. Run sets
+-- whose members it drops are added to `runs` (key -> true), when given.
 -- Returns true when the timeline is gone. While a remaining payload is damaged (or not a
 -- string), what it references is unknown, so every blob stays.
-local function collect_garbage(t, n, p)
+local function collect_garbage(t, n, p, runs)
   local ids = redis.call('ZRANGE', p.idx .. n, 0, -1)
   local live, alive, unknown = {}, {}, false
   for _, cid in ipairs(ids) do
@@ -400,8 +457,16 @@ local function collect_garbage(t, n, p)
       redis.call('DEL', p.blob .. n .. ':' .. string.sub(m, 2))
       redis.call('ZREM', p.keys .. n, m)
     elseif kind == 'r' then
-      local _, cid = marker_parts(m)
-      if not (cid and alive[cid]) then redis.call('ZREM', p.keys .. n, m) end
+      local run, cid = marker_parts(m)
+      if not (cid and alive[cid]) then
+        redis.call('ZREM', p.keys .. n, m)
+        -- The checkpoint went without its payload telling its run (it expired before the
+        -- sweep came): its member leaves the run set here, or nothing would find it again.
+        if REGISTRY and run and run ~= '' then
+          redis.pcall('SREM', p.run .. run, t .. ':' .. n .. ':' .. cid)
+          if runs then runs[p.run .. run] = true end
+        end
+      end
     end
   end
   -- Pending writes of a checkpoint not put yet keep the timeline alive.
@@ -486,21 +551,12 @@ local function settle_forever(t, n, nskey)
 end
 
 -- A run set kept for ever, named by a timeline of thread `t` that a writer with a TTL takes
--- over: it gets the TTL when every checkpoint it names is one of `t` (`cp_prefix`) that no
--- longer lives for ever, else it stays as expire_run keeps it. Its members are read once per
--- takeover, never per write.
+-- over: it gets the TTL, or the longest life of a checkpoint it names if longer, once no
+-- checkpoint it names (of any thread) is kept for ever; until then it stays as expire_run
+-- keeps it. Its members are read once per takeover, never per write.
 local function adopt_run(key, ttl, t, cp_prefix)
   if redis.call('PTTL', key) ~= -1 then return expire_run(key, ttl) end
-  local members = redis.pcall('SMEMBERS', key)  -- a foreign value: leave it as it is
-  if members.err then return end
-  local own = t .. ':'
-  for _, m in ipairs(members) do
-    if string.sub(m, 1, #own) ~= own
-      or redis.call('PTTL', cp_prefix .. string.sub(m, #own + 1)) == -1 then
-      return
-    end
-  end
-  redis.call('PEXPIRE', key, ttl)
+  settle_run(key, cp_root(cp_prefix, t), ttl)
 end
 
 -- A writer (or refreshing reader) with a TTL takes over a timeline stored without one: every
@@ -711,16 +767,17 @@ for i = 1, nb do
   if value == '' then
     extend(key, KEYS[3], 'b' .. suffix, ttl, score)
   else
+    local kept = score
     if value == '\0' then
       -- Absent at this version: an index member without a key (a missing blob reads back
       -- as absent), which copy_thread carries over as "absent here".
       absent[#absent + 1] = key
-    elseif ttl > 0 then redis.call('SET', key, value, 'PX', ttl)
+    elseif ttl > 0 then kept = set_kept(key, value, ttl, score, now, existing)
     else
       sets[#sets + 1] = key
       sets[#sets + 1] = value
     end
-    members[#members + 1] = score
+    members[#members + 1] = kept
     members[#members + 1] = 'b' .. suffix
   end
 end
@@ -728,7 +785,8 @@ if leaves then
   if old_run ~= '' then forget_run(ARGV[14] .. old_run, ARGV[6]) end
   redis.call('ZREM', KEYS[3], run_marker(old_run, cid))
 end
-if ttl > 0 then redis.call('SET', KEYS[1], payload, 'PX', ttl)
+local cp_score = score
+if ttl > 0 then cp_score = set_kept(KEYS[1], payload, ttl, score, now, existing)
 else
   sets[#sets + 1] = KEYS[1]
   sets[#sets + 1] = payload
@@ -738,9 +796,9 @@ for i = 1, #sets, 1000 do
   redis.call('MSET', unpack(sets, i, math.min(i + 999, #sets)))
 end
 redis.call('ZADD', KEYS[2], 0, cid)
-members[#members + 1] = score
+members[#members + 1] = cp_score
 members[#members + 1] = 'c' .. cid
-members[#members + 1] = score
+members[#members + 1] = cp_score
 members[#members + 1] = run_marker(ARGV[13], cid)
 for i = 1, #members, 1000 do
   redis.call('ZADD', KEYS[3], unpack(members, i, math.min(i + 999, #members)))
@@ -1021,6 +1079,7 @@ err = check_run_sets(by_run)
 if err then return err end
 forget_runs(by_run)
 for _, keys in ipairs(doomed) do del_all(keys) end
+settle_runs(by_run, cp_root(p.cp, t))  -- what they name of other threads may not live for ever
 redis.call('DEL', KEYS[1])
 EMPTIED = 1
 if REGISTRY then redis.call('ZREM', REGISTRY, t) end
@@ -1061,9 +1120,10 @@ for _, plan in ipairs(plans) do
       redis.call('ZREM', p.keys .. n, m)
     end
   end
-  if collect_garbage(t, n, p) then redis.call('ZREM', KEYS[1], n)
+  if collect_garbage(t, n, p, runs) then redis.call('ZREM', KEYS[1], n)
   else settle(t, n, p.idx .. n, p.keys .. n, KEYS[1], now) end  -- it may have no TTL left
 end
+settle_runs(runs, cp_root(p.cp, t))  -- the members that made them live for ever may be gone
 settle_namespaces(t, KEYS[1], now)  -- a dropped timeline may have been the longest-lived
 drop_empty_thread(KEYS[1], t)
 return outcome()
@@ -1093,9 +1153,10 @@ for i = 8, #ARGV, 2 do
   touched[n] = true
 end
 for n in pairs(touched) do
-  if collect_garbage(t, n, p) then redis.call('ZREM', KEYS[1], n)
+  if collect_garbage(t, n, p, runs) then redis.call('ZREM', KEYS[1], n)
   else settle(t, n, p.idx .. n, p.keys .. n, KEYS[1], now) end  -- it may have no TTL left
 end
+settle_runs(runs, cp_root(p.cp, t))  -- the members that made them live for ever may be gone
 settle_namespaces(t, KEYS[1], now)  -- a dropped timeline may have been the longest-lived
 drop_empty_thread(KEYS[1], t)
 return outcome()
