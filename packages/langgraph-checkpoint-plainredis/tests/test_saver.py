@@ -1377,6 +1377,49 @@ async def test_config_without_thread_id_names_the_missing_key(saver: Any) -> Non
         await saver.aput({"configurable": {"checkpoint_ns": ""}}, checkpoint({}, {}), {}, {})
 
 
+async def test_a_namespace_of_none_says_it_is_none_and_what_to_pass(saver: Any) -> None:
+    none_ns = {"configurable": {"thread_id": "t", "checkpoint_ns": None}}
+    with pytest.raises(ValueError, match=r"\['checkpoint_ns'\] is None: pass a str \(''"):
+        await saver.aget_tuple(none_ns)
+
+
+async def test_writes_of_a_task_id_or_channel_not_a_str_are_refused_naming_them(
+    saver: Any,
+) -> None:
+    """An int task id or channel crashed deep in the key and value encoders (TypeError from
+    `re`, AttributeError from `.encode`); each is now a TypeError naming the value."""
+    c = await put(saver, "t", {"m": 1}, {"m": "1"})
+    with pytest.raises(TypeError, match="task_id must be a str, got int 3"):
+        await saver.aput_writes(c, [("m", 5)], 3)
+    with pytest.raises(TypeError, match="task_path must be a str, got int 7"):
+        await saver.aput_writes(c, [("m", 5)], "task", 7)
+    with pytest.raises(TypeError, match="channel must be a str, got int 1"):
+        await saver.aput_writes(c, [(1, 5)], "task")
+    got = await saver.aget_tuple(c)
+    assert got is not None and got.pending_writes == []  # nothing written
+
+
+async def test_an_int_parent_id_is_stored_as_its_string(saver: Any) -> None:
+    """LangGraph's ids are strings; an int parent id (from a hand-made config) crashed the
+    encoder with AttributeError. It is stored and read back as its string, as thread ids are."""
+    parent = await put(saver, "t", {"m": 1}, {"m": "1"}, cid="5")
+    child = checkpoint({"m": 2}, {"m": "2"})
+    config = {"configurable": {"thread_id": "t", "checkpoint_ns": "", "checkpoint_id": 5}}
+    stored = await saver.aput(config, child, {}, {"m": "2"})
+    got = await saver.aget_tuple(stored)
+    assert got is not None and got.parent_config is not None
+    assert got.parent_config["configurable"]["checkpoint_id"] == "5"
+    assert parent["configurable"]["checkpoint_id"] == "5"
+
+
+async def test_an_empty_config_lists_every_thread_as_none_does(saver: Any) -> None:
+    """`list({})` walks every thread, as `list(None)` does, like InMemorySaver and
+    PostgresSaver (both test the config for truth); it raised "thread_id is missing"."""
+    await put(saver, "a-" + uuid.uuid4().hex, {"m": 1}, {"m": "1"})
+    everything = [t.config async for t in saver.alist(None)]
+    assert everything and [t.config async for t in saver.alist({})] == everything
+
+
 async def test_corrupted_payload_names_the_key_and_spares_the_rest(
     saver: Any, client: redis.Redis, prefix: str
 ) -> None:

@@ -10,6 +10,7 @@ import re
 import socket
 import struct
 import sys
+import threading
 from types import SimpleNamespace
 from typing import Any
 
@@ -1732,6 +1733,35 @@ def test_one_async_saver_serves_one_event_loop_after_another(redis_url: str, pre
             assert len(asyncio.run(calls(n))) == 3, n
     finally:
         asyncio.run(saver.aclose())
+
+
+def test_an_async_saver_refuses_a_second_loop_while_the_first_still_runs(
+    redis_url: str, prefix: str
+) -> None:
+    """A saver in use on a loop running in another thread is refused on a second running
+    loop, naming the fix: its pool's locks and connections belong to the first loop, and
+    sharing them hung for good or failed with redis-py's "bound to a different event loop".
+    Once that loop has closed, the next loop takes the saver over as before."""
+    saver = AsyncRedisSaver(redis_url, prefix=prefix)
+    first = asyncio.new_event_loop()
+    worker = threading.Thread(target=first.run_forever, daemon=True)
+    worker.start()
+    try:
+        stored = asyncio.run_coroutine_threadsafe(
+            saver.aput(cfg("t"), checkpoint("x"), {}, {"m": 1}), first
+        ).result(timeout=30)
+        with pytest.raises(RuntimeError, match="another event loop that is still running") as e:
+            asyncio.run(saver.aget_tuple(stored))
+        assert "one AsyncRedisSaver per event loop" in str(e.value)
+        got = asyncio.run_coroutine_threadsafe(saver.aget_tuple(stored), first).result(30)
+        assert got is not None  # the first loop's calls go on
+    finally:
+        first.call_soon_threadsafe(first.stop)
+        worker.join(timeout=30)
+        first.close()
+    got = asyncio.run(saver.aget_tuple(stored))
+    assert got is not None and got.checkpoint["channel_values"] == {"m": "x"}
+    asyncio.run(saver.aclose())
 
 
 def strict_serde() -> JsonPlusSerializer:

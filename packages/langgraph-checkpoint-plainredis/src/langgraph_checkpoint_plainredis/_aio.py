@@ -106,7 +106,18 @@ def _enter_loop(saver: AsyncRedisSaver, loop: asyncio.AbstractEventLoop) -> None
     since (one `asyncio.run` after another) is replaced: that pool's locks and connections
     belong to the closed loop, and redis-py's cluster client cannot leave it; its sockets are
     closed when it is collected. A client passed in stays (its kept connections are opened
-    again on the running loop: `_leave_other_loop`)."""
+    again on the running loop: `_leave_other_loop`).
+
+    A saver whose last call's loop still runs (in another thread) is refused: its pool's
+    locks and connections belong to that loop, and sharing them across running loops fails
+    or hangs in redis-py."""
+    previous = saver._loop
+    if previous is not None and previous.is_running() and not previous.is_closed():
+        raise RuntimeError(
+            f"this AsyncRedisSaver is in use on another event loop that is still running "
+            f"({previous!r}): its connections belong to that loop. Create one AsyncRedisSaver "
+            "per event loop (per thread), or use RedisSaver from several threads."
+        )
     if saver._owns_client and _closed(saver._loop):
         saver._client = saver._new_client()
         saver._idle = Idle.of(saver._client)

@@ -228,7 +228,9 @@ def _utf8(value: str, what: str) -> str:
 def _str_field(conf: Mapping[str, Any], name: str, default: str | None = None) -> str:
     value = conf.get(name, default)
     if value is None:
-        raise ValueError(f"config['configurable'][{name!r}] is missing")
+        state = "is None" if name in conf else "is missing"
+        root = " ('' for the root graph)" if name == "checkpoint_ns" else ""
+        raise ValueError(f"config['configurable'][{name!r}] {state}: pass a str{root}")
     if isinstance(value, str):
         return _utf8(value, f"config['configurable'][{name!r}]")
     if isinstance(value, (int,)) or type(value).__name__ == "UUID":
@@ -550,7 +552,7 @@ class SaverCore:
         ns = _str_field(conf, "checkpoint_ns", "")
         tk = self.keyspace.thread(thread_id)
         cid = checkpoint["id"]
-        parent_id = conf.get("checkpoint_id")
+        parent_id = _str_field(conf, "checkpoint_id") if conf.get("checkpoint_id") else None
 
         copy: dict[str, Any] = dict(checkpoint)
         values: dict[str, Any] = copy.pop("channel_values", None) or {}
@@ -661,6 +663,18 @@ class SaverCore:
         cid = _str_field(conf, "checkpoint_id")
         if not writes:
             return
+        for what, value in (("task_id", task_id), ("task_path", task_path)):
+            if not isinstance(value, str):
+                raise TypeError(
+                    f"put_writes: {what} must be a str, got {type(value).__name__} {value!r}: "
+                    "pass the id of the task that made the writes as a str"
+                )
+        for channel, _ in writes:
+            if not isinstance(channel, str):
+                raise TypeError(
+                    f"put_writes: a write's channel must be a str, got "
+                    f"{type(channel).__name__} {channel!r}: pass (channel name, value) pairs"
+                )
         tk = self.keyspace.thread(thread_id)
         held = self._held_by(thread_id, ns) if self._ttl_ms else []
         args: list[str | bytes | int] = [
@@ -760,6 +774,8 @@ class SaverCore:
         remaining = limit if limit is not None else -1
         if remaining == 0:
             return
+        if isinstance(config, Mapping) and not config:
+            config = None  # {} lists every thread, as InMemorySaver and PostgresSaver do
         before_id = (get_checkpoint_id(before) if before else None) or None  # '': no bound
         if config is None and self._cluster:
             (found,) = yield [Scan(self.keyspace.ns_pattern)]
