@@ -1107,6 +1107,51 @@ def test_a_run_set_shared_with_a_thread_kept_for_ever_expires_once_that_one_no_l
     assert keys_under(client, prefix) <= {KeySpace(prefix).threads.encode()}
 
 
+def test_a_retried_put_under_another_run_gives_that_run_set_the_life_it_kept(
+    redis_url: str, prefix: str, client: redis.Redis
+) -> None:
+    """A put repeated by a saver with a shorter TTL under another run keeps the checkpoint's
+    longer life; its new run set lives as long, or `delete_for_runs` missed the checkpoint
+    once the set expired."""
+    ks = KeySpace(prefix)
+    with (
+        RedisSaver(redis_url, prefix=prefix, ttl=3600) as long,
+        RedisSaver(redis_url, prefix=prefix, ttl=1) as short,
+    ):
+        c = checkpoint({"m": 1}, {"m": "1"})
+        stored = long.put(cfg("t"), c, {"run_id": "r1"}, {"m": "1"})
+        short.put(cfg("t"), c, {"run_id": "r2"}, {"m": "1"})
+        if not isinstance(client, RedisCluster):  # a cluster adds it before the script
+            assert client.pttl(ks.run("r2")) > 3_000_000
+            time.sleep(1.3)
+            short.delete_for_runs(["r2"])
+            assert long.get_tuple(stored) is None
+
+
+@pytest.mark.standalone
+def test_a_put_taking_a_checkpoint_kept_for_ever_to_another_run_settles_the_old_set(
+    redis_url: str, prefix: str, client: redis.Redis
+) -> None:
+    """Run r1 names A's 1 s checkpoint and B's kept for ever; B's is put again under r2 by a
+    saver with a TTL. r1 then names only A's: it expires with it (it stayed for ever)."""
+    ks = KeySpace(prefix)
+    with (
+        RedisSaver(redis_url, prefix=prefix, ttl=1) as short,
+        RedisSaver(redis_url, prefix=prefix) as forever,
+    ):
+        short.put(cfg("A"), checkpoint({"m": 1}, {"m": "1"}), {"run_id": "r1"}, {"m": "1"})
+        c = checkpoint({"m": 1}, {"m": "1"})
+        forever.put(cfg("B"), c, {"run_id": "r1"}, {"m": "1"})
+        assert client.pttl(ks.run("r1")) == -1
+        short.put(cfg("B"), c, {"run_id": "r2"}, {"m": "1"})
+        assert 0 < client.pttl(ks.run("r1")) <= 1000
+        time.sleep(1.3)
+        assert not client.exists(ks.run("r1"))
+        for thread in ("A", "B"):
+            forever.delete_thread(thread)
+    assert keys_under(client, prefix) <= {ks.threads.encode()}
+
+
 @pytest.mark.standalone
 def test_prune_drops_the_run_set_member_of_a_checkpoint_that_expired_unswept(
     redis_url: str, prefix: str, client: redis.Redis

@@ -160,19 +160,20 @@ end
 -- SET `key` to `value` for `ttl` ms (expiry score `score`, from the clock `now`), unless
 -- `again` (the put writes keys that exist: a retried put, versions a caller reuses) and the
 -- key has a longer life, or none, from another writer: then it keeps that life, since a
--- checkpoint that writer keeps longer may read it. Returns the key's expiry score.
+-- checkpoint that writer keeps longer may read it. Returns the key's expiry score and the
+-- ms it lives (`ttl` for one kept for ever: the takeover later in the put gives it a TTL).
 local function set_kept(key, value, ttl, score, now, again)
   local left = again and redis.call('PTTL', key) or -2
   if left == -1 then
     redis.call('SET', key, value)
-    return 'inf'
+    return 'inf', ttl
   end
   if left > ttl then
     redis.call('SET', key, value, 'PX', left)
-    return expiry(now, left)
+    return expiry(now, left), left
   end
   redis.call('SET', key, value, 'PX', ttl)
-  return score
+  return score, ttl
 end
 
 -- Refreshes the TTL of one checkpoint and of all it reads (payload, writes, blobs), and
@@ -278,18 +279,23 @@ end
 -- write. A standalone server only: on a cluster the checkpoints live in other slots.
 local function settle_run(key, root, ttl)
   if redis.call('PTTL', key) ~= -1 then return end
-  local members = redis.pcall('SMEMBERS', key)  -- a foreign value: leave it as it is
-  if members.err then return end
-  local longest = ttl
-  for _, m in ipairs(members) do
-    local colon = string.find(m, ':', 1, true)
-    if colon then
-      local left = redis.call('PTTL', root .. '{' .. string.sub(m, 1, colon - 1) .. '}'
-        .. string.sub(m, colon))
-      if left == -1 then return end
-      if left > longest then longest = left end
+  -- In pages, stopping at the first member kept for ever: a run set shared by many threads
+  -- kept for ever is not read whole each time one of them leaves it.
+  local cursor, longest = '0', ttl
+  repeat
+    local page = redis.pcall('SSCAN', key, cursor, 'COUNT', 100)
+    if page.err then return end  -- a foreign value: leave it as it is
+    cursor = page[1]
+    for _, m in ipairs(page[2]) do
+      local colon = string.find(m, ':', 1, true)
+      if colon then
+        local left = redis.call('PTTL', root .. '{' .. string.sub(m, 1, colon - 1) .. '}'
+          .. string.sub(m, colon))
+        if left == -1 then return end
+        if left > longest then longest = left end
+      end
     end
-  end
+  until cursor == '0'
   if longest > 0 then redis.call('PEXPIRE', key, longest) else redis.call('DEL', key) end
 end
 
@@ -782,11 +788,15 @@ for i = 1, nb do
   end
 end
 if leaves then
-  if old_run ~= '' then forget_run(ARGV[14] .. old_run, ARGV[6]) end
+  if old_run ~= '' then
+    forget_run(ARGV[14] .. old_run, ARGV[6])
+    -- It may have been kept for ever for this checkpoint alone.
+    if REGISTRY then settle_run(ARGV[14] .. old_run, cp_root(ARGV[10], t), 0) end
+  end
   redis.call('ZREM', KEYS[3], run_marker(old_run, cid))
 end
-local cp_score = score
-if ttl > 0 then cp_score = set_kept(KEYS[1], payload, ttl, score, now, existing)
+local cp_score, cp_life = score, ttl
+if ttl > 0 then cp_score, cp_life = set_kept(KEYS[1], payload, ttl, score, now, existing)
 else
   sets[#sets + 1] = KEYS[1]
   sets[#sets + 1] = payload
@@ -804,7 +814,8 @@ for i = 1, #members, 1000 do
   redis.call('ZADD', KEYS[3], unpack(members, i, math.min(i + 999, #members)))
 end
 if run_key then
-  if ttl > 0 then expire_run(run_key, ttl) else redis.call('PERSIST', run_key) end
+  -- as long as the checkpoint, which a repeated put may have left a longer life
+  if ttl > 0 then expire_run(run_key, cp_life) else redis.call('PERSIST', run_key) end
 end
 if forever then
   if not settled then settle_forever(t, n, KEYS[4]) end
