@@ -1572,6 +1572,78 @@ def test_a_copy_onto_a_foreign_value_writes_nothing(
         assert saver.get_tuple(cfg("dst")).pending_writes == [("task", "a", 3)]
 
 
+@pytest.mark.parametrize("kind", ["cp", "wr", "blob", "keys"])
+def test_a_copy_from_a_foreign_value_is_a_clear_error(
+    redis_url: str, prefix: str, client: redis.Redis, kind: str
+) -> None:
+    """A source key of the wrong type stops a copy with the error a read of it gives, naming
+    the key: the copy would read differently from its source (a checkpoint or its writes
+    left out, a value taken for absent). The target gets nothing."""
+    with RedisSaver(redis_url, prefix=prefix) as saver:
+        c1 = saver.put(cfg("src"), checkpoint({"a": 1}, {"a": "1"}), {}, {"a": "1"})
+        c2 = saver.put(c1, checkpoint({"a": 2}, {"a": "2"}), {}, {"a": "2"})
+        saver.put_writes(c2, [("a", 3)], "task")
+        src = KeySpace(prefix).thread("src")
+        foreign = {
+            "cp": src.cp("", c1["configurable"]["checkpoint_id"]),
+            "wr": src.wr("", c2["configurable"]["checkpoint_id"]),
+            "blob": src.blob("", "a", "2"),
+            "keys": src.keys(""),
+        }[kind]
+        assert client.delete(foreign) == 1
+        client.rpush(foreign, "someone else's")
+        before = {k: client.dump(k) for k in keys_under(client, prefix)}
+        with pytest.raises(WrongTypeError, match=re.escape(repr(foreign))):
+            saver.copy_thread("src", "dst")
+        assert {k: client.dump(k) for k in keys_under(client, prefix)} == before
+
+
+@pytest.mark.parametrize(
+    ("call", "kind"),
+    [
+        ("keep_latest", "idx"),
+        ("keep_latest", "cp"),  # the checkpoint it removes is read for its run
+        ("keep_latest", "run"),  # the run set that checkpoint leaves
+        ("delete", "idx"),
+        ("delete", "run"),
+        ("delete_for_runs", "idx"),
+        ("delete_for_runs", "cp"),
+        ("delete_for_runs", "run"),
+    ],
+)
+def test_a_call_on_many_threads_changes_none_when_one_holds_a_foreign_value(
+    redis_url: str, prefix: str, client: redis.Redis, call: str, kind: str
+) -> None:
+    """prune and delete_for_runs run a script per thread (on a cluster the threads live in
+    different slots): every thread is checked before any changes, so a foreign value in one
+    stops the call with a clear error and the other threads are left whole."""
+    after = kind == "run" and call != "delete_for_runs" and isinstance(client, RedisCluster)
+    ks = KeySpace(prefix)
+    with RedisSaver(redis_url, prefix=prefix) as saver:
+        for thread in ("good", "bad"):
+            old = {"run_id": "other" if thread == "bad" else "r"}
+            c1 = saver.put(cfg(thread), checkpoint({"a": 1}, {"a": "1"}), old, {"a": "1"})
+            saver.put(c1, checkpoint({"a": 2}, {"a": "2"}), {"run_id": "r"}, {"a": "2"})
+        old_cid = c1["configurable"]["checkpoint_id"]
+        foreign = {
+            "idx": ks.thread("bad").idx(""),
+            "cp": ks.thread("bad").cp("", old_cid),
+            "run": ks.run("other"),
+        }[kind]
+        assert client.delete(foreign) == 1
+        client.rpush(foreign, "someone else's")
+        before = {k: client.dump(k) for k in keys_under(client, prefix)}
+        with pytest.raises(WrongTypeError, match=re.escape(repr(foreign))):
+            if call == "delete_for_runs":
+                saver.delete_for_runs(["r", "other"])
+            else:
+                saver.prune(["good", "bad"], strategy=call)
+        if after:  # on a cluster run sets change after the thread scripts (cluster.md)
+            assert client.lrange(foreign, 0, -1) == [b"someone else's"]
+        else:
+            assert {k: client.dump(k) for k in keys_under(client, prefix)} == before
+
+
 def test_a_stray_registry_or_run_set_member_is_a_clear_error(
     redis_url: str, prefix: str, client: redis.Redis
 ) -> None:

@@ -112,7 +112,7 @@ def _enter_loop(saver: AsyncRedisSaver, loop: asyncio.AbstractEventLoop) -> None
     locks and connections belong to that loop, and sharing them across running loops fails
     or hangs in redis-py."""
     previous = saver._loop
-    if previous is not None and previous.is_running() and not previous.is_closed():
+    if previous is not None and previous.is_running():
         raise RuntimeError(
             f"this AsyncRedisSaver is in use on another event loop that is still running "
             f"({previous!r}): its connections belong to that loop. Create one AsyncRedisSaver "

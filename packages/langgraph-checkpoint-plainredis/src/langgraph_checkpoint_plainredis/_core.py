@@ -389,18 +389,25 @@ class SaverCore:
         return () if self._cluster else (self.keyspace.threads,)
 
     def _after_thread_scripts(self, done: Iterable[tuple[ThreadKeys, Any]]) -> Plan:
-        """On a cluster: the run-set removals that thread scripts reported.
+        """On a cluster: the run-set removals that thread scripts reported, a script per run
+        set and up to 500 members (a foreign value at a run set is named, not Redis's bare
+        WRONGTYPE).
 
         A removal that never happens leaves a member naming a deleted checkpoint, which
         `delete_for_runs` tolerates.
         """
         if not self._cluster:
             return []
-        plan: Plan = []
+        leaving: dict[Any, list[Any]] = {}
         for _, reply in done:
             runs = reply[1] or []
-            plan += [("SREM", runs[i], runs[i + 1]) for i in range(0, len(runs), 2)]
-        return plan
+            for i in range(0, len(runs), 2):
+                leaving.setdefault(runs[i], []).append(runs[i + 1])
+        return [
+            Eval("run_leave", (_s(key),), tuple(members[i : i + 500]))
+            for key, members in leaving.items()
+            for i in range(0, len(members), 500)
+        ]
 
     def _loads(self, typed: tuple[str, bytes], key: str) -> Any:
         try:
@@ -943,8 +950,14 @@ class SaverCore:
         _id_list(thread_ids, "prune", "thread ids")
         script = "prune_keep_latest" if strategy == "keep_latest" else "delete_thread"
         tks = [self.keyspace.thread(_thread_arg(t, "prune")) for t in thread_ids]
-        for start in range(0, len(tks), _BATCH_THREADS):
-            batch = tks[start : start + _BATCH_THREADS]
+        batches = [tks[s : s + _BATCH_THREADS] for s in range(0, len(tks), _BATCH_THREADS)]
+        if len(tks) > 1:  # a script per thread: all are checked before any changes one
+            for batch in batches:
+                yield [
+                    Eval(f"{script}_check", (tk.ns, *self._registry), self._prefix_args(tk))
+                    for tk in batch
+                ]
+        for batch in batches:
             replies = yield [
                 Eval(script, (tk.ns, *self._registry), self._prefix_args(tk)) for tk in batch
             ]
@@ -967,14 +980,13 @@ class SaverCore:
                     named[thread_c] = listed_thread(self.keyspace, thread_c, run_key)
                 by_thread.setdefault(thread_c, []).extend([ns_e, cid])
         tks = list(named.values())
-        plan: Plan = [
-            Eval(
-                "remove_checkpoints",
-                (tk.ns, *self._registry),
-                (*self._prefix_args(tk), *pairs),
-            )
+        calls = [
+            ((tk.ns, *self._registry), (*self._prefix_args(tk), *pairs))
             for tk, pairs in zip(tks, by_thread.values(), strict=True)
         ]
+        if len(calls) > 1:  # a script per thread: all are checked before any changes one
+            yield [Eval("remove_checkpoints_check", keys, args) for keys, args in calls]
+        plan: Plan = [Eval("remove_checkpoints", keys, args) for keys, args in calls]
         replies = (yield plan) if plan else []
         # Only once every script went through: a refused one leaves the run sets to retry
         # with. On a cluster each run set is in its own slot: one DEL per key.

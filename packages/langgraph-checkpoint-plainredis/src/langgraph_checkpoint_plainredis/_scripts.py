@@ -136,9 +136,9 @@ end
 
 -- Gives a run set at least `ttl` ms to live, unless it must live for ever: a run set is shared
 -- by every thread the run wrote, so one kept for ever (a thread without a TTL is in it) stays
--- so, unless the member just added is its only one.
-local function expire_run(key, ttl)
-  local left = redis.call('PTTL', key)
+-- so, unless the member just added is its only one. `left`: its PTTL, when already read.
+local function expire_run(key, ttl, left)
+  left = left or redis.call('PTTL', key)
   if left == -1 then
     local members = redis.pcall('SCARD', key)  -- a foreign value: leave it as it is
     if type(members) ~= 'number' or members > 1 then return end
@@ -266,6 +266,16 @@ local function forget_runs(by_run)
   end
 end
 
+-- Takes the checkpoint that run marker `m` of timeline `n` names out of its run set, on a
+-- standalone server (the set may be anything by now: left as it is then). Returns the run
+-- set's key, or nil when there is none to touch (no run, or a cluster).
+local function drop_run_member(t, n, m, p)
+  local run, cid = marker_parts(m)
+  if not (REGISTRY and run and run ~= '') then return nil end
+  redis.pcall('SREM', p.run .. run, t .. ':' .. n .. ':' .. cid)
+  return p.run .. run
+end
+
 -- The key prefix of every checkpoint under the keyspace, from thread `t`'s (`cp_prefix` is
 -- `{prefix}:cp:{T}:`): a run-set member `T:N:id` names the checkpoint at it .. '{T}:N:id'.
 local function cp_root(cp_prefix, t)
@@ -276,9 +286,10 @@ end
 -- member left, or got a TTL) lives as long as the longest-lived checkpoint it names, and at
 -- least `ttl` ms; with no such checkpoint left and no `ttl`, it goes. Every member is looked
 -- at: called where members leave or take a TTL (delete_thread, prune, a takeover), never per
--- write. A standalone server only: on a cluster the checkpoints live in other slots.
-local function settle_run(key, root, ttl)
-  if redis.call('PTTL', key) ~= -1 then return end
+-- write. A standalone server only (elsewhere it does nothing): on a cluster the checkpoints
+-- live in other slots. `left`: the run set's PTTL, when already read.
+local function settle_run(key, root, ttl, left)
+  if not REGISTRY or (left or redis.call('PTTL', key)) ~= -1 then return end
   -- In pages, stopping at the first member kept for ever: a run set shared by many threads
   -- kept for ever is not read whole each time one of them leaves it.
   local cursor, longest = '0', ttl
@@ -301,7 +312,6 @@ end
 
 -- settle_run for each run key of `run_keys` (a set: key -> true) on a standalone server.
 local function settle_runs(run_keys, root)
-  if not REGISTRY then return end
   for key in pairs(run_keys) do settle_run(key, root, 0) end
 end
 
@@ -463,15 +473,13 @@ local function collect_garbage(t, n, p, runs)
       redis.call('DEL', p.blob .. n .. ':' .. string.sub(m, 2))
       redis.call('ZREM', p.keys .. n, m)
     elseif kind == 'r' then
-      local run, cid = marker_parts(m)
+      local _, cid = marker_parts(m)
       if not (cid and alive[cid]) then
         redis.call('ZREM', p.keys .. n, m)
         -- The checkpoint went without its payload telling its run (it expired before the
         -- sweep came): its member leaves the run set here, or nothing would find it again.
-        if REGISTRY and run and run ~= '' then
-          redis.pcall('SREM', p.run .. run, t .. ':' .. n .. ':' .. cid)
-          if runs then runs[p.run .. run] = true end
-        end
+        local run_key = drop_run_member(t, n, m, p)
+        if run_key and runs then runs[run_key] = true end
       end
     end
   end
@@ -561,8 +569,9 @@ end
 -- checkpoint it names (of any thread) is kept for ever; until then it stays as expire_run
 -- keeps it. Its members are read once per takeover, never per write.
 local function adopt_run(key, ttl, t, cp_prefix)
-  if redis.call('PTTL', key) ~= -1 then return expire_run(key, ttl) end
-  settle_run(key, cp_root(cp_prefix, t), ttl)
+  local left = redis.call('PTTL', key)
+  if left ~= -1 then return expire_run(key, ttl, left) end
+  settle_run(key, cp_root(cp_prefix, t), ttl, left)
 end
 
 -- A writer (or refreshing reader) with a TTL takes over a timeline stored without one: every
@@ -670,9 +679,8 @@ local function sweep(t, n, idx, keys, now, budget, p)
       redis.call('DEL', p.wr .. n .. ':' .. rest)
     elseif kind == 98 then  -- 'b'
       redis.call('DEL', p.blob .. n .. ':' .. rest)
-    elseif kind == 114 and REGISTRY then  -- 'r': a run set that may be anything by now
-      local run, cid = marker_parts(m)
-      if run and run ~= '' then redis.pcall('SREM', p.run .. run, t .. ':' .. n .. ':' .. cid) end
+    elseif kind == 114 then  -- 'r'
+      drop_run_member(t, n, m, p)
     end
   end
   for i = 1, #dead, 500 do
@@ -791,7 +799,7 @@ if leaves then
   if old_run ~= '' then
     forget_run(ARGV[14] .. old_run, ARGV[6])
     -- It may have been kept for ever for this checkpoint alone.
-    if REGISTRY then settle_run(ARGV[14] .. old_run, cp_root(ARGV[10], t), 0) end
+    settle_run(ARGV[14] .. old_run, cp_root(ARGV[10], t), 0)
   end
   redis.call('ZREM', KEYS[3], run_marker(old_run, cid))
 end
@@ -1088,6 +1096,7 @@ for _, n in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do
 end
 err = check_run_sets(by_run)
 if err then return err end
+-- CHECKED: every check is made; the check-only twin ends here
 forget_runs(by_run)
 for _, keys in ipairs(doomed) do del_all(keys) end
 settle_runs(by_run, cp_root(p.cp, t))  -- what they name of other threads may not live for ever
@@ -1122,6 +1131,7 @@ for _, n in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do
 end
 err = check_run_sets(runs)
 if err then return err end
+-- CHECKED: every check is made; the check-only twin ends here
 for _, plan in ipairs(plans) do
   local n, keep = plan[1], plan[2]
   for _, cid in ipairs(plan[3]) do remove_checkpoint(t, n, cid, p) end
@@ -1157,6 +1167,7 @@ for i = 8, #ARGV, 2 do
 end
 err = check_run_sets(runs)
 if err then return err end
+-- CHECKED: every check is made; the check-only twin ends here
 local touched = {}
 for i = 8, #ARGV, 2 do
   local n, cid = ARGV[i], ARGV[i + 1]
@@ -1179,20 +1190,25 @@ EXPORT_THREAD = r"""
 -- Returns per namespace {N, {member, value}...}; a writes value is the flat HGETALL, a
 -- blob value '' means the channel is absent at that version (no key). Entries of keys that
 -- have expired (not swept yet) are left out: their keys are gone, not absent by design.
+-- A key of the wrong type stops it with that key's error: the copy would read differently.
 local err = check(KEYS[1], 'zset')
 if err then return err end
 local now = now_ms()
 local out = {}
 for _, n in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do
   local items = {}
-  for _, m in ipairs(redis.call('ZRANGEBYSCORE', ARGV[4] .. n, now, '+inf')) do
+  local members = redis.pcall('ZRANGEBYSCORE', ARGV[4] .. n, now, '+inf')
+  if members.err then return read_error(ARGV[4] .. n, members, 'zset') end
+  for _, m in ipairs(members) do
     local kind, rest = string.sub(m, 1, 1), string.sub(m, 2)
     local value
-    if kind == 'c' then value = get_string(ARGV[1] .. n .. ':' .. rest)
-    elseif kind == 'w' then value = get_hash(ARGV[2] .. n .. ':' .. rest)
+    if kind == 'c' then value, err = get_string(ARGV[1] .. n .. ':' .. rest)
+    elseif kind == 'w' then value, err = get_hash(ARGV[2] .. n .. ':' .. rest)
     elseif kind == 'b' then
-      value = get_string(ARGV[3] .. n .. ':' .. rest) or ''  -- '': absent at this version
+      value, err = get_string(ARGV[3] .. n .. ':' .. rest)
+      value = value or ''  -- '': absent at this version
     end
+    if err then return err end
     if value and (kind ~= 'w' or #value > 0) then
       items[#items + 1] = m
       items[#items + 1] = value
@@ -1331,6 +1347,16 @@ return 1
 """
 
 
+RUN_LEAVE = r"""
+-- KEYS: one run set; ARGV: members that leave it
+-- On a cluster the client takes the checkpoints a thread script removed out of their run set
+-- (in another hash slot) with this, after that script: a foreign value there is named.
+local err = check(KEYS[1], 'set')
+if err then return err end
+return redis.call('SREM', KEYS[1], unpack(ARGV))
+"""
+
+
 REGISTRY_PAGE = r"""
 -- KEYS: registry; ARGV: ZSCAN cursor, count
 -- Returns ZSCAN's {next cursor, {thread, expiry score, ...}} and the server's clock, which
@@ -1418,6 +1444,20 @@ def _script(name: str, body: str) -> Script:
     return Script(name, _EFFECTS + _prelude_for(body) + body)
 
 
+# A call that changes many threads runs a thread-wide script per thread, which cannot be one
+# atomic step (on a cluster the threads live in different slots). So it first runs each one's
+# check-only twin: the same script ending once every check it makes before its first change
+# has passed, having changed nothing. A foreign value in any thread then stops the call
+# before any thread changes.
+_CHECKED = "-- CHECKED: every check is made; the check-only twin ends here\n"
+
+
+def _check_only(name: str, body: str) -> Script:
+    if body.count(_CHECKED) != 1:
+        raise AssertionError(f"script {name} must mark the end of its checks once")
+    return _script(f"{name}_check", body.replace(_CHECKED, "do return 0 end\n"))
+
+
 SCRIPTS = {
     s.name: s
     for s in (
@@ -1427,12 +1467,16 @@ SCRIPTS = {
         _script("list", LIST),
         _script("entries", ENTRIES),
         _script("delete_thread", DELETE_THREAD),
+        _check_only("delete_thread", DELETE_THREAD),
         _script("prune_keep_latest", PRUNE_KEEP_LATEST),
+        _check_only("prune_keep_latest", PRUNE_KEEP_LATEST),
         _script("remove_checkpoints", REMOVE_CHECKPOINTS),
+        _check_only("remove_checkpoints", REMOVE_CHECKPOINTS),
         _script("export_thread", EXPORT_THREAD),
         _script("import_thread", IMPORT_THREAD),
         _script("run_members", RUN_MEMBERS),
         _script("run_join", RUN_JOIN),
+        _script("run_leave", RUN_LEAVE),
         _script("registry_page", REGISTRY_PAGE),
     )
 }
