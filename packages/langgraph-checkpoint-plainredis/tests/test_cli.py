@@ -343,6 +343,8 @@ def test_runtime_errors_exit_1_with_one_line_that_says_what_to_do(
     assert err.count("\n") == 1 and "s3cret" not in err
     assert err.startswith(f"plainredis: error: cannot connect to {down.replace('s3cret', '***')}")
     assert "point --url (or $REDIS_URL) at your server" in err
+    code, _, err = cli(capsys, "migrate", "--url", down)  # migrate takes --url alone
+    assert code == 1 and "point --url at your server" in err and "REDIS_URL" not in err
 
     chat(redis_url, prefix, {"t": 1})
     args = ("--url", redis_url, "--prefix", prefix)
@@ -350,7 +352,10 @@ def test_runtime_errors_exit_1_with_one_line_that_says_what_to_do(
     assert code == 1 and "thread 'nobody' has no checkpoints" in err
     code, _, err = cli(capsys, "show", "t", "not-a-checkpoint", *args)
     assert code == 1 and "checkpoint 'not-a-checkpoint' in thread 't'" in err
-    assert "was not found" in err and "plainredis history t" in err
+    assert "was not found" in err and f"`plainredis history t --prefix {prefix}`" in err
+    # The command it suggests is one a shell runs as is, in the same place.
+    code, _, err = cli(capsys, "show", "weird id ✓", "nope", "--ns", "sub:x", *args)
+    assert f"`plainredis history 'weird id ✓' --prefix {prefix} --ns sub:x`" in err
 
     # A namespace member no saver wrote names the key it sits in and how to clear it.
     ns_key = KeySpace(prefix).thread("t").ns
@@ -390,6 +395,14 @@ def test_runtime_errors_exit_1_with_one_line_that_says_what_to_do(
         # redis-py reads a database that is not a number as database 0
         ["migrate", "--url", "redis://127.0.0.1:1/abc"],
         ["threads", "--url", "redis://:secret@127.0.0.1:1/abc"],
+        # bytes that are not UTF-8, as Python hands them over from the shell
+        ["history", "bad\udcff"],
+        ["delete", "bad\udcff", "--yes"],
+        ["prune", "ok", "bad\udcff", "--yes"],
+        ["show", "t", "--ns", "\udcff"],
+        ["show", "t", "\udcff"],
+        ["threads", "--prefix", "\udcff"],
+        ["migrate", "--url", "redis://127.0.0.1:1/0", "--prefix", "\udcff"],
     ],
 )
 def test_bad_arguments_exit_2_with_usage(
@@ -400,6 +413,10 @@ def test_bad_arguments_exit_2_with_usage(
     assert exit_info.value.code == 2
     err = capsys.readouterr().err
     assert err.startswith("usage: plainredis") and "error:" in err
+    if "--ttl" in argv:  # the command line has no ttl=None: no --ttl keeps for ever
+        assert "ttl=None" not in err
+    if any("\udcff" in arg for arg in argv):
+        assert "'\\xff' is not UTF-8" in err or "'bad\\xff' is not UTF-8" in err
     if argv[-1:] and argv[-1].endswith("/abc"):
         assert "names database 'abc', which is not a number" in err
         assert "secret" not in err

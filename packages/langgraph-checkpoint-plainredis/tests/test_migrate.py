@@ -190,3 +190,111 @@ def test_migrate_command_rejects_bad_arguments(capsys: pytest.CaptureFixture[str
         main(["migrate"])
     assert exit_info.value.code == 2
     assert "--url" in capsys.readouterr().err
+
+
+def cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str]:
+    code = main(list(argv))
+    return code, capsys.readouterr().err
+
+
+def test_every_call_refuses_a_keyspace_010_wrote(
+    client: redis.Redis,
+    redis_url: str,
+    restored: dict[str, str],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Not only reads and writes: a copy or a delete by runs found nothing there, and the
+    command line's delete and prune said the thread did not exist."""
+    prefix = restored["lg"]
+    before = {k: client.dump(k) for k in client.scan_iter(match=f"{prefix}:*")}
+    with RedisSaver(redis_url, prefix=prefix) as saver:
+        for call in (
+            lambda: saver.copy_thread("t-fork", "copy"),
+            lambda: saver.delete_for_runs(["any run"]),
+            lambda: saver.prune(["t-fork", "other"]),
+        ):
+            with pytest.raises(LegacyKeyspaceError, match="plainredis migrate"):
+                call()
+    for command in ("delete", "prune"):
+        code, err = cli(capsys, command, "t-fork", "--yes", "--url", redis_url, "--prefix", prefix)
+        assert code == 1 and err.count("\n") == 1 and "plainredis migrate" in err
+    assert {k: client.dump(k) for k in client.scan_iter(match=f"{prefix}:*")} == before
+
+
+async def test_a_migration_that_stopped_halfway_is_refused_until_it_ends(
+    client: redis.Redis,
+    redis_url: str,
+    restored: dict[str, str],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The threads it had not reached read as empty, and a graph run on one started it anew
+    (a rerun then mixed two timelines): the savers and the commands refuse the keyspace while
+    0.1.0's registry is parked, and name the fix."""
+    from langgraph_checkpoint_plainredis import AsyncRedisSaver, _migrate
+
+    prefix = restored["lg"]
+    real = _migrate._migrate_timeline
+    done: list[str] = []
+
+    def stop_after_one(*args: Any, **kwargs: Any) -> Any:
+        if done:
+            raise KeyboardInterrupt  # the operator, or a crash
+        done.append(args[4])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(_migrate, "_migrate_timeline", stop_after_one)
+    with pytest.raises(KeyboardInterrupt):
+        migrate_v010(client, prefix)
+    monkeypatch.undo()
+    parked = f"{prefix}:v010:threads"
+    expected = [t for t in DUMP["expected"]["threads"] if t["prefix"] == "lg"]
+    waiting = next(t for t in expected if t["thread_id"] != done[0])
+    config = {"configurable": {"thread_id": waiting["thread_id"], "checkpoint_ns": ""}}
+    with RedisSaver(redis_url, prefix=prefix) as saver:
+        with pytest.raises(LegacyKeyspaceError, match=f"has not finished.*{parked!r}"):
+            saver.get_tuple(config)
+    asaver = AsyncRedisSaver(redis_url, prefix=prefix)
+    with pytest.raises(LegacyKeyspaceError, match="has not finished"):
+        await asaver.aget_tuple(config)
+    await asaver.aclose()
+    code, err = cli(capsys, "threads", "--url", redis_url, "--prefix", prefix)
+    assert code == 1 and err.count("\n") == 1 and "has not finished" in err
+
+    assert migrate_v010(client, prefix).skipped == []
+    with RedisSaver(redis_url, prefix=prefix) as saver:
+        for thread in expected:
+            check_against_010_reading(saver, thread)
+
+
+def test_an_unreadable_value_or_entry_stops_the_migration_with_one_line(
+    client: redis.Redis,
+    redis_url: str,
+    restored: dict[str, str],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A value the serializer cannot read names its key and the fix (a traceback before);
+    an unreadable registry entry is listed, and the keyspace stays refused until it is
+    removed and the migration runs again."""
+    prefix = restored["lg"]
+    blob = next(k for k in client.scan_iter(match=f"{prefix}:blob:t-fork:*"))
+    good = client.get(blob)
+    client.set(blob, json.dumps({"t": "pickle", "d": base64.b64encode(b"x").decode()}))
+    code, err = cli(capsys, "migrate", "--url", redis_url, "--prefix", prefix)
+    assert code == 1 and err.count("\n") == 1
+    assert repr(blob.decode()) in err and "serde=" in err
+    client.set(blob, good)  # type: ignore[arg-type]
+
+    parked = f"{prefix}:v010:threads"
+    client.hset(parked, "not a 0.1.0 index key", "not json")
+    code, err = cli(capsys, "migrate", "--url", redis_url, "--prefix", prefix)
+    assert code == 1 and "'not a 0.1.0 index key'" in err and "HDEL" in err
+    with RedisSaver(redis_url, prefix=prefix) as saver:
+        with pytest.raises(LegacyKeyspaceError, match="repaired or removed"):
+            saver.get_tuple({"configurable": {"thread_id": "t-fork"}})
+    client.hdel(parked, "not a 0.1.0 index key")
+    assert cli(capsys, "migrate", "--url", redis_url, "--prefix", prefix)[0] == 0
+    with RedisSaver(redis_url, prefix=prefix) as saver:
+        for thread in DUMP["expected"]["threads"]:
+            if thread["prefix"] == "lg":
+                check_against_010_reading(saver, thread)

@@ -334,6 +334,8 @@ class AsyncRedisSaver(SaverCore, BaseCheckpointSaver[str]):
         if self._cluster:
             async with self._detect_lock:
                 await self._client.initialize()  # reads the slot map once; then a no-op
+        if plan := self._ready_plan():
+            self._check_ready(await self._run(plan))
         self._ready = True
 
     # -- running plans -------------------------------------------------------------------

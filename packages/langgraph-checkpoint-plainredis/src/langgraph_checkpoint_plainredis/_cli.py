@@ -6,6 +6,7 @@ import argparse
 import datetime
 import json
 import os
+import shlex
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -17,7 +18,7 @@ import redis
 from ._core import _ttl_ms
 from ._errors import PlainRedisError
 from ._inspect import Inspector, Usage
-from ._keys import KeySpace
+from ._keys import KeySpace, LegacyKeys
 from ._shell import check_database
 
 __all__ = ["main"]
@@ -33,7 +34,21 @@ Every command but migrate takes --url (default: $REDIS_URL, else
 Exit status: 0 done, 1 runtime error or declined prompt, 2 bad arguments."""
 
 
+def _text(value: str) -> str:
+    """An id or prefix from the command line: text that a Redis key can hold. Python hands
+    over bytes that are not UTF-8 as lone surrogates, which no key can be built from."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        shown = value.encode("utf-8", "surrogateescape").decode("ascii", "backslashreplace")
+        raise argparse.ArgumentTypeError(
+            f"'{shown}' is not UTF-8 text; pass ids as UTF-8 (the savers store them so)"
+        ) from None
+    return value
+
+
 def _prefix(value: str) -> str:
+    _text(value)
     try:
         KeySpace(value)
     except (TypeError, ValueError) as exc:
@@ -46,7 +61,11 @@ def _ttl(value: str) -> float:
         seconds = float(value)
         _ttl_ms(seconds)  # the saver's own check, and its message
     except ValueError as exc:
-        reason = str(exc) if "ttl=" in str(exc) else f"{value!r} is not a number of seconds"
+        reason = (
+            str(exc).replace("ttl=None", "no --ttl")
+            if "ttl=" in str(exc)
+            else f"{value!r} is not a number of seconds"
+        )
         raise argparse.ArgumentTypeError(reason) from None
     return seconds
 
@@ -81,7 +100,11 @@ def _parser() -> argparse.ArgumentParser:
     )
     ns = argparse.ArgumentParser(add_help=False)
     ns.add_argument(
-        "--ns", default="", metavar="NS", help="checkpoint namespace (default: '', the root graph)"
+        "--ns",
+        type=_text,
+        default="",
+        metavar="NS",
+        help="checkpoint namespace (default: '', the root graph)",
     )
     confirm = argparse.ArgumentParser(add_help=False)
     confirm.add_argument("--yes", "-y", action="store_true", help="do not ask for confirmation")
@@ -100,7 +123,7 @@ def _parser() -> argparse.ArgumentParser:
         description="List the checkpoints of one thread and namespace, newest first: "
         "id, step, source, pending writes, parent.",
     )
-    history.add_argument("thread", metavar="THREAD", help="thread id")
+    history.add_argument("thread", type=_text, metavar="THREAD", help="thread id")
     history.add_argument(
         "--limit", type=_count, default=20, metavar="N", help="at most N (default: 20; 0: all)"
     )
@@ -112,9 +135,14 @@ def _parser() -> argparse.ArgumentParser:
         "channel values and pending writes. LangChain messages become "
         "{type, content, id, ...}; other objects their repr.",
     )
-    show.add_argument("thread", metavar="THREAD", help="thread id")
+    show.add_argument("thread", type=_text, metavar="THREAD", help="thread id")
     show.add_argument(
-        "checkpoint", metavar="CHECKPOINT", nargs="?", default=None, help="default: the newest"
+        "checkpoint",
+        type=_text,
+        metavar="CHECKPOINT",
+        nargs="?",
+        default=None,
+        help="default: the newest",
     )
     stats = sub.add_parser(
         "stats",
@@ -140,7 +168,7 @@ def _parser() -> argparse.ArgumentParser:
         description="Delete every checkpoint, write and blob of one thread, in every "
         "namespace. Asks first unless --yes.",
     )
-    delete.add_argument("thread", metavar="THREAD", help="thread id")
+    delete.add_argument("thread", type=_text, metavar="THREAD", help="thread id")
     prune = sub.add_parser(
         "prune",
         parents=[common, confirm],
@@ -148,7 +176,7 @@ def _parser() -> argparse.ArgumentParser:
         description="keep_latest keeps the newest checkpoint per namespace (and what it "
         "reads); delete removes the threads. Asks first unless --yes.",
     )
-    prune.add_argument("threads", metavar="THREAD", nargs="+", help="thread ids")
+    prune.add_argument("threads", type=_text, metavar="THREAD", nargs="+", help="thread ids")
     prune.add_argument(
         "--strategy",
         choices=("keep_latest", "delete"),
@@ -304,6 +332,17 @@ def _history(inspector: Inspector, args: argparse.Namespace) -> int:
     return 0
 
 
+def _history_command(args: argparse.Namespace) -> str:
+    """The `history` command for the thread, namespace and prefix `args` name, quoted for
+    a POSIX shell (the URL is left out: it may carry a password)."""
+    words = ["plainredis", "history", args.thread]
+    if args.prefix != "lg":
+        words += ["--prefix", args.prefix]
+    if args.ns:
+        words += ["--ns", args.ns]
+    return shlex.join(words)
+
+
 def _show(inspector: Inspector, args: argparse.Namespace) -> int:
     doc = inspector.show(args.thread, args.ns, args.checkpoint)
     if doc is None:
@@ -311,7 +350,7 @@ def _show(inspector: Inspector, args: argparse.Namespace) -> int:
         return _fail(
             f"{which} in thread {args.thread!r}, namespace {args.ns!r}, prefix "
             f"{args.prefix!r}{' was not found' if args.checkpoint else ''}: "
-            f"`plainredis history {args.thread}` lists its checkpoints"
+            f"`{_history_command(args)}` lists its checkpoints"
         )
     print(json.dumps(doc, indent=2, ensure_ascii=False))
     return 0
@@ -418,6 +457,13 @@ def _migrate(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     )
     for skipped in report.skipped:
         print(f"skipped unreadable registry entry {skipped!r}", file=sys.stderr)
+    if report.skipped:
+        parked = LegacyKeys(args.prefix).stash
+        print(
+            f"the savers refuse the keyspace until these entries of {parked!r} are repaired "
+            "or removed (HDEL) and the migration runs again",
+            file=sys.stderr,
+        )
     return 1 if report.skipped else 0
 
 
@@ -456,7 +502,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (redis.ConnectionError, redis.TimeoutError) as exc:
         return _fail(
             f"cannot connect to {url} ({exc}): start Redis there, or point --url "
-            "(or $REDIS_URL) at your server"
+            + ("at your server" if args.command == "migrate" else "(or $REDIS_URL) at your server")
         )
     except redis.exceptions.NoPermissionError as exc:
         return _fail(

@@ -58,6 +58,7 @@ from ._errors import (
 )
 from ._keys import (
     KeySpace,
+    LegacyKeys,
     ThreadKeys,
     blob_channel,
     blob_suffix,
@@ -332,6 +333,7 @@ class SaverCore:
         # back without inflating it (see `_deflate`).
         self._memo = ValueMemo() if compress else None
         self._cluster = False
+        self._migrating = False  # the migration's own saver (see `_ready_plan`)
         # With a TTL: per thread, the subgraph namespaces this saver saw pause on an interrupt,
         # each with the checkpoint it paused at and those of its ancestors then (LangGraph's
         # checkpoint_map). Writes to the thread refresh it while that ancestor's step runs (a
@@ -382,6 +384,18 @@ class SaverCore:
                         del paused[sub]
             if not paused:
                 self._paused.pop(thread_id, None)
+
+    def _ready_plan(self) -> Plan:
+        """What the first call reads once the topology is known: whether a migration from
+        0.1.0 was left unfinished (it parks 0.1.0's registry while it works; the threads it
+        has not reached yet would read as empty). A cluster keeps no registry."""
+        if self._cluster or self._migrating:
+            return []
+        return [("EXISTS", LegacyKeys(self.prefix).stash)]
+
+    def _check_ready(self, replies: list[Any]) -> None:
+        if replies and replies[0]:
+            raise LegacyKeyspaceError(self.prefix, parked=LegacyKeys(self.prefix).stash)
 
     @property
     def _registry(self) -> tuple[str, ...]:
@@ -970,7 +984,7 @@ class SaverCore:
         if not run_keys:
             return
         # A script per run set (each may be in its own cluster slot), to name a foreign value.
-        members = yield [Eval("run_members", (k,), ()) for k in run_keys]
+        members = yield [Eval("run_members", (k, *self._registry), ()) for k in run_keys]
         by_thread: dict[str, list[str]] = {}
         named: dict[str, ThreadKeys] = {}
         for run_key, reply in zip(run_keys, members, strict=True):
@@ -1004,7 +1018,7 @@ class SaverCore:
         (exported,) = yield [
             Eval(
                 "export_thread",
-                (src.ns,),
+                (src.ns, *self._registry),
                 (src.cp_prefix, src.wr_prefix, src.blob_prefix, src.keys_prefix),
             )
         ]

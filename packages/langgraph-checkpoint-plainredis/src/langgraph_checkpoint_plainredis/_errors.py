@@ -44,12 +44,20 @@ class WrongTypeError(PlainRedisError, TypeError):
 class LegacyKeyspaceError(PlainRedisError):
     """The prefix holds data in the layout of langgraph-checkpoint-plainredis 0.1.0."""
 
-    def __init__(self, prefix: str) -> None:
+    def __init__(self, prefix: str, parked: str | None = None) -> None:
         self.prefix = prefix
+        self.parked = parked
+        what = (
+            f"A migration of the keys under {prefix!r} from langgraph-checkpoint-plainredis "
+            f"0.1.0 has not finished: 0.1.0's registry is still parked at {parked!r}, and the "
+            "threads it names would read as empty. Run it again (it goes on where it stopped; "
+            "an entry it reported unreadable must be repaired or removed from that hash first) "
+            if parked
+            else f"The keys under {prefix!r} were written by langgraph-checkpoint-plainredis "
+            "0.1.0. Migrate them once, losslessly and idempotently, "
+        )
         super().__init__(
-            f"The keys under {prefix!r} were written by langgraph-checkpoint-plainredis 0.1.0. "
-            f"Migrate them once, losslessly and idempotently, with "
-            f"`plainredis migrate --url redis://... --prefix {prefix}` or "
+            f"{what}with `plainredis migrate --url redis://... --prefix {prefix}` or "
             f"`langgraph_checkpoint_plainredis.migrate_v010(client, prefix={prefix!r})`. "
             "Nothing was written."
         )

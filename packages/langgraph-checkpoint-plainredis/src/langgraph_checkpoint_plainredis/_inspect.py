@@ -28,7 +28,7 @@ from redis.exceptions import ResponseError
 
 from ._core import _s, info_refused
 from ._errors import LegacyKeyspaceError, WrongTypeError
-from ._keys import ThreadKeys, listed_namespace, listed_thread, member_text
+from ._keys import LegacyKeys, ThreadKeys, listed_namespace, listed_thread, member_text
 from ._shell import check_database
 from ._sync import RedisSaver, close_client
 
@@ -231,6 +231,9 @@ class Inspector:
             raise LegacyKeyspaceError(self.keyspace.prefix)
         if found not in ("zset", "none"):
             raise WrongTypeError(key, found, "zset")
+        parked = LegacyKeys(self.keyspace.prefix).stash
+        if self.client.exists(parked):
+            raise LegacyKeyspaceError(self.keyspace.prefix, parked=parked)
 
     def _pipeline(self, commands: Sequence[tuple[Any, ...]]) -> list[Any]:
         """Runs `commands`, `_BATCH` per round trip, and returns every reply."""
@@ -300,6 +303,7 @@ class Inspector:
 
     def checkpoint_count(self, thread_id: str) -> tuple[int, int]:
         """``(namespaces, checkpoints)`` of one thread; ``(0, 0)`` when it has no keys."""
+        self._check_registry()
         tk = self.keyspace.thread(thread_id)
         (namespaces,) = self._namespaces([tk])
         counts = self._pipeline([("ZCARD", tk.idx(ns)) for ns, _ in namespaces])

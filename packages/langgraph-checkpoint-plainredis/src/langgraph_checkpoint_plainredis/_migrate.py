@@ -56,6 +56,21 @@ def _unwrap(raw: Any, key: str) -> tuple[str, bytes] | None:
         raise CorruptDataError(key, f"not a 0.1.0 JSON+base64 value: {exc}") from None
 
 
+def _loads(serde: Any, typed: tuple[str, bytes], key: str) -> Any:
+    """A 0.1.0 value decoded; one the serializer cannot read is an error naming its key."""
+    try:
+        return serde.loads_typed(typed)
+    except Exception as exc:  # the serializer raises many types on what it cannot read
+        raise CorruptDataError(
+            key,
+            f"{type(exc).__name__}: {exc}",
+            "If 0.1.0 ran with another serializer (pickle_fallback=True, say), migrate from "
+            "Python with it: migrate_v010(client, prefix=..., serde=...). The run stopped "
+            "there: threads migrated so far stay migrated, the rest keep their 0.1.0 keys, "
+            "and a rerun goes on where it stopped.",
+        ) from exc
+
+
 def _version(value: Any) -> Any:
     """Integer versions of 0.1.0 become strings that sort the same way."""
     if isinstance(value, int) and not isinstance(value, bool):
@@ -87,6 +102,7 @@ def migrate_v010(
     """
     legacy = LegacyKeys(prefix)
     saver = RedisSaver(client=client, prefix=prefix, ttl=ttl, serde=serde)
+    saver._migrating = True  # it writes while 0.1.0's registry is parked: see _ready_plan
     report = MigrationReport()
     if client.type(legacy.registry) == b"hash":
         # Park the old registry: the current layout keeps a zset under that name.
@@ -136,7 +152,7 @@ def _migrate_timeline(
         typed = _unwrap(client.get(cp_key), cp_key)
         if typed is None:
             continue  # expired under 0.1.0's TTL: nothing to carry over
-        doc = serde.loads_typed(typed)
+        doc = _loads(serde, typed, cp_key)
         checkpoint, metadata, parent_id = doc["checkpoint"], doc["metadata"], doc["parent_id"]
         old_versions = dict(checkpoint["channel_versions"])
         checkpoint["channel_versions"] = {ch: _version(v) for ch, v in old_versions.items()}
@@ -157,7 +173,7 @@ def _migrate_timeline(
                     ABSENT if absent else encode_blob(blob)
                 )
                 if not absent:
-                    values[channel] = serde.loads_typed(blob)
+                    values[channel] = _loads(serde, blob, blob_key)
         refs = [blob_suffix(ch, v) for ch, v in checkpoint["channel_versions"].items()]
         run_id = metadata.get("run_id")
         payload = encode_checkpoint(
@@ -179,7 +195,7 @@ def _migrate_timeline(
             unwrapped = _unwrap(raw, wr_key)
             if unwrapped is None:
                 continue
-            task_id, channel, value = serde.loads_typed(unwrapped)
+            task_id, channel, value = _loads(serde, unwrapped, wr_key)
             index = LegacyKeys.write_index(_s(fld))
             by_task.setdefault(task_id, []).append((index, channel, value))
         config: RunnableConfig = {

@@ -1186,12 +1186,13 @@ return outcome()
 )
 
 EXPORT_THREAD = r"""
--- KEYS: ns; ARGV: cp_prefix, wr_prefix, blob_prefix, keys_prefix
+-- KEYS: ns, [registry]; ARGV: cp_prefix, wr_prefix, blob_prefix, keys_prefix
 -- Returns per namespace {N, {member, value}...}; a writes value is the flat HGETALL, a
 -- blob value '' means the channel is absent at that version (no key). Entries of keys that
 -- have expired (not swept yet) are left out: their keys are gone, not absent by design.
 -- A key of the wrong type stops it with that key's error: the copy would read differently.
-local err = check(KEYS[1], 'zset')
+-- Neither does it read a keyspace 0.1.0 wrote as empty: its registry tells.
+local err = check(KEYS[1], 'zset') or (KEYS[2] and check_registry(KEYS[2]))
 if err then return err end
 local now = now_ms()
 local out = {}
@@ -1323,8 +1324,9 @@ return outcome()
 
 
 RUN_MEMBERS = r"""
--- KEYS: one run set; returns its members
-local err = check(KEYS[1], 'set')
+-- KEYS: one run set, [registry]; returns its members (none from a keyspace 0.1.0 wrote,
+-- which its registry tells)
+local err = check(KEYS[1], 'set') or (KEYS[2] and check_registry(KEYS[2]))
 if err then return err end
 return redis.call('SMEMBERS', KEYS[1])
 """

@@ -254,6 +254,8 @@ class RedisSaver(SaverCore, BaseCheckpointSaver[str]):
         when it is built)."""
         if not self._known:
             self._learn_topology()
+        if plan := self._ready_plan():
+            self._check_ready(self._run(plan))
         self._ready = True
 
     # -- running plans -------------------------------------------------------------------
