@@ -91,3 +91,21 @@ def test_json_base64_payload_of_010_is_not_mistaken_for_ours() -> None:
 
 def test_netstrings_split() -> None:
     assert split_netstrings(b"1:a,0:,3:b:c,") == [b"a", b"", b"b:c"]
+
+
+def test_an_error_reply_is_read_after_the_pipeline_note_that_quotes_the_script() -> None:
+    """redis-py 5 notes which command of a pipeline failed by quoting it whole: a script sent
+    as EVAL quotes its source, whose own error codes came first and named the wrong key."""
+    from redis.exceptions import ResponseError
+
+    from langgraph_checkpoint_plainredis import WrongTypeError
+    from langgraph_checkpoint_plainredis._core import translate_error
+
+    note = (
+        "Command # 2 (EVAL local function w(key) return redis.error_reply("
+        "'PLAINREDIS_WRONGTYPE ' .. found .. ' ' .. key) end 1 lg:ns:{t}) of pipeline caused "
+        "error: PLAINREDIS_WRONGTYPE list zset lg:idx:{t}:"
+    )
+    for message in (note, "PLAINREDIS_WRONGTYPE list zset lg:idx:{t}:"):
+        error = translate_error(ResponseError(message), "lg")
+        assert isinstance(error, WrongTypeError) and error.key == "lg:idx:{t}:"

@@ -162,7 +162,11 @@ def translate_error(error: Exception, prefix: str) -> PlainRedisError | None:
             "refused command, and a write script may have written part of its call by then: "
             "rerun the call once the user may"
         )
-    at = message.find("PLAINREDIS_")
+    # The reply starts the message, or follows redis-py's note on which command of a pipeline
+    # failed, which may quote that command whole: a script sent as EVAL carries the codes in
+    # its source.
+    noted = message.find("caused error: PLAINREDIS_")
+    at = message.find("PLAINREDIS_", max(noted, 0))
     if at < 0:
         return None
     code, _, rest = message[at:].partition(" ")
