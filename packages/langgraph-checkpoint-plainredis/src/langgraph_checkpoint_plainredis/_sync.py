@@ -245,9 +245,11 @@ class RedisSaver(SaverCore, BaseCheckpointSaver[str]):
     def setup(self) -> None:
         """Learns whether the server is a cluster node, if `cluster=` was not given.
 
-        Optional: the first call does this by itself. The saver needs no schema.
+        Optional: the first call does this by itself, and a saver that made a call already
+        does nothing more. The saver needs no schema.
         """
-        self._get_ready()
+        if not self._ready:
+            self._get_ready()
 
     def _get_ready(self) -> None:
         """What the first call does: learn the topology (a cluster client reads the slot map
