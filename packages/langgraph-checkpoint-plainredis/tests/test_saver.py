@@ -706,6 +706,19 @@ def keys_under(client: Any, prefix: str) -> set[bytes]:
     return set(client.scan_iter(match=f"{prefix}:*", count=1000))
 
 
+def dumps_under(client: Any, prefix: str) -> dict[bytes, bytes]:
+    """Every value under `prefix`, as DUMP gives it, by key."""
+    return {k: client.dump(k) for k in keys_under(client, prefix)}
+
+
+def swap_for_list(client: Any, prefix: str, key: str) -> dict[bytes, bytes]:
+    """Replaces our value at `key` with someone else's list, and returns `dumps_under`
+    after it, to compare with once a refused call is over."""
+    assert client.delete(key) == 1
+    client.rpush(key, "someone else's")
+    return dumps_under(client, prefix)
+
+
 def all_expire(client: Any, keys: set[bytes]) -> bool:
     """Whether there are keys and none is kept for ever. Read in one pipeline: a key read one
     by one may expire before its turn when the TTL is short (-2, which is fine here)."""
@@ -796,7 +809,7 @@ def test_a_takeover_refused_by_a_foreign_subgraph_index_changes_nothing(
         forever.put(cfg("t", "child:1"), checkpoint({"m": 2}, {"m": 1}), {}, {"m": 1})
     client.delete(tk.keys("child:1"))
     client.set(tk.keys("child:1"), "foreign")
-    before = {k: client.dump(k) for k in keys_under(client, prefix)}
+    before = dumps_under(client, prefix)
     with RedisSaver(redis_url, prefix=prefix, ttl=60, refresh_on_read=True) as saver:
         with pytest.raises(WrongTypeError, match="zset") as info:
             if how == "put":
@@ -806,7 +819,7 @@ def test_a_takeover_refused_by_a_foreign_subgraph_index_changes_nothing(
             else:
                 saver.get_tuple(cfg("t"))
     assert info.value.key == tk.keys("child:1")
-    assert {k: client.dump(k) for k in keys_under(client, prefix)} == before
+    assert dumps_under(client, prefix) == before
     assert all(client.pttl(k) == -1 for k in before)
 
 
@@ -1590,12 +1603,10 @@ def test_a_copy_from_a_foreign_value_is_a_clear_error(
             "blob": src.blob("", "a", "2"),
             "keys": src.keys(""),
         }[kind]
-        assert client.delete(foreign) == 1
-        client.rpush(foreign, "someone else's")
-        before = {k: client.dump(k) for k in keys_under(client, prefix)}
+        before = swap_for_list(client, prefix, foreign)
         with pytest.raises(WrongTypeError, match=re.escape(repr(foreign))):
             saver.copy_thread("src", "dst")
-        assert {k: client.dump(k) for k in keys_under(client, prefix)} == before
+        assert dumps_under(client, prefix) == before
 
 
 @pytest.mark.parametrize(
@@ -1630,9 +1641,7 @@ def test_a_call_on_many_threads_changes_none_when_one_holds_a_foreign_value(
             "cp": ks.thread("bad").cp("", old_cid),
             "run": ks.run("other"),
         }[kind]
-        assert client.delete(foreign) == 1
-        client.rpush(foreign, "someone else's")
-        before = {k: client.dump(k) for k in keys_under(client, prefix)}
+        before = swap_for_list(client, prefix, foreign)
         with pytest.raises(WrongTypeError, match=re.escape(repr(foreign))):
             if call == "delete_for_runs":
                 saver.delete_for_runs(["r", "other"])
@@ -1641,7 +1650,7 @@ def test_a_call_on_many_threads_changes_none_when_one_holds_a_foreign_value(
         if after:  # on a cluster run sets change after the thread scripts (cluster.md)
             assert client.lrange(foreign, 0, -1) == [b"someone else's"]
         else:
-            assert {k: client.dump(k) for k in keys_under(client, prefix)} == before
+            assert dumps_under(client, prefix) == before
 
 
 def test_a_stray_registry_or_run_set_member_is_a_clear_error(

@@ -135,6 +135,18 @@ def slot_is_moving(error: Exception) -> bool:
     return "TRYAGAIN" in text or "non local key" in text or "TTL exhausted" in text
 
 
+def parked_check(prefix: str) -> tuple[str, str]:
+    """The command that reads whether a migration from 0.1.0 under `prefix` is unfinished:
+    it parks 0.1.0's registry while it works (`refuse_parked` reads its reply)."""
+    return ("EXISTS", LegacyKeys(prefix).stash)
+
+
+def refuse_parked(prefix: str, exists: Any) -> None:
+    """Raises `LegacyKeyspaceError` when `parked_check`'s reply says the registry is parked."""
+    if exists:
+        raise LegacyKeyspaceError(prefix, parked=LegacyKeys(prefix).stash)
+
+
 def translate_error(error: Exception, prefix: str) -> PlainRedisError | None:
     """Maps an error reply to the package's exception, or None for other errors."""
     message = str(error)
@@ -395,11 +407,11 @@ class SaverCore:
         has not reached yet would read as empty). A cluster keeps no registry."""
         if self._cluster or self._migrating:
             return []
-        return [("EXISTS", LegacyKeys(self.prefix).stash)]
+        return [parked_check(self.prefix)]
 
     def _check_ready(self, replies: list[Any]) -> None:
-        if replies and replies[0]:
-            raise LegacyKeyspaceError(self.prefix, parked=LegacyKeys(self.prefix).stash)
+        if replies:
+            refuse_parked(self.prefix, replies[0])
 
     @property
     def _registry(self) -> tuple[str, ...]:
@@ -968,18 +980,17 @@ class SaverCore:
         _id_list(thread_ids, "prune", "thread ids")
         script = "prune_keep_latest" if strategy == "keep_latest" else "delete_thread"
         tks = [self.keyspace.thread(_thread_arg(t, "prune")) for t in thread_ids]
-        batches = [tks[s : s + _BATCH_THREADS] for s in range(0, len(tks), _BATCH_THREADS)]
+        calls = [((tk.ns, *self._registry), self._prefix_args(tk)) for tk in tks]
+        batches = range(0, len(tks), _BATCH_THREADS)
         if len(tks) > 1:  # a script per thread: all are checked before any changes one
-            for batch in batches:
-                yield [
-                    Eval(f"{script}_check", (tk.ns, *self._registry), self._prefix_args(tk))
-                    for tk in batch
-                ]
-        for batch in batches:
-            replies = yield [
-                Eval(script, (tk.ns, *self._registry), self._prefix_args(tk)) for tk in batch
-            ]
-            if follow := self._after_thread_scripts(zip(batch, replies, strict=True)):
+            for s in batches:
+                batch = calls[s : s + _BATCH_THREADS]
+                yield [Eval(f"{script}_check", keys, args) for keys, args in batch]
+        for s in batches:
+            batch = calls[s : s + _BATCH_THREADS]
+            replies = yield [Eval(script, keys, args) for keys, args in batch]
+            done = zip(tks[s : s + _BATCH_THREADS], replies, strict=True)
+            if follow := self._after_thread_scripts(done):
                 yield follow
 
     def _delete_for_runs_steps(self, run_ids: Sequence[str]) -> Generator[Step, list[Any], None]:

@@ -26,9 +26,9 @@ from langgraph.checkpoint.base import CheckpointTuple
 from redis.cluster import RedisCluster
 from redis.exceptions import ResponseError
 
-from ._core import _s, info_refused
+from ._core import _s, info_refused, parked_check, refuse_parked
 from ._errors import LegacyKeyspaceError, WrongTypeError
-from ._keys import LegacyKeys, ThreadKeys, listed_namespace, listed_thread, member_text
+from ._keys import ThreadKeys, listed_namespace, listed_thread, member_text
 from ._shell import check_database
 from ._sync import RedisSaver, close_client
 
@@ -231,9 +231,9 @@ class Inspector:
             raise LegacyKeyspaceError(self.keyspace.prefix)
         if found not in ("zset", "none"):
             raise WrongTypeError(key, found, "zset")
-        parked = LegacyKeys(self.keyspace.prefix).stash
-        if self.client.exists(parked):
-            raise LegacyKeyspaceError(self.keyspace.prefix, parked=parked)
+        refuse_parked(
+            self.keyspace.prefix, self.client.execute_command(*parked_check(self.keyspace.prefix))
+        )
 
     def _pipeline(self, commands: Sequence[tuple[Any, ...]]) -> list[Any]:
         """Runs `commands`, `_BATCH` per round trip, and returns every reply."""
