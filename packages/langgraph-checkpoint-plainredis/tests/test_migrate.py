@@ -298,3 +298,45 @@ def test_an_unreadable_value_or_entry_stops_the_migration_with_one_line(
         for thread in DUMP["expected"]["threads"]:
             if thread["prefix"] == "lg":
                 check_against_010_reading(saver, thread)
+
+
+@pytest.mark.parametrize("kind", ["stash", "idx", "cp", "blob", "wr"])
+def test_a_foreign_value_stops_the_migration_with_one_line_and_loses_nothing(
+    client: redis.Redis,
+    redis_url: str,
+    restored: dict[str, str],
+    capsys: pytest.CaptureFixture[str],
+    kind: str,
+) -> None:
+    """A key where 0.1.0 kept a string, hash or zset that holds another type (a list here)
+    stops the migration with an error naming it and the fix (a bare WRONGTYPE before); once
+    it is moved aside the migration runs on and every thread reads back whole."""
+    prefix = restored["lg"]
+    parked = f"{prefix}:v010:threads"
+    if kind == "stash":
+        foreign = parked
+    elif kind == "idx":
+        foreign = _s(next(iter(client.hkeys(f"{prefix}:threads"))))
+    else:
+        foreign = _s(next(iter(client.scan_iter(match=f"{prefix}:{kind}:t-*"))))
+    saved = client.dump(foreign) if client.exists(foreign) else None
+    client.delete(foreign)
+    client.rpush(foreign, "someone else's")
+    code, err = cli(capsys, "migrate", "--url", redis_url, "--prefix", prefix)
+    assert code == 1 and err.count("\n") == 1, err
+    assert repr(foreign) in err and "is a list" in err and "RENAME" in err
+    assert client.lrange(foreign, 0, -1) == [b"someone else's"]
+
+    client.delete(foreign)
+    if saved is not None:
+        client.restore(foreign, 0, saved)
+    assert cli(capsys, "migrate", "--url", redis_url, "--prefix", prefix)[0] == 0
+    assert not client.exists(parked)
+    with RedisSaver(redis_url, prefix=prefix) as saver:
+        for thread in DUMP["expected"]["threads"]:
+            if thread["prefix"] == "lg":
+                check_against_010_reading(saver, thread)
+
+
+def _s(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value

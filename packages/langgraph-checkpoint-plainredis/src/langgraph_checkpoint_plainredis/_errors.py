@@ -32,12 +32,16 @@ class CorruptDataError(PlainRedisError, ValueError):
 class WrongTypeError(PlainRedisError, TypeError):
     """A key under the saver's prefix holds a Redis type the layout does not use there."""
 
-    def __init__(self, key: str, found: str, expected: str) -> None:
+    def __init__(self, key: str, found: str, expected: str, fix: str | None = None) -> None:
         self.key = key
         super().__init__(
             f"Redis key {key!r} is a {found}, but the plainredis layout keeps a {expected} "
-            "there. Another program writes under this prefix: give the saver its own "
-            "prefix= (or database), or delete the foreign key. Nothing was written."
+            "there. "
+            + (
+                fix
+                or "Another program writes under this prefix: give the saver its own "
+                "prefix= (or database), or delete the foreign key. Nothing was written."
+            )
         )
 
 

@@ -17,6 +17,7 @@ import base64
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import redis
@@ -25,7 +26,7 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from ._codec import encode_blob, encode_checkpoint
 from ._core import ABSENT, VERSION_DIGITS, _b, _s
-from ._errors import CorruptDataError, PlainRedisError
+from ._errors import CorruptDataError, PlainRedisError, WrongTypeError
 from ._keys import LegacyKeys, blob_suffix, escape_run
 from ._sync import RedisSaver
 
@@ -71,6 +72,26 @@ def _loads(serde: Any, typed: tuple[str, bytes], key: str) -> Any:
         ) from exc
 
 
+_FOREIGN_FIX = (
+    "0.1.0 never wrote that type there: another program writes under this prefix. Move "
+    "the key aside (RENAME) or delete it, then run the migration again. The run stopped "
+    "there: threads migrated so far stay migrated, the rest keep their 0.1.0 keys, and a "
+    "rerun goes on where it stopped."
+)
+
+
+def _read(client: redis.Redis, key: bytes | str, expected: str, read: Callable[[], Any]) -> Any:
+    """`read()`, a read of the 0.1.0 `expected` at `key`, whose WRONGTYPE reply becomes a
+    `WrongTypeError` naming the key, the type found there and the fix."""
+    try:
+        return read()
+    except redis.ResponseError as exc:
+        if not str(exc).startswith("WRONGTYPE"):
+            raise
+        found = _s(client.type(key))
+        raise WrongTypeError(_s(key), found, expected, _FOREIGN_FIX) from None
+
+
 def _version(value: Any) -> Any:
     """Integer versions of 0.1.0 become strings that sort the same way."""
     if isinstance(value, int) and not isinstance(value, bool):
@@ -107,12 +128,13 @@ def migrate_v010(
     if client.type(legacy.registry) == b"hash":
         # Park the old registry: the current layout keeps a zset under that name.
         if client.exists(legacy.stash):
+            _read(client, legacy.stash, "hash", partial(client.hlen, legacy.stash))
             for fld, value in client.hgetall(legacy.registry).items():
                 client.hset(legacy.stash, fld, value)
             client.delete(legacy.registry)
         else:
             client.rename(legacy.registry, legacy.stash)
-    entries = client.hgetall(legacy.stash)
+    entries = _read(client, legacy.stash, "hash", partial(client.hgetall, legacy.stash))
     for idx_key, value in entries.items():
         try:
             where = json.loads(value)
@@ -146,10 +168,10 @@ def _migrate_timeline(
     tk = saver.keyspace.thread(thread_id)
     old_keys: list[bytes | str] = [idx_key]
     expected: dict[str, tuple[dict[str, Any], dict[str, Any], list[tuple[str, str, Any]]]] = {}
-    for raw_id in client.zrange(idx_key, 0, -1):
+    for raw_id in _read(client, idx_key, "zset", partial(client.zrange, idx_key, 0, -1)):
         cid = _s(raw_id)
         cp_key = legacy.cp(thread_id, ns, cid)
-        typed = _unwrap(client.get(cp_key), cp_key)
+        typed = _unwrap(_read(client, cp_key, "string", partial(client.get, cp_key)), cp_key)
         if typed is None:
             continue  # expired under 0.1.0's TTL: nothing to carry over
         doc = _loads(serde, typed, cp_key)
@@ -165,7 +187,9 @@ def _migrate_timeline(
         values: dict[str, Any] = {}
         for channel, version in old_versions.items():
             blob_key = legacy.blob(thread_id, ns, channel, version)
-            blob = _unwrap(client.get(blob_key), blob_key)
+            blob = _unwrap(
+                _read(client, blob_key, "string", partial(client.get, blob_key)), blob_key
+            )
             old_keys.append(blob_key)
             if blob is not None:
                 absent = blob[0] == "empty"  # stored as no key, as the savers do
@@ -191,7 +215,7 @@ def _migrate_timeline(
         wr_key = legacy.wr(thread_id, ns, cid)
         old_keys.extend([cp_key, wr_key])
         by_task: dict[str, list[tuple[int, str, Any]]] = {}
-        for fld, raw in client.hgetall(wr_key).items():
+        for fld, raw in _read(client, wr_key, "hash", partial(client.hgetall, wr_key)).items():
             unwrapped = _unwrap(raw, wr_key)
             if unwrapped is None:
                 continue
