@@ -228,3 +228,68 @@ def test_a_subgraph_paused_beside_a_long_sibling_subgraph_keeps_its_answer(
             results.append(app.invoke(Command(resume="yes"), config))
     assert "answer=yes" in results[0]["log"]
     assert results[1] == results[0]
+
+
+try:
+    from langgraph.channels.delta import DeltaChannel
+except ImportError:  # a langgraph before DeltaChannel (the lowest-dependency run)
+    DeltaChannel = None
+
+
+def _extend(state: list[str], writes: list[list[str]]) -> list[str]:
+    return [*state, *(item for write in writes for item in write)]
+
+
+class Logged(TypedDict):
+    log: Annotated[list[str], DeltaChannel(_extend)]  # read when a graph is built
+
+
+async def test_prune_keep_latest_refuses_threads_with_a_delta_channel(
+    redis_url: str, prefix: str
+) -> None:
+    """A DeltaChannel's newest value is rebuilt from older checkpoints and writes, which
+    keep_latest deletes: the state read back empty, silently. Like PostgresSaver, the call
+    refuses such threads by name and prunes none of those asked; strategy='delete' works."""
+    if DeltaChannel is None:
+        pytest.skip("this langgraph has no DeltaChannel")
+
+    def step(state: Logged) -> dict[str, Any]:
+        return {"log": [f"n{len(state['log'])}"]}
+
+    def logged(checkpointer: Any) -> Any:
+        builder = StateGraph(Logged)
+        builder.add_node("step", step)
+        builder.add_edge(START, "step")
+        return builder.compile(checkpointer=checkpointer)
+
+    def plain_graph(checkpointer: Any) -> Any:
+        builder = StateGraph(State)
+        builder.add_node("agent", agent)
+        builder.add_edge(START, "agent")
+        return builder.compile(checkpointer=checkpointer)
+
+    def cfg(thread: str) -> Any:
+        return {"configurable": {"thread_id": thread}}
+
+    with RedisSaver(redis_url, prefix=prefix) as saver:
+        for i in range(3):
+            logged(saver).invoke({"log": [f"in{i}"]}, cfg("delta"))
+            plain_graph(saver).invoke({"messages": [HumanMessage(f"q{i}")]}, cfg("plain"))
+        state = logged(saver).get_state(cfg("delta")).values
+        assert state["log"] == ["in0", "n1", "in1", "n3", "in2", "n5"]
+        counts = {t: len(list(saver.list(cfg(t)))) for t in ("delta", "plain")}
+        with pytest.raises(NotImplementedError, match="DeltaChannel: 'delta'.*strategy='delete'"):
+            saver.prune(["plain", "delta"], strategy="keep_latest")
+        asaver = AsyncRedisSaver(redis_url, prefix=prefix)
+        try:
+            with pytest.raises(NotImplementedError, match="DeltaChannel: 'delta'"):
+                await asaver.aprune(["delta"], strategy="keep_latest")
+        finally:
+            await asaver.aclose()
+        assert {t: len(list(saver.list(cfg(t)))) for t in ("delta", "plain")} == counts
+        assert logged(saver).get_state(cfg("delta")).values == state
+
+        saver.prune(["plain"], strategy="keep_latest")
+        assert len(list(saver.list(cfg("plain")))) == 1
+        saver.prune(["delta"], strategy="delete")
+        assert saver.get_tuple(cfg("delta")) is None

@@ -120,6 +120,8 @@ _REGISTRY_PAGE = 500  # threads per ZSCAN call of list(None)
 _LIST_PAGE = 128
 _DECODE_AHEAD = 16  # list entries whose blobs are decoded together, ahead of their tuples
 _BATCH_THREADS = 64
+# Keys LangGraph puts in the metadata of every checkpoint of a thread with a DeltaChannel.
+_DELTA_MARKS = frozenset({"counters_since_delta_snapshot", "delta_writes_versioned"})
 _PAUSED_THREADS = 1024  # threads whose paused subgraphs a saver remembers, at most
 _NS_SEP = "|"  # LangGraph joins a subgraph's namespace to its parent's with it
 
@@ -982,6 +984,25 @@ class SaverCore:
         tks = [self.keyspace.thread(_thread_arg(t, "prune")) for t in thread_ids]
         calls = [((tk.ns, *self._registry), self._prefix_args(tk)) for tk in tks]
         batches = range(0, len(tks), _BATCH_THREADS)
+        if strategy == "keep_latest":
+            delta: list[str] = []
+            for s in batches:
+                group = tks[s : s + _BATCH_THREADS]
+                heads = yield [
+                    Eval("heads", (tk.ns,), (tk.cp_prefix, tk.idx_prefix)) for tk in group
+                ]
+                delta += [
+                    tk.thread_id
+                    for tk, h in zip(group, heads, strict=True)
+                    if self._uses_delta(tk, h)
+                ]
+            if delta:
+                raise NotImplementedError(
+                    f"prune(strategy='keep_latest') refuses threads that use a DeltaChannel: "
+                    f"{', '.join(map(repr, delta))}. Their newest state is rebuilt from older "
+                    "checkpoints and writes, which keep_latest deletes. Nothing was pruned: "
+                    "leave these threads out, or remove them whole with strategy='delete'."
+                )
         if len(tks) > 1:  # a script per thread: all are checked before any changes one
             for s in batches:
                 batch = calls[s : s + _BATCH_THREADS]
@@ -992,6 +1013,21 @@ class SaverCore:
             done = zip(tks[s : s + _BATCH_THREADS], replies, strict=True)
             if follow := self._after_thread_scripts(done):
                 yield follow
+
+    def _uses_delta(self, tk: ThreadKeys, heads: Sequence[Any] | None) -> bool:
+        """Whether the newest checkpoint of a timeline of the thread (a HEADS reply) was
+        written by a graph with a `DeltaChannel`: LangGraph puts its counters in the
+        metadata of every checkpoint of such a thread."""
+        flat = list(heads or ())
+        for ns_e, cid, payload in zip(flat[0::3], flat[1::3], flat[2::3], strict=True):
+            cp_key = tk.cp(listed_namespace(ns_e, tk.ns), _s(cid))
+            try:
+                metadata = self._loads(decode_checkpoint(_b(payload), cp_key).metadata, cp_key)
+            except CorruptDataError:  # the prune script keeps what a damaged one may read
+                continue
+            if isinstance(metadata, Mapping) and not _DELTA_MARKS.isdisjoint(metadata):
+                return True
+        return False
 
     def _delete_for_runs_steps(self, run_ids: Sequence[str]) -> Generator[Step, list[Any], None]:
         _id_list(run_ids, "delete_for_runs", "run ids")

@@ -1107,6 +1107,26 @@ return outcome()
 """
 )
 
+HEADS = r"""
+-- KEYS: ns; ARGV: cp_prefix, idx_prefix
+-- Returns {N, id, payload, ...}: the newest checkpoint of each timeline of the thread, read only
+-- (the client reads their metadata before prune keep_latest: see _prune_steps).
+local err = check(KEYS[1], 'zset')
+if err then return err end
+local out = {}
+for _, n in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do
+  local cid, payload
+  cid, payload, err = latest(ARGV[2] .. n, ARGV[1], n)
+  if err then return err end
+  if payload then
+    out[#out + 1] = n
+    out[#out + 1] = cid
+    out[#out + 1] = payload
+  end
+end
+return out
+"""
+
 PRUNE_KEEP_LATEST = (
     _PREFIXES
     + r"""
@@ -1470,6 +1490,7 @@ SCRIPTS = {
         _script("entries", ENTRIES),
         _script("delete_thread", DELETE_THREAD),
         _check_only("delete_thread", DELETE_THREAD),
+        _script("heads", HEADS),
         _script("prune_keep_latest", PRUNE_KEEP_LATEST),
         _check_only("prune_keep_latest", PRUNE_KEEP_LATEST),
         _script("remove_checkpoints", REMOVE_CHECKPOINTS),
