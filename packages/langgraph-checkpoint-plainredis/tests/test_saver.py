@@ -1999,3 +1999,25 @@ def test_resp3_on_request(server_pool: Any, prefix: str) -> None:
         assert [t.checkpoint["id"] for t in saver.list(None)] == [
             c["configurable"]["checkpoint_id"]
         ]
+
+
+def test_a_read_by_id_with_refresh_keeps_the_newest_checkpoint_as_long(
+    redis_url: str, prefix: str, client: Any
+) -> None:
+    """A read of an older checkpoint by id (`get_state` at a checkpoint_id) refreshed only
+    that one: it outlived the newest, and once the newest expired the thread read as rolled
+    back to it. It now refreshes the timeline's newest too (its run set as well)."""
+    ttl = 60
+    ks = KeySpace(prefix)
+    tk = ks.thread("t")
+    with RedisSaver(redis_url, prefix=prefix, ttl=ttl, refresh_on_read=True) as saver:
+        c1 = saver.put(cfg("t"), checkpoint({"n": 1}, {"n": "1"}), {"run_id": "r1"}, {"n": "1"})
+        c2 = saver.put(c1, checkpoint({"n": 2}, {"n": "2"}), {"run_id": "r2"}, {"n": "2"})
+        time.sleep(1.0)  # the newest's keys are a second older than a refresh would make them
+        got = saver.get_tuple(c1)
+        assert got is not None and got.checkpoint["channel_values"] == {"n": 1}
+        newest = c2["configurable"]["checkpoint_id"]
+        keys = [tk.cp("", newest), tk.blob("", "n", "2"), ks.run("r2")]
+        left = [client.pttl(k) for k in keys]
+        assert all(ms > ttl * 1000 - 500 for ms in left), dict(zip(keys, left, strict=True))
+        assert saver.get_tuple(cfg("t")).config["configurable"]["checkpoint_id"] == newest

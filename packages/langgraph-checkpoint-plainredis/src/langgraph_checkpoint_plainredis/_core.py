@@ -776,11 +776,16 @@ class SaverCore:
             return None
         found = _s(entry[0])
         stored = None
-        if refresh and self._cluster:  # the script refreshed all but the run set (other slot)
+        if refresh and self._cluster:  # the script refreshed all but run sets (other slots)
             stored = decode_checkpoint(_b(entry[1]), tk.cp(ns, found))
-            if stored.run:
-                run_key = self.keyspace.run_escaped(stored.run)
-                yield [self._run_join(run_key, tk.run_member(ns, found))]
+            runs = [(stored.run, found)] if stored.run else []
+            if len(entry) > 4 and entry[4]:  # the newest, refreshed with one read by id
+                runs.append((_s(entry[4][0]), _s(entry[4][1])))
+            if runs:
+                yield [
+                    self._run_join(self.keyspace.run_escaped(run), tk.run_member(ns, cid_))
+                    for run, cid_ in runs
+                ]
         asked = config if cid else None
         return self._tuple(
             tk, ns, found, entry, asked=asked, stored=stored, shown=conf["thread_id"]

@@ -985,6 +985,14 @@ end
 local entry
 entry, err = read_entry(n, cid, payload, ARGV[4], ARGV[5])
 if err then return err end
+-- A read by id refreshes the timeline's newest checkpoint too: refreshed alone, an older
+-- one would outlive it and read as the newest once it expired (the thread rolled back).
+local newest, newest_payload
+if ttl > 0 and ARGV[1] ~= '' then
+  newest, newest_payload, err = latest(KEYS[1], ARGV[3], n)
+  if err then return err end
+  if newest == cid then newest = nil end
+end
 if ttl > 0 then
   local now = now_ms()
   local score = expiry(now, ttl)
@@ -994,6 +1002,13 @@ if ttl > 0 then
   end
   refresh_checkpoint(n, cid, payload, ARGV[3], ARGV[4], ARGV[5], KEYS[2], ttl, score,
     REGISTRY and ARGV[8])
+  if newest then
+    refresh_checkpoint(n, newest, newest_payload, ARGV[3], ARGV[4], ARGV[5], KEYS[2], ttl,
+      score, REGISTRY and ARGV[8])
+    -- on a cluster its run set is in another slot: the client refreshes it
+    local run = header(newest_payload)
+    if not REGISTRY and run and run ~= '' then entry[5] = {run, newest} end
+  end
   settle(ARGV[7], n, KEYS[1], KEYS[2], KEYS[3], now)
 end
 return entry
