@@ -403,3 +403,27 @@ def test_in_memory_ledger_is_a_bounded_lru() -> None:
     assert len(ledger) == 2
     with pytest.raises(ValueError, match="max_entries=0"):
         InMemoryLedger(0)
+
+
+async def test_a_cancelled_adeliver_leaves_its_messages_for_the_next_delivery() -> None:
+    """A cancelled call (a request's timeout) held its claims for good: every later delivery
+    of those messages, an outbox's after its lease included, skipped them as in flight."""
+    started, store_down, seen = asyncio.Event(), [True], []
+
+    async def remember(pruned: list[Any], namespace: Any) -> None:
+        if store_down[0]:
+            started.set()
+            await asyncio.Event().wait()  # until cancelled
+        seen.append(len(pruned))
+
+    reducer = reducer_with(remember, Recorder())
+    call = asyncio.ensure_future(reducer.adeliver(conversation(1, calls=0), "ns"))
+    await started.wait()
+    call.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await call
+    assert reducer.pending == 6  # both hooks' batches wait, neither is in flight
+    store_down[0] = False
+    report = await reducer.adeliver(conversation(1, calls=0), "ns")
+    assert [h.delivered for h in report.hooks] == [("sys", "h0", "b0")] * 2
+    assert seen == [3] and reducer.pending == 0

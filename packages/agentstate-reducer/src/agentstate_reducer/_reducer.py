@@ -184,20 +184,33 @@ class MessageReducer:
         jobs, report = await self._dispatcher.aprepare(
             list(self.config.on_prune), list(pruned), namespace, self.config.dedupe_on_prune
         )
-        for job in jobs:
+        for n, job in enumerate(jobs):
             if isinstance(job.hook, (Background, AsyncBackground)):
                 self._hand_off(job, job.hook, report)
                 continue
             try:
-                result = job.hook(list(job.messages), job.namespace)
-                if inspect.isawaitable(result):
-                    await result
-            except Exception as exc:
-                self._failed(job, exc, report)  # marks nothing: no ledger call to await
-                continue
-            await self._dispatcher.afinish(job, None)
+                try:
+                    result = job.hook(list(job.messages), job.namespace)
+                    if inspect.isawaitable(result):
+                        await result
+                except Exception as exc:
+                    self._failed(job, exc, report)  # marks nothing: no ledger call to await
+                    continue
+                await self._dispatcher.afinish(job, None)
+            except BaseException as stop:  # cancelled (a request's timeout, say)
+                self._abandon(jobs[n:], stop)
+                raise
             report.add(job.key, "delivered", job.ids)
         return report.build()
+
+    def _abandon(self, jobs: list[Job], stop: BaseException) -> None:
+        """Jobs a cancelled `adeliver` did not finish wait for the next delivery, as failed
+        ones do: their claims held on, and every later delivery of those messages (an
+        outbox's, after its lease) skipped them as in flight, so they were never delivered."""
+        for job in jobs:
+            if not isinstance(job.hook, (Background, AsyncBackground)):
+                self._log_failure(job, stop)
+                self._dispatcher.finish(job, stop)
 
     # -- both -------------------------------------------------------------------------
 
