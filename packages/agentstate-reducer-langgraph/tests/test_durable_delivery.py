@@ -42,7 +42,8 @@ from agentstate_reducer_langgraph import (
     _outbox,
 )
 from agentstate_reducer_langgraph._keys import DeliveryKeys, namespace_tag
-from agentstate_reducer_langgraph._redis_core import Eval, OutboxCore
+from agentstate_reducer_langgraph._redis_core import Eval, OutboxCore, resp3_refused
+from agentstate_testkit import ServerPool
 
 # -- helpers ---------------------------------------------------------------------------
 
@@ -591,12 +592,12 @@ async def test_asyncio_inline_and_background(server_url: str, prefix: str) -> No
     sync_client.close()
 
 
-def unreachable_client() -> redis.Redis:
+def unreachable_client(protocol: int = 2) -> redis.Redis:
     """A blocking client whose server does not exist: any command through it fails."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    return redis.Redis(port=port, protocol=2, socket_connect_timeout=0.2, retry=None)
+    return redis.Redis(port=port, protocol=protocol, socket_connect_timeout=0.2, retry=None)
 
 
 async def test_under_asyncio_the_ledger_and_sinks_never_use_the_blocking_client(
@@ -734,3 +735,155 @@ def test_misconfigurations_say_what_to_do(client: redis.Redis, prefix: str) -> N
     assert inner.reducer is None  # refused before the wrapper handed it the reducer
     with pytest.raises(ValueError, match="outbox"):
         ReducingSaver(InMemorySaver(), reducer(ledger)).drain()
+
+
+# -- RESP3 clients: refused, saying what to do, where the server has no HELLO ----------------
+
+RESP3_REFUSED = r"RESP3 \(protocol=3\).*Redis 5 has no HELLO.*build it with protocol=2"
+
+
+def test_resp3_refusals_name_the_setting_and_the_fix() -> None:
+    hello = "unknown command `HELLO`, with args beginning with: `3`, "
+    fix = "redis.Redis.from_url(url, protocol=2)"
+    refused = resp3_refused(hello, "RedisOutbox", None, fix)
+    assert refused is not None and str(refused).startswith(
+        "RedisOutbox: the client speaks RESP3 (protocol=3, redis-py 8's default)"
+    )
+    assert f"e.g. {fix}" in str(resp3_refused(hello, "RedisOutbox", "3", fix))
+    for other in ("unknown command `FOO`, with args beginning with: ", "NOSCRIPT No matching"):
+        assert resp3_refused(other, "RedisOutbox", 3, fix) is None
+
+
+def test_resp3_outbox_on_redis_5_raises_what_to_do_and_loses_nothing(
+    client: redis.Redis, server_url: str, prefix: str
+) -> None:
+    t = now_ms()
+    RedisOutbox(client, prefix=prefix).stage(batch("b1"), now=t, visible_at=t)
+    outbox = RedisOutbox(redis.Redis.from_url(server_url, protocol=3), prefix=prefix)
+    calls = {
+        "stage": lambda: outbox.stage(batch("b2", cid="c2"), now=t, visible_at=t),
+        "claim": lambda: outbox.claim(now=now_ms(), lease_until=now_ms() + 1000, limit=10),
+        "settle": lambda: outbox.settle([Settlement("b1", "ack")]),
+        "stats": outbox.stats,
+    }
+    for name, call in calls.items():
+        with pytest.raises(ValueError, match=rf"^RedisOutbox: .*{RESP3_REFUSED}") as refused:
+            call()
+        assert "redis.Redis.from_url(url, protocol=2)" in str(refused.value), name
+        assert isinstance(refused.value.__cause__, redis.ResponseError), name
+
+    saver = ReducingSaver(
+        InMemorySaver(),
+        reducer(RedisDeliveryLedger(client, prefix=prefix), Plain(), window=3, keep=2),
+        outbox=outbox,
+    )
+    with pytest.raises(ValueError, match=RESP3_REFUSED):  # raised to the caller of the put
+        saver.put(cfg("t"), checkpoint_with(["a", "b", "c", "d"]), {}, {"messages": 1})
+    assert saver.inner.get_tuple(cfg("t")) is None  # refused before the inner put
+    # What a RESP2 client staged is still there, for a drain once the client is fixed.
+    kept = RedisOutbox(client, prefix=prefix)
+    assert kept.stats().backlog == 1
+    (claimed,) = kept.claim(now=now_ms(), lease_until=now_ms() + 1000, limit=10)
+    assert (claimed.id, claimed.failures) == ("b1", 0)
+
+
+async def test_resp3_asyncio_outbox_on_redis_5_raises_what_to_do(
+    client: redis.Redis, server_url: str, prefix: str
+) -> None:
+    aclient = aioredis.Redis.from_url(server_url, protocol=3)
+    outbox = RedisOutbox(aclient, prefix=prefix)
+    t = now_ms()
+    calls = {
+        "astage": lambda: outbox.astage(batch(), now=t, visible_at=t),
+        "aclaim": lambda: outbox.aclaim(now=now_ms(), lease_until=now_ms() + 1000, limit=10),
+        "asettle": lambda: outbox.asettle([Settlement("b1", "ack")]),
+        "astats": outbox.astats,
+    }
+    for name, call in calls.items():
+        with pytest.raises(ValueError, match=rf"^RedisOutbox: .*{RESP3_REFUSED}") as refused:
+            await call()
+        assert "redis.asyncio.Redis.from_url(url, protocol=2)" in str(refused.value), name
+
+    ledger = RedisDeliveryLedger(client, prefix=prefix)
+    saver = ReducingSaver(
+        InMemorySaver(), reducer(ledger, Plain(), window=3, keep=2), outbox=outbox
+    )
+    with pytest.raises(ValueError, match=RESP3_REFUSED):  # raised to the caller of the aput
+        await saver.aput(cfg("t"), checkpoint_with(["a", "b", "c", "d"]), {}, {"messages": 1})
+    assert await saver.inner.aget_tuple(cfg("t")) is None
+    await aclient.aclose()
+
+
+def test_resp3_ledger_on_redis_5_is_refused_when_built(
+    client: redis.Redis, server_url: str, prefix: str
+) -> None:
+    """The reducer takes a failed ledger lookup for a miss and only logs it, so a RESP3
+    ledger on Redis 5 delivered nothing, silently: it is refused where the caller builds it."""
+    ns = ("memories", "u1")
+    RedisDeliveryLedger(client, prefix=prefix).mark("h", ns, ["a"])
+    resp3 = redis.Redis.from_url(server_url, protocol=3)
+    with pytest.raises(ValueError, match=rf"^RedisDeliveryLedger: .*{RESP3_REFUSED}") as refused:
+        RedisDeliveryLedger(resp3, prefix=prefix)
+    assert "redis.Redis.from_url(url, protocol=2)" in str(refused.value)
+    with pytest.raises(ValueError, match=RESP3_REFUSED):
+        RedisDeliveryLedger(client, aclient=aioredis.Redis.from_url(server_url, protocol=3))
+    with pytest.raises(ValueError, match=RESP3_REFUSED) as refused:
+        RedisDeliveryLedger(resp3, aclient=aioredis.Redis.from_url(server_url, protocol=3))
+    assert "aclient=redis.asyncio.Redis.from_url(url, protocol=2)" in str(refused.value)
+    assert RedisDeliveryLedger(client, prefix=prefix).seen("h", ns, ["a", "b"]) == {"a"}
+    # A server out of reach cannot answer yet: the ledger is built, its first lookup tells.
+    with pytest.raises(redis.ConnectionError):
+        RedisDeliveryLedger(unreachable_client(protocol=3)).seen("h", ns, ["a"])
+
+
+async def test_resp3_asyncio_ledger_on_redis_5_is_refused_when_built(
+    client: redis.Redis, server_url: str
+) -> None:
+    aclient = aioredis.Redis.from_url(server_url, protocol=3)
+    with pytest.raises(
+        ValueError, match=rf"^RedisDeliveryLedger\(aclient=\.\.\.\): .*{RESP3_REFUSED}"
+    ) as refused:
+        RedisDeliveryLedger(client, aclient=aclient)
+    assert "redis.asyncio.Redis.from_url(url, protocol=2)" in str(refused.value)
+    await aclient.aclose()
+
+
+def test_resp3_clients_work_where_the_server_has_hello(
+    server_pool: ServerPool, prefix: str
+) -> None:
+    client = redis.Redis.from_url(server_pool.get("redis-7"), protocol=3)
+    ledger = RedisDeliveryLedger(client, prefix=prefix)
+    sink = Counter(ledger, name="count")
+    saver = ReducingSaver(
+        InMemorySaver(),
+        reducer(ledger, sink, window=3, keep=2),
+        outbox=RedisOutbox(client, prefix=prefix),
+    )
+    saver.put(cfg("t"), checkpoint_with(["a", "b", "c", "d"]), {}, {"messages": 1})
+    assert sink.counts(("memories", "t")) == {"b": 1, "c": 1}
+    assert ledger.seen("count", ("memories", "t"), ["a", "b", "c"]) == {"b", "c"}
+    assert (saver.drain().claimed, saver.delivery_stats().delivered) == (0, 1)
+    client.close()
+
+
+async def test_resp3_asyncio_clients_work_where_the_server_has_hello(
+    server_pool: ServerPool, prefix: str
+) -> None:
+    url = server_pool.get("redis-7")
+    client = redis.Redis.from_url(url, protocol=3)
+    aclient = aioredis.Redis.from_url(url, protocol=3)
+    ledger = RedisDeliveryLedger(client, aclient=aclient, prefix=prefix)
+    sink = Counter(ledger, name="count")
+    saver = ReducingSaver(
+        InMemorySaver(), reducer(ledger, sink), outbox=RedisOutbox(aclient, prefix=prefix)
+    )
+    await seven_async_turns(saver, "t")
+    counts = sink.counts(("memories", "t"))
+    assert counts and set(counts.values()) == {1}
+    assert await ledger.aseen("count", ("memories", "t"), list(counts)) == set(counts)
+    resp2 = redis.Redis.from_url(url, protocol=2)  # asked with HELLO 2, it stays RESP2
+    mixed = RedisDeliveryLedger(resp2, aclient=aclient, prefix=prefix)
+    assert mixed.seen("count", ("memories", "t"), list(counts)) == set(counts)
+    await aclient.aclose()
+    client.close()
+    resp2.close()

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from agentstate_reducer import message_identity
@@ -17,11 +17,23 @@ from agentstate_reducer import message_identity
 from . import _outbox
 from ._keys import DeliveryKeys
 from ._outbox import OutboxStats, Settlement, StagedBatch
-from ._redis_core import SCRIPTS, Eval, LedgerCore, OutboxCore, Plan, SinkCore, Step
+from ._redis_core import (
+    SCRIPTS,
+    Eval,
+    LedgerCore,
+    OutboxCore,
+    Plan,
+    SinkCore,
+    Step,
+    resp3_refused,
+)
 
 __all__ = ["RedisDeliveryLedger", "RedisMemoryWriter", "RedisOutbox", "RedisSink"]
 
 DEFAULT_PREFIX = "agentstate"
+# Who holds a client, as errors about it name it.
+LEDGER = "RedisDeliveryLedger"
+ALEDGER = "RedisDeliveryLedger(aclient=...)"
 CheckpointKey = Callable[[str, str, str], str]
 
 
@@ -64,6 +76,74 @@ def _check_client(client: Any, owner: str, want_async: bool | None) -> None:
             f"{owner} needs a redis.asyncio client, got {type(client).__module__}."
             f"{type(client).__name__}: pass redis.asyncio.Redis.from_url(url)"
         )
+
+
+def _settings(client: Any) -> Mapping[str, Any]:
+    """The connection settings of a standalone or cluster client, blocking or asyncio."""
+    pool = getattr(client, "connection_pool", None)
+    if pool is None:
+        pool = getattr(client, "nodes_manager", None)
+    settings: Mapping[str, Any] = getattr(pool, "connection_kwargs", None) or {}
+    return settings
+
+
+def _speaks_resp3(client: Any) -> bool:
+    from redis import connection
+
+    protocol = _settings(client).get("protocol")
+    if protocol is None:  # redis-py's default: 2 before 8.0, 3 since
+        protocol = getattr(connection, "DEFAULT_RESP_VERSION", 2)
+    return str(protocol) == "3"
+
+
+def _fix(client: Any) -> str:
+    """How to build `client` again, speaking RESP2."""
+    package = "redis.asyncio" if _is_async(client) else "redis"
+    return f"{package}.{type(client).__name__}.from_url(url, protocol=2)"
+
+
+def _raise_if_resp3_refused(error: Exception, client: Any, owner: str, fix: str = "") -> None:
+    """Raises `resp3_refused`'s error when `error` is the server refusing `client`'s RESP3."""
+    protocol = _settings(client).get("protocol")
+    refused = resp3_refused(str(error), owner, protocol, fix or _fix(client))
+    if refused is not None:
+        raise refused from error
+
+
+def _check_resp3(client: Any, aclient: Any) -> None:
+    """Refuses a ledger whose `client` or `aclient` speaks RESP3 to a server without HELLO.
+
+    The reducer takes a failed ledger lookup for a miss and only logs it, so such a ledger
+    would deliver nothing: the caller hears of it here. It costs one PING for a RESP3
+    `client` (whose connection stays in the pool), one HELLO 2 for a RESP3 `aclient` beside
+    a RESP2 `client`, and nothing for RESP2 clients. A server out of reach (after the
+    client's retries) is left to the first lookup, whose refusal `_drive` words alike for
+    the reducer's log.
+    """
+    from redis import exceptions
+
+    blocking = _speaks_resp3(client)
+    asyncio_too = aclient is not None and _speaks_resp3(aclient)
+    if not blocking and not asyncio_too:
+        return
+    if not blocking and _is_cluster(client):
+        # RedisCluster sends HELLO nowhere; and redis-py reports a RESP3 cluster client on
+        # Redis 5 itself ("Cluster mode is not enabled"), without the server's reply.
+        return
+    try:
+        if blocking:
+            client.execute_command("PING")  # its connection opens with HELLO 3
+        else:
+            client.execute_command("HELLO", 2)  # changes nothing on a RESP2 connection
+    except (exceptions.ConnectionError, exceptions.TimeoutError):
+        return
+    except exceptions.ResponseError as error:
+        if not blocking:
+            _raise_if_resp3_refused(error, aclient, ALEDGER)
+        else:
+            also = f", and aclient={_fix(aclient)}" if asyncio_too else ""
+            _raise_if_resp3_refused(error, client, LEDGER, _fix(client) + also)
+        raise
 
 
 def _learn_topology(saver: Any) -> None:
@@ -123,24 +203,38 @@ async def _arun(client: Any, plan: Plan) -> list[Any]:
     return list(await pipe.execute())
 
 
-def _drive(client: Any, steps: Step) -> Any:
+def _drive(client: Any, steps: Step, owner: str) -> Any:
+    """Runs the plans of `steps` with `client`, which `owner` holds; returns their result."""
+    from redis.exceptions import ResponseError
+
     reply: Any = None
     while True:
         try:
             plan = steps.send(reply)
         except StopIteration as stop:
             return stop.value
-        reply = _run(client, plan)
+        try:
+            reply = _run(client, plan)
+        except ResponseError as error:
+            _raise_if_resp3_refused(error, client, owner)
+            raise
 
 
-async def _adrive(client: Any, steps: Step) -> Any:
+async def _adrive(client: Any, steps: Step, owner: str) -> Any:
+    """`_drive`, with an asyncio client."""
+    from redis.exceptions import ResponseError
+
     reply: Any = None
     while True:
         try:
             plan = steps.send(reply)
         except StopIteration as stop:
             return stop.value
-        reply = await _arun(client, plan)
+        try:
+            reply = await _arun(client, plan)
+        except ResponseError as error:
+            _raise_if_resp3_refused(error, client, owner)
+            raise
 
 
 class RedisOutbox:
@@ -153,6 +247,8 @@ class RedisOutbox:
     Args:
         client: A `redis.Redis` or `RedisCluster` for `ReducingSaver.put`, or their
             `redis.asyncio` twins for `aput` (the methods of the other style then fail).
+            On Redis 5 it must speak RESP2 (`protocol=2`): a RESP3 one raises `ValueError`
+            at the first call.
         prefix: The first component of every key.
         checkpoint_key: ``(thread_id, checkpoint_ns, checkpoint_id) -> key`` of a key on the
             same server that exists once the checkpoint is stored; lets a claim tell
@@ -254,25 +350,27 @@ class RedisOutbox:
         """Stores `batch` and applies `settle` in one script call; returns the due count."""
         self._learn()
         client = self._sync("stage")
-        result: int = _drive(client, self._core().stage(batch, now, visible_at, settle))
+        steps = self._core().stage(batch, now, visible_at, settle)
+        result: int = _drive(client, steps, "RedisOutbox")
         return result
 
     def claim(self, *, now: int, lease_until: int, limit: int) -> list[StagedBatch]:
         """Leases up to `limit` due batches until `lease_until`."""
         self._learn()
         client = self._sync("claim")
-        result: list[StagedBatch] = _drive(client, self._core().claim(now, lease_until, limit))
+        steps = self._core().claim(now, lease_until, limit)
+        result: list[StagedBatch] = _drive(client, steps, "RedisOutbox")
         return result
 
     def settle(self, settlements: Sequence[Settlement]) -> None:
         """Applies acks, retries and discards in one script call."""
         self._learn()
-        _drive(self._sync("settle"), self._core().settle(settlements))
+        _drive(self._sync("settle"), self._core().settle(settlements), "RedisOutbox")
 
     def stats(self) -> OutboxStats:
         """Backlog and counters, shared by every process."""
         self._learn()
-        result: OutboxStats = _drive(self._sync("stats"), self._core().stats())
+        result: OutboxStats = _drive(self._sync("stats"), self._core().stats(), "RedisOutbox")
         return result
 
     # -- asyncio -------------------------------------------------------------------------
@@ -288,27 +386,28 @@ class RedisOutbox:
         """`stage`, for asyncio."""
         await self._alearn()
         client = self._async("stage")
-        result: int = await _adrive(client, self._core().stage(batch, now, visible_at, settle))
+        steps = self._core().stage(batch, now, visible_at, settle)
+        result: int = await _adrive(client, steps, "RedisOutbox")
         return result
 
     async def aclaim(self, *, now: int, lease_until: int, limit: int) -> list[StagedBatch]:
         """`claim`, for asyncio."""
         await self._alearn()
         client = self._async("claim")
-        result: list[StagedBatch] = await _adrive(
-            client, self._core().claim(now, lease_until, limit)
-        )
+        steps = self._core().claim(now, lease_until, limit)
+        result: list[StagedBatch] = await _adrive(client, steps, "RedisOutbox")
         return result
 
     async def asettle(self, settlements: Sequence[Settlement]) -> None:
         """`settle`, for asyncio."""
         await self._alearn()
-        await _adrive(self._async("settle"), self._core().settle(settlements))
+        await _adrive(self._async("settle"), self._core().settle(settlements), "RedisOutbox")
 
     async def astats(self) -> OutboxStats:
         """`stats`, for asyncio."""
         await self._alearn()
-        result: OutboxStats = await _adrive(self._async("stats"), self._core().stats())
+        steps = self._core().stats()
+        result: OutboxStats = await _adrive(self._async("stats"), steps, "RedisOutbox")
         return result
 
     def __repr__(self) -> str:
@@ -323,6 +422,10 @@ class RedisDeliveryLedger:
     `aseen` and `amark` (the `AsyncDeliveryLedger` side, awaited by `adeliver`) use
     `aclient`; without one they run the blocking calls in a worker thread, so the event
     loop never waits on Redis either way.
+
+    A `client` or `aclient` speaking RESP3 (`protocol=3`, redis-py 8's default) is checked
+    when the ledger is built, in one round trip: on Redis 5, which has no HELLO, it raises
+    `ValueError` there, since the reducer would only log every failed lookup.
 
     Args:
         client: A blocking `redis.Redis` or `RedisCluster`, for `put`, `invoke` and
@@ -342,11 +445,12 @@ class RedisDeliveryLedger:
         prefix: str = DEFAULT_PREFIX,
         ttl: float | None = None,
     ) -> None:
-        _check_client(client, "RedisDeliveryLedger", False)
+        _check_client(client, LEDGER, False)
         if aclient is not None:
-            _check_client(aclient, "RedisDeliveryLedger(aclient=...)", True)
+            _check_client(aclient, ALEDGER, True)
         if ttl is not None and (isinstance(ttl, bool) or not ttl > 0):
             raise ValueError(f"ttl={ttl!r} must be a number of seconds above 0, or None")
+        _check_resp3(client, aclient)
         self.client = client
         self.aclient = aclient
         self.keys = DeliveryKeys(prefix)
@@ -368,7 +472,7 @@ class RedisDeliveryLedger:
                 f"RedisDeliveryLedger.for_saver needs a langgraph-checkpoint-plainredis "
                 f"RedisSaver, got {type(saver).__name__}; otherwise pass a client"
             )
-        _check_client(saver.client, "RedisDeliveryLedger", False)
+        _check_client(saver.client, LEDGER, False)
         _learn_topology(saver)
         return cls(
             saver.client,
@@ -379,19 +483,21 @@ class RedisDeliveryLedger:
 
     def seen(self, hook_key: str, namespace: Any, message_ids: Sequence[str]) -> set[str]:
         """Return the subset of `message_ids` already delivered to `hook_key` in `namespace`."""
-        result: set[str] = _drive(self.client, self._core.seen(hook_key, namespace, message_ids))
+        steps = self._core.seen(hook_key, namespace, message_ids)
+        result: set[str] = _drive(self.client, steps, LEDGER)
         return result
 
     def mark(self, hook_key: str, namespace: Any, message_ids: Sequence[str]) -> None:
         """Record `message_ids` as delivered to `hook_key` in `namespace`."""
-        _drive(self.client, self._core.mark(hook_key, namespace, message_ids, _outbox.now_ms()))
+        steps = self._core.mark(hook_key, namespace, message_ids, _outbox.now_ms())
+        _drive(self.client, steps, LEDGER)
 
     async def aseen(self, hook_key: str, namespace: Any, message_ids: Sequence[str]) -> set[str]:
         """`seen` for the event loop: through `aclient`, else in a worker thread."""
         if self.aclient is None:
             return await asyncio.to_thread(self.seen, hook_key, namespace, message_ids)
         steps = self._core.seen(hook_key, namespace, message_ids)
-        result: set[str] = await _adrive(self.aclient, steps)
+        result: set[str] = await _adrive(self.aclient, steps, ALEDGER)
         return result
 
     async def amark(self, hook_key: str, namespace: Any, message_ids: Sequence[str]) -> None:
@@ -399,9 +505,8 @@ class RedisDeliveryLedger:
         if self.aclient is None:
             await asyncio.to_thread(self.mark, hook_key, namespace, message_ids)
             return
-        await _adrive(
-            self.aclient, self._core.mark(hook_key, namespace, message_ids, _outbox.now_ms())
-        )
+        steps = self._core.mark(hook_key, namespace, message_ids, _outbox.now_ms())
+        await _adrive(self.aclient, steps, ALEDGER)
 
     def key(self, kind: str, namespace: Any) -> str:
         """A key of `kind` in the cluster slot of `namespace`'s ledger."""
@@ -465,8 +570,8 @@ class RedisSink:
                 per_message[identity] = list(self.commands(message, identity, namespace))
         steps = self._core.apply(self.name, namespace, list(per_message.items()), _outbox.now_ms())
         if self.ledger.aclient is not None and _loop_running():
-            return _adrive(self.ledger.aclient, steps)
-        applied: list[str] = _drive(self.ledger.client, steps)
+            return _adrive(self.ledger.aclient, steps, ALEDGER)
+        applied: list[str] = _drive(self.ledger.client, steps, LEDGER)
         return applied
 
     def __repr__(self) -> str:

@@ -25,6 +25,7 @@ __all__ = [
     "Script",
     "Step",
     "SinkCore",
+    "resp3_refused",
 ]
 
 
@@ -249,6 +250,31 @@ def _settle_args(
             s.lease,
         ]
     return batch_keys, args
+
+
+def resp3_refused(reply: str, owner: str, protocol: Any, fix: str) -> ValueError | None:
+    """The error to raise for the error reply `reply` when it is a server refusing RESP3.
+
+    A client speaking RESP3 opens every connection with ``HELLO 3``, a command Redis 5
+    does not have; redis-py raises the server's bare "unknown command `HELLO`" for it.
+
+    Args:
+        reply: The error reply.
+        owner: Who holds the client, e.g. ``RedisOutbox``.
+        protocol: The client's `protocol` setting; None for redis-py's default.
+        fix: The client built right, e.g. ``redis.Redis.from_url(url, protocol=2)``.
+
+    Returns:
+        A `ValueError` naming the setting and the fix, or None for any other reply.
+    """
+    if "HELLO" not in reply or "unknown command" not in reply.lower():
+        return None
+    setting = "protocol=3" if protocol is not None else "protocol=3, redis-py 8's default"
+    return ValueError(
+        f"{owner}: the client speaks RESP3 ({setting}), which this server does not: Redis 5 "
+        f"has no HELLO (it answered {reply!r}); build it with protocol=2, e.g. {fix} "
+        "(RESP2 works on every Redis)"
+    )
 
 
 class OutboxCore:
