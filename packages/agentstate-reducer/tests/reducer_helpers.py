@@ -220,3 +220,31 @@ async def eventually(condition: Callable[[], bool], timeout: float = 5.0) -> Non
     while not condition():
         assert loop.time() < deadline, "condition not met in time"
         await asyncio.sleep(0.001)
+
+
+class StallingLedger:
+    """An in-memory `AsyncDeliveryLedger`, a test double of a user's network ledger: while
+    `stalled`, `aseen` for hook `stall` (every hook when None) waits until cancelled."""
+
+    def __init__(self, stall: str | None = None) -> None:
+        self.rows: set[tuple[str, Any, str]] = set()
+        self.stall = stall
+        self.stalled = True
+        self.stuck = 0
+
+    def seen(self, hook_key: str, namespace: Any, message_ids: Sequence[str]) -> set[str]:
+        raise AssertionError("seen() ran; aseen() was expected")
+
+    def mark(self, hook_key: str, namespace: Any, message_ids: Sequence[str]) -> None:
+        raise AssertionError("mark() ran; amark() was expected")
+
+    async def aseen(self, hook_key: str, namespace: Any, message_ids: Sequence[str]) -> set[str]:
+        if self.stalled and self.stall in (None, hook_key):
+            self.stuck += 1
+            await asyncio.Event().wait()  # until cancelled
+        await asyncio.sleep(0)
+        return {i for i in message_ids if (hook_key, namespace, i) in self.rows}
+
+    async def amark(self, hook_key: str, namespace: Any, message_ids: Sequence[str]) -> None:
+        await asyncio.sleep(0)
+        self.rows.update((hook_key, namespace, i) for i in message_ids)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import subprocess
 import sys
 import threading
@@ -10,7 +11,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import pytest
-from reducer_helpers import Recorder, conversation, eventually
+from reducer_helpers import Recorder, StallingLedger, conversation, eventually
 
 from agentstate_reducer import (
     AsyncBackground,
@@ -427,3 +428,64 @@ async def test_a_cancelled_adeliver_leaves_its_messages_for_the_next_delivery() 
     report = await reducer.adeliver(conversation(1, calls=0), "ns")
     assert [h.delivered for h in report.hooks] == [("sys", "h0", "b0")] * 2
     assert seen == [3] and reducer.pending == 0
+
+
+def test_a_delivery_the_loop_never_ran_leaves_its_messages_for_the_next_one(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """On the loop's thread with an async ledger, `deliver` only schedules a task: when the
+    loop ended before the task started (`asyncio.run` cancels what is left), none of its
+    body ran and the messages were lost silently."""
+    ledger, hook = StallingLedger(), Recorder()
+    reducer = reducer_with(hook, ledger=ledger)
+    reports: list[Any] = []
+
+    def reduce_step() -> None:  # a channel reducer, called as the loop's last callback
+        reports.append(reducer.deliver(conversation(1, calls=0), "ns"))
+
+    async def request() -> None:
+        asyncio.get_running_loop().call_soon(reduce_step)
+
+    with caplog.at_level(logging.WARNING, logger="agentstate_reducer"):
+        asyncio.run(request())
+    assert reports[0].hooks[0].queued == ("sys", "h0", "b0") and ledger.stuck == 0
+    assert reducer.pending == 3
+    assert "cancelled before it finished; reducer.pending=3" in caplog.text
+    ledger.stalled = False
+    retry = asyncio.run(reducer.adeliver([], "ns"))  # a later request, on a new loop
+    assert retry.hooks[0].delivered == ("sys", "h0", "b0")
+    assert hook.ids == ["sys", "h0", "b0"] and reducer.pending == 0
+
+
+async def test_a_delivery_cancelled_while_the_ledger_answers_keeps_claims_and_retries() -> None:
+    """Cancelled while `aseen` was awaited, `aprepare` kept the claims it took (later
+    deliveries skipped those messages as in flight) and dropped the retries it took out."""
+
+    class First(Recorder):
+        name = "first"
+
+    class Second(Recorder):
+        name = "second"
+
+    down = [True]
+    first, second = First(), Second(fail=lambda: down[0])
+    ledger = StallingLedger(stall="second")
+    reducer = reducer_with(first, second, ledger=ledger)
+    ledger.stalled = False
+    await reducer.adeliver([{"role": "human", "content": "x", "id": "x"}], "ns")
+    assert reducer.pending == 1  # second failed on x: a retry batch
+    down[0], ledger.stalled = False, True
+    call = asyncio.ensure_future(reducer.adeliver(conversation(1, calls=0), "ns"))
+    await eventually(lambda: ledger.stuck == 1)  # first's job is built; second's aseen waits
+    call.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await call
+    assert reducer.pending == 3 + 4  # first: sys, h0, b0; second: x and those
+    ledger.stalled = False
+    report = await reducer.adeliver([], "ns")
+    assert report["first"].delivered == ("sys", "h0", "b0") and not report["first"].skipped
+    assert report["second"].delivered == ("x", "sys", "h0", "b0") and not report["second"].skipped
+    assert first.ids == ["x", "sys", "h0", "b0"] and second.ids == ["x", "sys", "h0", "b0"]
+    assert reducer.pending == 0
+    again = await reducer.adeliver(conversation(1, calls=0), "ns")
+    assert all(h.skipped == ("sys", "h0", "b0") and not h.delivered for h in again.hooks)

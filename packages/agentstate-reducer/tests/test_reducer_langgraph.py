@@ -1,5 +1,6 @@
 """Real LangChain messages and LangGraph graphs through `as_langgraph_reducer`."""
 
+import asyncio
 import uuid
 from typing import Annotated, Any, TypedDict
 
@@ -14,7 +15,7 @@ from langchain_core.messages import (
 )
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import END, START, StateGraph
-from reducer_helpers import Recorder, check_valid, eventually
+from reducer_helpers import Recorder, StallingLedger, check_valid, eventually
 
 from agentstate_reducer import MessageReducer, ReducerConfig
 
@@ -108,3 +109,59 @@ def test_the_bridge_reduces_after_merging() -> None:
     for n in range(5):
         state = merge(state, [HumanMessage(f"q{n}"), AIMessage(f"a{n}")])
     assert [m.content for m in state] == ["q0", "q4", "a4"]  # a human first message is kept
+
+
+def run_turns(graph: Any, config: Any, turns: range, *, flush: MessageReducer | None) -> set[str]:
+    """Each turn in its own `asyncio.run`, returning right after `ainvoke` (or after
+    `flush.aflush()`); returns the id of every message the state held after a turn."""
+    held: set[str] = set()
+
+    async def turn(n: int) -> None:
+        await graph.ainvoke({"messages": [HumanMessage(f"q{n}")]}, config)
+        if flush is not None:
+            await flush.aflush()
+
+    for n in turns:
+        asyncio.run(turn(n))
+        held.update(m.id for m in graph.get_state(config).values["messages"])
+    return held
+
+
+def test_pruned_messages_outlive_an_event_loop_that_ends_before_their_delivery() -> None:
+    """Under `ainvoke` the channel reducer only schedules the delivery on the loop; when
+    `asyncio.run` returned first and cancelled it, the pruned messages were lost silently."""
+    hook, ledger = Recorder(), StallingLedger()  # a network ledger that answers too late
+    reducer = MessageReducer(
+        config=ReducerConfig(min_messages=4, max_messages=6, on_prune=[hook]), ledger=ledger
+    )
+    graph = build(reducer, namespace="ns")
+    config: Any = {"configurable": {"thread_id": uuid.uuid4().hex}}
+    held = run_turns(graph, config, range(3), flush=None)
+    pruned = held - {m.id for m in graph.get_state(config).values["messages"]}
+    assert len(pruned) == 7 and ledger.stuck == 2 and hook.calls == []
+    assert reducer.pending == 7  # they wait for the next delivery
+    ledger.stalled = False
+    report = asyncio.run(reducer.adeliver([], "ns"))  # a later request, on a new loop
+    assert sorted(report.hooks[0].delivered) == sorted(pruned)
+    assert len(hook.ids) == len(set(hook.ids)) and set(hook.ids) == pruned
+    assert reducer.pending == 0
+
+
+def test_aflush_lets_scheduled_deliveries_finish_before_the_loop_ends() -> None:
+    got: list[str] = []
+
+    async def remember(pruned: list[Any], namespace: Any) -> None:
+        await asyncio.sleep(0.01)  # a slow memory store
+        got.extend(m.id for m in pruned)
+
+    ledger = StallingLedger()
+    ledger.stalled = False
+    reducer = MessageReducer(
+        config=ReducerConfig(min_messages=4, max_messages=6, on_prune=[remember]), ledger=ledger
+    )
+    graph = build(reducer)
+    config: Any = {"configurable": {"thread_id": uuid.uuid4().hex}}
+    held = run_turns(graph, config, range(3), flush=reducer)
+    pruned = held - {m.id for m in graph.get_state(config).values["messages"]}
+    assert len(pruned) == 7 and sorted(got) == sorted(pruned)
+    assert reducer.pending == 0

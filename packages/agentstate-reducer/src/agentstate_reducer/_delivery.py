@@ -140,15 +140,19 @@ class Dispatcher:
         """Claim what each hook still needs, retries first; return the jobs to run."""
         steps = self._prepare(hooks, pruned, namespace, dedupe)
         answer: set[str] | Exception | None = None
-        while True:
-            try:
-                lookup = steps.send(answer)
-            except StopIteration as stop:
-                return stop.value  # type: ignore[no-any-return]
-            try:
-                answer = self.ledger.seen(lookup.key, lookup.namespace, lookup.ids)
-            except Exception as exc:  # the ledger is the user's: any failure is a miss
-                answer = exc
+        try:
+            while True:
+                try:
+                    lookup = steps.send(answer)
+                except StopIteration as stop:
+                    return stop.value  # type: ignore[no-any-return]
+                try:
+                    answer = self.ledger.seen(lookup.key, lookup.namespace, lookup.ids)
+                except Exception as exc:  # the ledger is the user's: any failure is a miss
+                    answer = exc
+        except BaseException:
+            steps.close()  # releases its claims and puts back what it took out
+            raise
 
     async def aprepare(
         self, hooks: Sequence[RememberFn], pruned: Sequence[Any], namespace: Any, dedupe: bool
@@ -158,20 +162,28 @@ class Dispatcher:
             return self.prepare(hooks, pruned, namespace, dedupe)
         steps = self._prepare(hooks, pruned, namespace, dedupe)
         answer: set[str] | Exception | None = None
-        while True:
-            try:
-                lookup = steps.send(answer)
-            except StopIteration as stop:
-                return stop.value  # type: ignore[no-any-return]
-            try:
-                answer = await self.ledger.aseen(lookup.key, lookup.namespace, lookup.ids)
-            except Exception as exc:
-                answer = exc
+        try:
+            while True:
+                try:
+                    lookup = steps.send(answer)
+                except StopIteration as stop:
+                    return stop.value  # type: ignore[no-any-return]
+                try:
+                    answer = await self.ledger.aseen(lookup.key, lookup.namespace, lookup.ids)
+                except Exception as exc:
+                    answer = exc
+        except BaseException:  # cancelled while the ledger answered (a request's timeout)
+            steps.close()
+            raise
 
     def _prepare(
         self, hooks: Sequence[RememberFn], pruned: Sequence[Any], namespace: Any, dedupe: bool
     ) -> Generator[Lookup, set[str] | Exception | None, tuple[list[Job], ReportBuilder]]:
-        """The I/O-free part of `prepare`: yields each ledger lookup, gets its answer back."""
+        """The I/O-free part of `prepare`: yields each ledger lookup, gets its answer back.
+
+        Closed before it returns (a cancelled `aprepare`), it releases every claim it took
+        and puts back every batch it took out, so no message is skipped or dropped.
+        """
         keys = hook_keys(hooks)
         report = ReportBuilder(keys)
         fresh: OrderedDict[str, Any] = OrderedDict()
@@ -184,20 +196,40 @@ class Dispatcher:
                 fresh[identity] = message
         ns = namespace_key(namespace)
         jobs: list[Job] = []
-        for hook, key in zip(hooks, keys, strict=True):
-            batches = self._take_retries(key)
-            _, target = batches.setdefault(ns, (namespace, OrderedDict()))
-            for identity, message in fresh.items():
-                target.setdefault(identity, message)
-            report.add(key, "skipped", repeated)
-            for batch_ns, (batch_namespace, messages) in batches.items():
-                ids = list(messages)
-                if ids and dedupe:
-                    ids = yield from self._claim(key, batch_ns, batch_namespace, messages, report)
-                if ids:
-                    batch = [messages[i] for i in ids]
-                    jobs.append(Job(hook, key, batch_namespace, batch, ids, dedupe))
+        taken: list[tuple[str, OrderedDict[Hashable, _Batch]]] = []
+        try:
+            for hook, key in zip(hooks, keys, strict=True):
+                batches = self._take_retries(key)
+                taken.append((key, batches))
+                _, target = batches.setdefault(ns, (namespace, OrderedDict()))
+                for identity, message in fresh.items():
+                    target.setdefault(identity, message)
+                report.add(key, "skipped", repeated)
+                for batch_ns, (batch_namespace, messages) in batches.items():
+                    ids = list(messages)
+                    if ids and dedupe:
+                        ids = yield from self._claim(
+                            key, batch_ns, batch_namespace, messages, report
+                        )
+                    if ids:
+                        batch = [messages[i] for i in ids]
+                        jobs.append(Job(hook, key, batch_namespace, batch, ids, dedupe))
+        except BaseException:  # closed by a cancelled `aprepare`: no job will run
+            self._put_back(taken, jobs)
+            raise
         return jobs, report
+
+    def defer(self, hooks: Sequence[RememberFn], pruned: Sequence[Any], namespace: Any) -> None:
+        """Keep `pruned` for every hook as the next delivery's retries, claiming nothing.
+
+        For a delivery that runs later (a task): it takes them back as its retries, and
+        until then they count in `pending`, so a task that never runs loses nothing.
+        """
+        ns = namespace_key(namespace)
+        ids = [message_identity(message) for message in pruned]
+        with self._lock:
+            for key in hook_keys(hooks):
+                self._keep(key, ns, namespace, ids, list(pruned), evict=False)
 
     def finish(self, job: Job, error: BaseException | None) -> None:
         """Record the outcome of `job`: mark it delivered, or keep it for retry."""
@@ -244,7 +276,12 @@ class Dispatcher:
         report.add(key, "skipped", [i for i in messages if i not in taken])
         if not claimed:
             return []
-        seen = yield Lookup(key, namespace, claimed)
+        try:
+            seen = yield Lookup(key, namespace, claimed)
+        except BaseException:  # closed by a cancelled `aprepare`
+            with self._lock:
+                self._in_flight.difference_update((key, ns, i) for i in claimed)
+            raise
         if isinstance(seen, Exception):
             logger.error(
                 "delivery ledger lookup failed for hook %s; will retry", key, exc_info=seen
@@ -267,17 +304,48 @@ class Dispatcher:
             self._pending -= sum(len(messages) for _, messages in batches.values())
         return batches
 
-    def _keep(
-        self, key: str, ns: Hashable, namespace: Any, ids: list[str], messages: list[Any]
+    def _put_back(
+        self, taken: list[tuple[str, OrderedDict[Hashable, _Batch]]], jobs: list[Job]
     ) -> None:
-        """Keep undelivered messages for the next delivery; caller holds the lock."""
+        """Undo an unfinished `_prepare`: release the claims of its jobs and keep every
+        batch it took out (retries and new messages) ahead of what was kept since."""
+        with self._lock:
+            for job in jobs:
+                if job.dedupe:
+                    ns = namespace_key(job.namespace)
+                    self._in_flight.difference_update((job.key, ns, i) for i in job.ids)
+            for key, batches in taken:
+                since = self._retry.pop(key, OrderedDict())
+                self._pending -= sum(len(messages) for _, messages in since.values())
+                for ns, (namespace, messages) in [*batches.items(), *since.items()]:
+                    self._keep(
+                        key, ns, namespace, list(messages), [*messages.values()], evict=False
+                    )
+
+    def _keep(
+        self,
+        key: str,
+        ns: Hashable,
+        namespace: Any,
+        ids: list[str],
+        messages: list[Any],
+        *,
+        evict: bool = True,
+    ) -> None:
+        """Keep undelivered messages for the next delivery; caller holds the lock.
+
+        With `evict`, the oldest beyond `retry_limit` are dropped. Messages no hook has
+        failed on (`defer`, `_put_back`) are never dropped for room.
+        """
+        if not ids:
+            return
         batches = self._retry.setdefault(key, OrderedDict())
         _, kept = batches.setdefault(ns, (namespace, OrderedDict()))
         for identity, message in zip(ids, messages, strict=True):
             if identity not in kept:
                 kept[identity] = message
                 self._pending += 1
-        while self._pending > self.retry_limit:
+        while evict and self._pending > self.retry_limit:
             self._evict_oldest()
 
     def _evict_oldest(self) -> None:

@@ -74,7 +74,8 @@ class MessageReducer:
 
     @property
     def pending(self) -> int:
-        """How many (hook, message) deliveries failed and wait for the next delivery."""
+        """How many (hook, message) deliveries wait for the next delivery: failed, or
+        scheduled on an event loop by `deliver` and not taken up yet."""
         return self._dispatcher.pending
 
     # -- the cut ---------------------------------------------------------------------
@@ -142,7 +143,9 @@ class MessageReducer:
         marked when it finishes. `Background` and `AsyncBackground` hooks mark when their
         worker finishes. Called on an event loop's thread with a ledger that has an async
         side (`AsyncDeliveryLedger`), the whole delivery runs as a task on that loop, so
-        the ledger is never asked while the loop waits; every hook then reports `queued`.
+        the ledger is never asked while the loop waits; every hook then reports `queued`,
+        and the messages count in `pending` until the task takes them up. Await `aflush`
+        before the loop ends: a task it cancels leaves them for the next delivery.
 
         Args:
             pruned: Messages that left the window; `[]` only retries.
@@ -203,6 +206,19 @@ class MessageReducer:
             report.add(job.key, "delivered", job.ids)
         return report.build()
 
+    async def aflush(self) -> None:
+        """Wait until what `deliver` scheduled on the running event loop has settled.
+
+        `deliver` on an event loop's thread (a LangGraph channel reducer under `ainvoke`)
+        may leave a delivery task or coroutine hooks running on it. Await this before the
+        loop ends (before `asyncio.run` returns): a task the loop cancels leaves its
+        messages in `pending`, for the next delivery. What failed stays in `pending` too.
+        `AsyncBackground` hooks drain with their own `aclose`.
+        """
+        loop = asyncio.get_running_loop()
+        while tasks := [task for task in self._tasks.copy() if task.get_loop() is loop]:
+            await asyncio.wait(tasks)  # unlike gather, never cancels them when cancelled
+
     def _abandon(self, jobs: list[Job], stop: BaseException) -> None:
         """Jobs a cancelled `adeliver` did not finish wait for the next delivery, as failed
         ones do: their claims held on, and every later delivery of those messages (an
@@ -245,7 +261,10 @@ class MessageReducer:
         """Return a LangGraph channel reducer: `Annotated[list, reducer.as_langgraph_reducer()]`.
 
         The returned `(left, right) -> list` merges like LangGraph's `add_messages` (by id,
-        honouring `RemoveMessage`), then runs `reduce`.
+        honouring `RemoveMessage`), then runs `reduce`. LangGraph calls it synchronously,
+        also under `ainvoke`/`astream`, where coroutine hooks, and with an
+        `AsyncDeliveryLedger` the whole delivery, are scheduled on the event loop: await
+        `aflush()` before that loop ends, or they finish only at the next delivery.
 
         Args:
             namespace: Passed to the hooks on every cut.
@@ -332,12 +351,26 @@ class MessageReducer:
     def _deliver_on(
         self, loop: asyncio.AbstractEventLoop, pruned: list[Any], namespace: Any
     ) -> DeliveryReport:
-        self._spawn(loop, self.adeliver(pruned, namespace)).add_done_callback(_log_task_error)
+        # Kept as pending before the task exists: a task the loop cancels before it starts
+        # (`asyncio.run` returning first) runs none of its body, so it could not keep them.
+        self._dispatcher.defer(self.config.on_prune, pruned, namespace)
+        self._spawn(loop, self.adeliver([], namespace)).add_done_callback(self._delivered_on)
         ids = list(dict.fromkeys(message_identity(m) for m in pruned))
         report = ReportBuilder(hook_keys(self.config.on_prune))
         for key in report.keys:
             report.add(key, "queued", ids)
         return report.build()
+
+    def _delivered_on(self, task: asyncio.Task[Any]) -> None:
+        if task.cancelled():
+            logger.warning(
+                "a delivery scheduled on the event loop was cancelled before it finished; "
+                "reducer.pending=%d (hook, message) deliveries wait for the next delivery: "
+                "await reducer.aflush() before the loop ends, or retry with deliver([])",
+                self.pending,
+            )
+        elif (error := task.exception()) is not None:
+            logger.error("delivery on the event loop failed", exc_info=error)
 
     def _schedule(self, job: Job, awaitable: Any) -> bool:
         try:
@@ -372,11 +405,6 @@ class MessageReducer:
             len(job.ids),
             exc_info=error,
         )
-
-
-def _log_task_error(task: asyncio.Task[Any]) -> None:
-    if not task.cancelled() and (error := task.exception()) is not None:
-        logger.error("delivery on the event loop failed", exc_info=error)
 
 
 def _listify(value: Any) -> list[Any]:
