@@ -324,6 +324,38 @@ def test_a_put_with_a_ttl_checks_only_what_it_refreshes(redis_url: str, prefix: 
     saver.close()
 
 
+@pytest.mark.parametrize("style", ["async", "sync"])
+async def test_a_put_sends_again_only_blobs_that_expired(
+    redis_url: str, prefix: str, style: str
+) -> None:
+    """A put refreshes the blobs its checkpoint reads but does not write. One that expired
+    (a step longer than the TTL) costs one more round trip, to send it from the checkpoint's
+    values; a channel absent at its version has no key by design and costs none."""
+    if style == "async":
+        aclient, counter = counting_async_client(redis_url)
+        saver: Any = AsyncRedisSaver(client=aclient, prefix=prefix, ttl=2)
+    else:
+        client, counter = counting_client(redis_url)
+        saver = SyncAsAsync(RedisSaver(client=client, prefix=prefix, ttl=2))
+    await warm(saver)
+    versions = {"kept": 1, "m": 1, "absent": 1}
+    cp = {**empty_checkpoint(), "channel_values": {"kept": "k", "m": 1}}
+    c = await saver.aput(cfg("t"), {**cp, "channel_versions": versions}, {}, versions)
+    for step, pause in ((2, 0.0), (3, 2.3), (4, 0.0)):
+        await asyncio.sleep(pause)
+        cp = {**empty_checkpoint(), "channel_values": {"kept": "k", "m": step}}
+        cp["channel_versions"] = {**versions, "m": step}
+        with counter.measure():
+            c = await saver.aput(c, cp, {}, {"m": step})
+        assert counter.round_trips == (2 if pause else 1), step
+        got = await saver.aget_tuple(cfg("t"))
+        assert got.checkpoint["channel_values"] == {"kept": "k", "m": step}
+    if style == "async":
+        await aclient.aclose()
+    else:
+        client.close()
+
+
 async def test_reads_run_the_same_commands_on_a_long_timeline(
     counted: tuple[Any, RoundTrips], redis_url: str
 ) -> None:

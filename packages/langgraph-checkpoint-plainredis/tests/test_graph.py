@@ -203,6 +203,35 @@ def test_a_subgraph_running_longer_than_the_ttl_keeps_its_parents_state(
         assert app.get_state(config).values == expected
 
 
+@pytest.mark.parametrize("style", ["async", "sync"])
+async def test_a_node_running_longer_than_the_ttl_keeps_the_values_it_did_not_change(
+    redis_url: str, prefix: str, style: str
+) -> None:
+    """A node that takes longer than the TTL and changes one value: every key of the thread
+    expires while it runs, and the next checkpoint reads the other value, which it does not
+    write. Its put sends that value again (before, the expired blob could not be refreshed and
+    the value read back as missing)."""
+
+    def slow(state: Step) -> dict[str, Any]:
+        time.sleep(1.3)
+        return {"log": ["slow"]}
+
+    graph = StateGraph(Step).add_node("slow", slow).add_edge(START, "slow")
+    graph = graph.add_edge("slow", END)
+    config = {"configurable": {"thread_id": "slow-node"}}
+    expected = {"x": "kept", "log": ["set", "slow"]}
+    if style == "async":
+        async with AsyncRedisSaver(redis_url, prefix=prefix, ttl=1) as asaver:
+            app = graph.compile(checkpointer=asaver)
+            assert await app.ainvoke({"x": "kept", "log": ["set"]}, config) == expected
+            assert (await app.aget_state(config)).values == expected
+    else:
+        with RedisSaver(redis_url, prefix=prefix, ttl=1) as saver:
+            app = graph.compile(checkpointer=saver)
+            assert app.invoke({"x": "kept", "log": ["set"]}, config) == expected
+            assert app.get_state(config).values == expected
+
+
 def test_a_subgraph_paused_beside_a_long_sibling_subgraph_keeps_its_answer(
     redis_url: str, prefix: str
 ) -> None:

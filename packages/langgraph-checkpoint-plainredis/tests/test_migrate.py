@@ -131,6 +131,32 @@ def test_a_migration_that_does_not_read_back_deletes_nothing(
                 check_against_010_reading(saver, expected)
 
 
+@pytest.mark.parametrize("ttl", [None, 3600])
+def test_a_value_010_let_expire_migrates_as_absent(
+    client: redis.Redis, redis_url: str, restored: dict[str, str], ttl: int | None
+) -> None:
+    """A blob 0.1.0 let expire while checkpoints reading it remain: they read the channel as
+    absent, in 0.1.0 and after the migration, with a TTL or without. With a TTL the put of
+    such a checkpoint was refused as reading an expired value, and every run failed."""
+    old, new = next(iter(restored.items()))
+    victim = next(k for k in sorted(client.scan_iter(match=f"{new}:blob:*")) if b"messages" in k)
+    client.delete(victim)
+    report = migrate_v010(client, new, ttl=ttl)
+    assert report.skipped == [] and report.checkpoints > 0
+    with RedisSaver(redis_url, prefix=new) as saver:
+        missing = 0
+        for expected in DUMP["expected"]["threads"]:
+            if expected["prefix"] == old:
+                conf = {
+                    "thread_id": expected["thread_id"],
+                    "checkpoint_ns": expected["checkpoint_ns"],
+                }
+                listed = list(saver.list({"configurable": conf}))
+                assert [t.checkpoint["id"] for t in listed] == expected["checkpoint_ids"]
+                missing += sum("messages" not in t.checkpoint["channel_values"] for t in listed)
+        assert missing > 0
+
+
 def test_values_without_equality_migrate(
     client: redis.Redis, redis_url: str, restored: dict[str, str]
 ) -> None:

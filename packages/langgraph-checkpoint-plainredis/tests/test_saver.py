@@ -17,6 +17,7 @@ from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.checkpoint.memory import InMemorySaver
 from redis.cluster import RedisCluster
 
+from agentstate_testkit.savers import SyncAsAsync
 from langgraph_checkpoint_plainredis import (
     AsyncRedisSaver,
     CorruptDataError,
@@ -180,6 +181,43 @@ async def test_list_none_walks_every_thread_and_namespace(saver: Any) -> None:
         t.config["configurable"]["checkpoint_ns"]
         async for t in saver.alist({"configurable": {"thread_id": "a"}})
     } == {"", "sub:1"}
+
+
+@pytest.mark.parametrize("ttl", [None, 3600])
+@pytest.mark.parametrize("style", ["async", "sync"])
+async def test_a_thread_listed_across_namespaces_starts_with_the_root(
+    redis_url: str, prefix: str, ttl: int | None, style: str
+) -> None:
+    """list(thread) without checkpoint_ns walks the root namespace first, as InMemorySaver
+    does for a graph (it walks namespaces in the order they were first written), so limit=1
+    is the root's newest checkpoint. With a TTL the namespace set is ordered by expiry, and
+    a subgraph's namespace written before the root's last put came first."""
+    if style == "async":
+        ours: Any = AsyncRedisSaver(redis_url, prefix=prefix, ttl=ttl)
+    else:
+        ours = SyncAsAsync(RedisSaver(redis_url, prefix=prefix, ttl=ttl))
+    got = {}
+    for name, s in (("memory", InMemorySaver()), ("ours", ours)):
+        root = await s.aput(cfg("t"), checkpoint({}, {}, cid="1"), {}, {})
+        await asyncio.sleep(0.05)  # expiry scores in ms: the child's comes later
+        await s.aput(cfg("t", ns="child:1"), checkpoint({}, {}, cid="2"), {}, {})
+        await asyncio.sleep(0.05)  # and the root's last one later still
+        await s.aput(root, checkpoint({}, {}, cid="3"), {}, {})
+        thread = {"configurable": {"thread_id": "t"}}
+        got[name] = []
+        for limit in (1, None):
+            listed = s.alist(thread, limit=limit)
+            got[name].append(
+                [
+                    (t.config["configurable"]["checkpoint_ns"], t.checkpoint["id"])
+                    async for t in listed
+                ]
+            )
+    assert got["ours"] == got["memory"] == [[("", "3")], [("", "3"), ("", "1"), ("child:1", "2")]]
+    if style == "async":
+        await ours.aclose()
+    else:
+        ours.inner.close()
 
 
 @pytest.mark.parametrize("ttl", [None, 3600])
@@ -449,6 +487,29 @@ def test_ttl_refreshes_every_blob_the_newest_checkpoint_reads(redis_url: str, pr
             )
         # "stable" was written 3.3 s ago with a 3 s ttl: only refreshes keep it.
         assert saver.get_tuple(cfg("ttl")).checkpoint["channel_values"] == {"stable": "s", "m": 4}
+
+
+@pytest.mark.parametrize("fork_ttl", [1, None])
+def test_a_fork_from_a_checkpoint_whose_values_expired_gets_them_back(
+    redis_url: str, prefix: str, fork_ttl: int | None
+) -> None:
+    """Time travel to an older checkpoint of a thread with a TTL, after a value only it reads
+    expired (the newest checkpoint does not read it, so no put refreshed it): the fork's put
+    sends that value again, from a writer with a TTL or without one. Before, the fork read the
+    channel as missing."""
+    with (
+        RedisSaver(redis_url, prefix=prefix, ttl=1) as timed,
+        RedisSaver(redis_url, prefix=prefix, ttl=fork_ttl) as forker,
+    ):
+        first = timed.put(
+            cfg("f"), checkpoint({"a": "A1", "b": "B1"}, {"a": 1, "b": 1}), {}, {"a": 1, "b": 1}
+        )
+        time.sleep(0.9)
+        timed.put(first, checkpoint({"a": "A2", "b": "B1"}, {"a": 2, "b": 1}), {}, {"a": 2})
+        time.sleep(0.2)  # A1 has expired, the rest lives 0.8 s more (a stall may take that)
+        fork = forker.put(first, checkpoint({"a": "A1", "b": "B3"}, {"a": 1, "b": 3}), {}, {"b": 3})
+        got = forker.get_tuple(fork)
+        assert got is not None and got.checkpoint["channel_values"] == {"a": "A1", "b": "B3"}
 
 
 def test_ttl_put_writes_keeps_the_thread_alive_as_a_put_does(

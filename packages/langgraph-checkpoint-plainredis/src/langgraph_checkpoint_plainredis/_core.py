@@ -12,6 +12,7 @@ import functools
 import math
 import random
 import threading
+import zlib
 from collections.abc import Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar, cast
@@ -48,7 +49,7 @@ from ._codec import (
     encode_checkpoint,
     encode_write,
 )
-from ._deflate import COMPRESS_MIN, ValueMemo
+from ._deflate import COMPRESS_MIN, LEVEL, ValueMemo
 from ._errors import (
     ArgumentTypeError,
     CorruptDataError,
@@ -625,6 +626,9 @@ class SaverCore:
         if self._cluster and run_key:
             yield self._run_plan(run_key, tk.run_member(ns, cid))
         replies = yield [self._put_eval(tk, ns, cid, payload, refs, written, run_key)]
+        versions = checkpoint["channel_versions"]
+        while self._resend_lost(replies[0], refs, versions, values, written):
+            replies = yield [self._put_eval(tk, ns, cid, payload, refs, written, run_key)]
         self._step_ended(thread_id, ns, cid)
         if follow := self._after_thread_scripts(zip([tk], replies, strict=True)):
             yield follow
@@ -635,6 +639,34 @@ class SaverCore:
                 "checkpoint_id": cid,
             }
         }
+
+    def _resend_lost(
+        self,
+        reply: Any,
+        refs: Sequence[str],
+        channels: Iterable[str],
+        values: Mapping[str, Any],
+        written: dict[str, bytes],
+    ) -> bool:
+        """Adds to `written` the blobs a PUT `reply` names as expired (it wrote nothing):
+        the checkpoint reads them (`refs`, of `channels` in order) but the put only refreshed
+        them. Each is sent again from `values`, or as absent where the channel has none.
+        False when the put was done."""
+        lost = _lost_blobs(reply)
+        by_suffix = dict(zip(refs, channels, strict=True)) if lost else {}
+        for suffix in lost:
+            if suffix in written or suffix not in by_suffix:
+                raise RuntimeError(f"PUT script named blob {suffix!r} it was not asked to refresh")
+            channel = by_suffix[suffix]
+            if channel not in values:
+                written[suffix] = ABSENT
+                continue
+            typed = self.serde.dumps_typed(values[channel])
+            stream = None
+            if self._memo is not None and len(typed[1]) >= COMPRESS_MIN:
+                stream = zlib.compress(typed[1], LEVEL)  # whole: it is no channel's last value
+            written[suffix] = encode_blob(typed, stream=stream)
+        return bool(lost)
 
     def _put_eval(
         self,
@@ -1109,6 +1141,13 @@ class SaverCore:
         replies = yield [Eval("import_thread", (dst.ns, *self._registry), tuple(args))]
         if follow := self._after_thread_scripts(zip([dst], replies, strict=True)):
             yield follow
+
+
+def _lost_blobs(reply: Any) -> list[str]:
+    """The blob suffixes a PUT reply names as expired (``['lost', [suffix, ...]]``)."""
+    if isinstance(reply, list) and len(reply) == 2 and reply[0] in (b"lost", "lost"):
+        return [_s(suffix) for suffix in reply[1]]
+    return []
 
 
 def _id_list(values: Any, what: str, kind: str) -> None:

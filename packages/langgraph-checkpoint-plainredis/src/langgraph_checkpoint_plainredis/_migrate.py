@@ -208,7 +208,11 @@ def _migrate_timeline(
             serde.dumps_typed(metadata),
         )
         run_key = saver.keyspace.run(str(run_id)) if run_id is not None else None
-        saver._run([saver._put_eval(tk, ns, cid, payload, refs, written, run_key)])
+        versions = checkpoint["channel_versions"]
+        while True:  # with a TTL, a blob 0.1.0 let expire is named lost: absent here
+            (reply,) = saver._run([saver._put_eval(tk, ns, cid, payload, refs, written, run_key)])
+            if not saver._resend_lost(reply, refs, versions, values, written):
+                break
         report.checkpoints += 1
         report.blobs += len(written)
 

@@ -157,6 +157,22 @@ local function extend(key, keys, member, ttl, score)
   return true
 end
 
+-- Whether a blob key that a put only refreshes, and finds missing, has expired. A missing key
+-- whose key-index entry `member` is live stands for a channel absent at that version (PUT
+-- writes no key for one); without a live entry the value is gone. On Redis 7 a key's expiry
+-- counts from the start of the script that set it and its score from the script's TIME, a
+-- little later (and on a read with refresh_on_read, after the blobs it read): an entry within
+-- a second of its score (`ttl` / 2 for a shorter TTL) counts as expired, and the caller sends
+-- what it has for it, the value or "absent" again.
+local function blob_lost(keys, member, now, ttl)
+  local score = redis.call('ZSCORE', keys, member)
+  if not score then return true end
+  if score == 'inf' then return false end
+  local slack = 1000
+  if ttl > 0 then slack = math.min(slack, math.floor(ttl / 2)) end
+  return tonumber(score) <= tonumber(now) + slack
+end
+
 -- SET `key` to `value` for `ttl` ms (expiry score `score`, from the clock `now`), unless
 -- `again` (the put writes keys that exist: a retried put, versions a caller reuses) and the
 -- key has a longer life, or none, from another writer: then it keeps that life, since a
@@ -709,6 +725,8 @@ PUT = r"""
 --       wr_prefix, cp_prefix, blob_prefix, has_registry, escaped run, run prefix, then per
 --       blob: suffix, value ('' = refresh only, NUL = absent: no key). A cluster client
 --       passes neither run nor registry, and gets back the run-set removal it must make.
+-- Returns outcome(), or {'lost', {suffix, ...}} having written nothing: blobs the checkpoint
+-- reads that expired, for the caller to send as values.
 local cid, payload, ttl = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local n, t, has_run, nb = ARGV[4], ARGV[5], ARGV[7] == '1', tonumber(ARGV[8])
 local run_key = nil
@@ -755,12 +773,32 @@ if REGISTRY and not settled then
   err = check_registry(REGISTRY)
   if err then return err end
 end
+-- A blob it only refreshes that has expired (a step that outlived the TTL, say) cannot be
+-- refreshed back: the put writes nothing and names those blobs, for the caller to send them.
+local lost = {}
 for i = 1, nb do
-  if existing or ARGV[14 + 2 * i] == '' then
-    err = check(KEYS[4 + i], 'string')
-    if err then return err end
+  local key, value = KEYS[4 + i], ARGV[14 + 2 * i]
+  if existing or value == '' then
+    local found = redis.call('TYPE', key)['ok']
+    if found == 'none' then
+      if value == '' and blob_lost(KEYS[3], 'b' .. ARGV[13 + 2 * i], now, ttl) then
+        lost[#lost + 1] = ARGV[13 + 2 * i]
+      end
+    elseif found ~= 'string' then return wrongtype(key, found, 'string') end
   end
 end
+if mixed then  -- it keeps for ever all its checkpoint reads: see persist_refs
+  local given = {}
+  for i = 1, nb do given[ARGV[13 + 2 * i]] = true end
+  local _, refs = header(payload)
+  for _, r in ipairs(refs) do
+    if not given[r] and redis.call('EXISTS', ARGV[11] .. n .. ':' .. r) == 0
+        and blob_lost(KEYS[3], 'b' .. r, now, ttl) then
+      lost[#lost + 1] = r
+    end
+  end
+end
+if #lost > 0 then return {'lost', lost} end
 -- Overwriting a checkpoint another run wrote: that run no longer owns it.
 local before = existing and redis.call('GET', KEYS[1])
 local old_run = before and run_of(before)
@@ -1035,6 +1073,18 @@ if #ARGV < 10 then
   local err = check(KEYS[1], 'zset')
   if err then return err end
   nss = redis.call('ZRANGE', KEYS[1], 0, -1)
+  -- The root namespace first, where a graph starts (InMemorySaver walks namespaces in the
+  -- order they were first written); the others in the set's order, which with a TTL is
+  -- soonest to expire first (scores are expiry times), else byte order.
+  if #nss > 1 and nss[1] ~= '' and redis.call('ZSCORE', KEYS[1], '') then
+    for i = 2, #nss do
+      if nss[i] == '' then
+        table.remove(nss, i)
+        table.insert(nss, 1, '')
+        break
+      end
+    end
+  end
 else
   for i = 10, #ARGV do nss[#nss + 1] = ARGV[i] end
 end
