@@ -179,3 +179,144 @@ async def test_async_background_accepts_batches_from_other_threads() -> None:
     thread.join()
     await background.aclose()
     assert sorted(got) == [[0], [1]]
+
+
+def test_a_background_worker_outlives_a_cancelled_coroutine_hook(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A `CancelledError` out of a coroutine hook's `asyncio.run` ended the worker thread: the
+    batches queued behind it never ran nor settled, and their claims were held for good."""
+    cancelled = [True]
+    hook = Recorder()
+
+    async def remember(pruned: list[Any], namespace: Any) -> None:
+        if cancelled[0]:
+            raise asyncio.CancelledError  # a client library's timeout leaking out, say
+        hook(pruned, namespace)
+
+    with Background(remember, workers=1, name="mem") as background:
+        reducer = reducer_with(background)
+        reducer.deliver(conversation(1, calls=0), "ns")
+        assert background.flush(5) and reducer.pending == 3
+        cancelled[0] = False
+        assert reducer.deliver([], "ns")["mem"].queued == ("sys", "h0", "b0")
+        assert background.flush(5)
+    assert hook.ids == ["sys", "h0", "b0"] and reducer.pending == 0
+    assert background.failed == 1 and "hook cancelled on 3 messages" in caplog.text
+
+
+def ids(messages: list[Any]) -> list[str]:
+    return [m["id"] for m in messages]
+
+
+def test_an_async_batch_the_loop_never_started_waits_for_the_next_delivery(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """`asyncio.run` ending cancels a batch's task before its first step, so none of it ran:
+    `done` was never called, its claims were held for good (later deliveries skipped the
+    messages as in flight) and `aflush` never returned."""
+    got: list[str] = []
+
+    async def remember(pruned: list[Any], namespace: Any) -> None:
+        got.extend(ids(pruned))
+
+    background = AsyncBackground(remember, name="amem")
+    reducer = reducer_with(background)
+    pruned = conversation(1, calls=0)
+
+    async def request() -> None:  # the channel reducer runs as the loop's last callback
+        asyncio.get_running_loop().call_soon(reducer.deliver, pruned, "ns")
+
+    with caplog.at_level(logging.WARNING, logger="agentstate_reducer"):
+        asyncio.run(request())
+    assert got == [] and reducer.pending == 3 and background.failed == 1
+    assert "a batch of 3 messages was cancelled before its hook finished" in caplog.text
+
+    async def later() -> Any:  # a later request, on a new loop
+        await asyncio.wait_for(background.aflush(), 5)
+        report = await reducer.adeliver(pruned, "ns")
+        await asyncio.wait_for(background.aflush(), 5)
+        again = await reducer.adeliver(pruned, "ns")
+        await background.aclose()
+        return report, again
+
+    report, again = asyncio.run(later())
+    assert report["amem"].queued == ("sys", "h0", "b0") and not report["amem"].skipped
+    assert again["amem"].skipped == ("sys", "h0", "b0") and not again["amem"].queued
+    assert got == ["sys", "h0", "b0"] and reducer.pending == 0
+
+
+def test_async_batches_cancelled_while_their_hook_runs_wait_for_a_new_loop(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Batches running or waiting for a slot when the loop ends settle as failed; a later
+    loop delivers each message once (the slot semaphore stayed bound to the old loop)."""
+    got: list[str] = []
+    stuck = [True]
+
+    async def remember(pruned: list[Any], namespace: Any) -> None:
+        if stuck[0]:
+            await asyncio.Event().wait()  # until cancelled
+        await asyncio.sleep(0.01)  # so the second batch waits for the slot
+        got.extend(ids(pruned))
+
+    background = AsyncBackground(remember, workers=1, name="amem")
+    reducer = reducer_with(background)
+    first, second = conversation(1, calls=0), [{"role": "human", "content": "x", "id": "x"}]
+
+    async def request(*batches: list[Any]) -> None:
+        for batch in batches:
+            reducer.deliver(batch, "ns")
+        await asyncio.sleep(0.01)  # the first hook runs, the second batch waits for its slot
+
+    with caplog.at_level(logging.WARNING, logger="agentstate_reducer"):
+        asyncio.run(request(first, second))
+    assert got == [] and reducer.pending == 4 and background.failed == 2
+    stuck[0] = False
+
+    async def later() -> None:  # the retries go with y; z waits for the slot
+        await request(*([{"role": "human", "content": i, "id": i}] for i in "yz"))
+        await asyncio.wait_for(background.aclose(), 5)
+
+    asyncio.run(later())
+    assert sorted(got) == ["b0", "h0", "sys", "x", "y", "z"] and len(got) == 6
+    assert reducer.pending == 0 and background.failed == 2
+    assert "a batch of 3 messages was cancelled before its hook finished" in caplog.text
+    assert "a batch of 1 messages was cancelled before its hook finished" in caplog.text
+
+
+async def test_cancelling_async_background_aflush_leaves_the_batches_running() -> None:
+    """`aflush` gathered the batches, so a timeout around it cancelled the hooks themselves."""
+    release = asyncio.Event()
+    got: list[str] = []
+
+    async def remember(pruned: list[Any], namespace: Any) -> None:
+        await release.wait()
+        got.extend(ids(pruned))
+
+    background = AsyncBackground(remember, name="amem")
+    reducer = reducer_with(background)
+    reducer.deliver(conversation(1, calls=0), "ns")
+    with pytest.raises(asyncio.TimeoutError):
+        await asyncio.wait_for(background.aflush(), 0.05)
+    release.set()
+    await asyncio.wait_for(background.aclose(), 5)
+    assert got == ["sys", "h0", "b0"] and background.failed == 0 and reducer.pending == 0
+    assert reducer.ledger.seen("amem", "ns", ["sys", "h0", "b0"]) == {"sys", "h0", "b0"}
+
+
+def test_an_async_done_of_a_batch_the_loop_never_started_is_awaited() -> None:
+    settled: list[Any] = []
+
+    async def done(error: BaseException | None) -> None:
+        await asyncio.sleep(0)
+        settled.append(type(error))
+
+    background = AsyncBackground(Recorder(), name="amem")
+
+    async def request() -> None:
+        asyncio.get_running_loop().call_soon(background.submit, [1], None, done)
+
+    asyncio.run(request())
+    assert settled == [asyncio.CancelledError] and background.failed == 1
+    asyncio.run(asyncio.wait_for(background.aflush(), 5))

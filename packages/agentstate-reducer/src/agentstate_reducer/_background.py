@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import functools
 import inspect
 import logging
 import queue
@@ -192,14 +193,23 @@ class Background:
                 error = exc
                 with self._lock:
                     self.failed += 1
-                logger.warning(
-                    "Background %s: hook failed on %d messages; they stay undelivered",
-                    self.name,
-                    len(pruned),
-                    exc_info=True,
-                )
-                if not isinstance(exc, Exception):
-                    raise
+                if isinstance(exc, asyncio.CancelledError):
+                    # A coroutine hook cancelled inside `asyncio.run`: one failed batch. Raised
+                    # on, it ended this worker, and the batches queued behind it never settled.
+                    logger.warning(
+                        "Background %s: hook cancelled on %d messages; they stay undelivered",
+                        self.name,
+                        len(pruned),
+                    )
+                else:
+                    logger.warning(
+                        "Background %s: hook failed on %d messages; they stay undelivered",
+                        self.name,
+                        len(pruned),
+                        exc_info=True,
+                    )
+                    if not isinstance(exc, Exception):
+                        raise
             finally:
                 _settle(done, error)
                 with self._idle:
@@ -217,7 +227,9 @@ class AsyncBackground:
     The asyncio counterpart of `Background`. Batches run on the loop that is running when
     the first batch arrives; batches submitted from another thread are handed to that loop.
     Drain it with `await aclose()` or `async with` before the loop stops: nothing drains it
-    at interpreter exit.
+    at interpreter exit. A batch cancelled before its hook finished (the loop ending first,
+    `asyncio.run` cancelling what is left) settles as failed: `done` gets the
+    `CancelledError`, so a reducer keeps its messages for the next delivery.
 
     Args:
         fn: The hook `(pruned, namespace)`; a coroutine function, or a plain function.
@@ -228,7 +240,7 @@ class AsyncBackground:
     Attributes:
         dropped: Batches dropped (backlog full, closed, or no event loop).
         dropped_messages: Messages in those batches.
-        failed: Batches whose `fn` raised.
+        failed: Batches whose `fn` raised or that were cancelled.
     """
 
     def __init__(
@@ -264,7 +276,10 @@ class AsyncBackground:
         Args:
             pruned: The messages; copied, so the caller may reuse the list.
             namespace: Passed to `fn` unchanged.
-            done: Called on the loop once `fn` settled, with None or its error.
+            done: Called on the loop once `fn` settled, with None or its error; exactly
+                once, with a `CancelledError` when the batch was cancelled, also before it
+                started (then from the task's done callback, and an awaitable it returns
+                runs as a new task).
 
         Returns:
             True when scheduled; False when dropped (backlog full, closed, or no running
@@ -277,6 +292,8 @@ class AsyncBackground:
             running = None
         with self._lock:
             if self._loop is None or self._loop.is_closed():
+                if running is not self._loop:
+                    self._slots = None  # a semaphore binds to the loop it first waits on
                 self._loop = running
             loop = self._loop
             reason = None
@@ -300,17 +317,21 @@ class AsyncBackground:
             )
             return False
         assert loop is not None
+        queued = _Queued(batch, namespace, done)
         if loop is running:
-            self._spawn(batch, namespace, done)
+            self._spawn(queued)
         else:
-            loop.call_soon_threadsafe(self._spawn, batch, namespace, done)
+            loop.call_soon_threadsafe(self._spawn, queued)
         return True
 
     async def aflush(self) -> None:
-        """Wait until every scheduled batch has settled."""
+        """Wait until every scheduled batch has settled.
+
+        Cancelling it cancels only the wait, never the batches.
+        """
         while self._tasks or self._unsettled:
             if self._tasks:
-                await asyncio.gather(*list(self._tasks), return_exceptions=True)
+                await asyncio.wait(list(self._tasks))  # unlike gather, never cancels them
             else:
                 await asyncio.sleep(0)  # let batches handed over from other threads start
 
@@ -331,37 +352,84 @@ class AsyncBackground:
             f"max_pending={self.max_pending}, dropped={self.dropped})"
         )
 
-    def _spawn(self, batch: list[Any], namespace: Any, done: Done | None) -> None:
-        task = asyncio.get_running_loop().create_task(self._run(batch, namespace, done))
+    def _spawn(self, queued: _Queued) -> None:
+        task = asyncio.get_running_loop().create_task(self._run(queued))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+        task.add_done_callback(functools.partial(self._ended, queued))
 
-    async def _run(self, batch: list[Any], namespace: Any, done: Done | None) -> None:
+    async def _run(self, queued: _Queued) -> None:
         if self._slots is None:
             self._slots = asyncio.Semaphore(self.workers)
         error: BaseException | None = None
         try:
             async with self._slots:
-                result = self.fn(batch, namespace)
+                result = self.fn(queued.messages, queued.namespace)
                 if inspect.isawaitable(result):
                     await result
         except BaseException as exc:
             error = exc
-            self.failed += 1
-            logger.warning(
-                "AsyncBackground %s: hook failed on %d messages; they stay undelivered",
-                self.name,
-                len(batch),
-                exc_info=True,
-            )
+            if not isinstance(exc, asyncio.CancelledError):  # `_settle_batch` logs those
+                logger.warning(
+                    "AsyncBackground %s: hook failed on %d messages; they stay undelivered",
+                    self.name,
+                    len(queued.messages),
+                    exc_info=True,
+                )
             if not isinstance(exc, Exception):
                 raise
         finally:
-            with self._lock:
-                self._unsettled -= 1
-            pending = _settle(done, error)
+            pending = self._settle_batch(queued, error)
             if inspect.isawaitable(pending):
                 try:
                     await pending
                 except Exception:
                     logger.exception("delivery bookkeeping failed after a background hook")
+
+    def _ended(self, queued: _Queued, task: asyncio.Task[None]) -> None:
+        # A task cancelled before its first step (the loop ending: `asyncio.run` cancels what
+        # is left) runs none of `_run`, not even its `finally`, so it is settled here.
+        if queued.settled:
+            return
+        pending = self._settle_batch(queued, asyncio.CancelledError())
+        if inspect.isawaitable(pending):
+            follow_up = task.get_loop().create_task(_await(pending))
+            self._tasks.add(follow_up)
+            follow_up.add_done_callback(self._tasks.discard)
+            follow_up.add_done_callback(_log_bookkeeping_error)
+
+    def _settle_batch(self, queued: _Queued, error: BaseException | None) -> Any:
+        """Settle `queued` once: count it, log a cancellation, call its `done`."""
+        queued.settled = True
+        with self._lock:
+            self._unsettled -= 1
+            if error is not None:
+                self.failed += 1
+        if isinstance(error, asyncio.CancelledError):
+            logger.warning(
+                "AsyncBackground %s: a batch of %d messages was cancelled before its hook "
+                "finished; they stay undelivered (a reducer keeps them for its next "
+                "delivery): await aclose() before the event loop ends",
+                self.name,
+                len(queued.messages),
+            )
+        return _settle(queued.done, error)
+
+
+class _Queued:
+    """A batch `AsyncBackground` accepted; `settled` once its `done` was called."""
+
+    __slots__ = ("done", "messages", "namespace", "settled")
+
+    def __init__(self, messages: list[Any], namespace: Any, done: Done | None) -> None:
+        self.messages = messages
+        self.namespace = namespace
+        self.done = done
+        self.settled = False
+
+
+def _log_bookkeeping_error(task: asyncio.Task[Any]) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        logger.error(
+            "delivery bookkeeping failed after a background hook", exc_info=task.exception()
+        )

@@ -321,9 +321,7 @@ class MessageReducer:
     ) -> None:
         # Background hooks settle on a worker thread, AsyncBackground ones on their loop.
         done: Callable[[BaseException | None], Any] = functools.partial(
-            self._dispatcher.afinish
-            if isinstance(hook, AsyncBackground)
-            else self._dispatcher.finish,
+            self._background_done if isinstance(hook, AsyncBackground) else self._dispatcher.finish,
             job,
         )
         if hook.submit(job.messages, job.namespace, done):
@@ -331,6 +329,15 @@ class MessageReducer:
         else:
             self._dispatcher.finish(job, BatchDropped(f"{hook.name} dropped the batch"))
             report.add(job.key, "failed", job.ids)
+
+    def _background_done(self, job: Job, error: BaseException | None) -> Any:
+        """`done` for an `AsyncBackground` batch: a failed one is kept for retry at once, with
+        nothing to await, since a batch cancelled before it started settles in its task's
+        done callback; a delivered one returns `afinish`, which the batch awaits."""
+        if error is not None:
+            self._dispatcher.finish(job, error)
+            return None
+        return self._dispatcher.afinish(job, None)
 
     def _loop_for_ledger(self) -> asyncio.AbstractEventLoop | None:
         """The loop running in this thread, when the ledger has an async side to await."""
