@@ -489,3 +489,31 @@ async def test_a_delivery_cancelled_while_the_ledger_answers_keeps_claims_and_re
     assert reducer.pending == 0
     again = await reducer.adeliver(conversation(1, calls=0), "ns")
     assert all(h.skipped == ("sys", "h0", "b0") and not h.delivered for h in again.hooks)
+
+
+async def test_a_delivery_cancelled_while_its_ledger_records_delivers_nothing_twice() -> None:
+    """Cancelled after the hook returned, while the ledger's amark ran: the messages were kept
+    for retry, so the next delivery gave the hook them a second time. The mark now goes on
+    (its claims held until it ends, so a delivery meanwhile skips them as in flight)."""
+    marking, release = asyncio.Event(), asyncio.Event()
+
+    class SlowMark(LoopLedger):
+        async def amark(self, hook_key: str, namespace: Any, message_ids: Sequence[str]) -> None:
+            marking.set()
+            await release.wait()
+            await super().amark(hook_key, namespace, message_ids)
+
+    hook = Recorder()
+    reducer = reducer_with(hook, ledger=SlowMark())
+    call = asyncio.ensure_future(reducer.adeliver(conversation(1, calls=0), "ns"))
+    await marking.wait()
+    call.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await call
+    assert reducer.pending == 0  # delivered: nothing waits for a retry
+    during = await reducer.adeliver(conversation(1, calls=0), "ns")
+    assert during.hooks[0].delivered == () and len(hook.calls) == 1
+    release.set()
+    await eventually(lambda: reducer._dispatcher._in_flight == set())
+    after = await reducer.adeliver(conversation(1, calls=0), "ns")
+    assert after.hooks[0].delivered == () and len(hook.calls) == 1

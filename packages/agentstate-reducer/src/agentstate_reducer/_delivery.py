@@ -6,6 +6,7 @@ async shells that run the jobs `prepare` returns and report back through `finish
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import logging
 import threading
@@ -59,7 +60,7 @@ class Lookup:
     ids: list[str]
 
 
-def _unrecorded(job: Job, error: Exception) -> None:
+def _unrecorded(job: Job, error: BaseException) -> None:
     logger.error(
         "delivery ledger could not record %d messages for hook %s; they may be delivered again",
         len(job.ids),
@@ -245,11 +246,29 @@ class Dispatcher:
         if error is not None or not job.dedupe or not isinstance(self.ledger, AsyncDeliveryLedger):
             self.finish(job, error)  # nothing to await
             return
+        # Shielded: the hook has the messages, so a caller cancelled now (a request's
+        # timeout) must not leave them unrecorded, to be delivered again. The mark goes on,
+        # the claims held until it ends, and the cancellation goes on to the caller.
+        mark = asyncio.ensure_future(self.ledger.amark(job.key, job.namespace, job.ids))
         try:
-            await self.ledger.amark(job.key, job.namespace, job.ids)
+            await asyncio.shield(mark)
         except Exception as exc:
             _unrecorded(job, exc)
+        except BaseException:  # cancelled, or the mark itself was
+            if mark.done():
+                self._marked(job, mark)
+            else:
+                mark.add_done_callback(functools.partial(self._marked, job))
+            raise
         self._settle(job, error)
+
+    def _marked(self, job: Job, mark: asyncio.Future[None]) -> None:
+        """Settles `job`, delivered, once the mark its cancelled `afinish` left running ended."""
+        if mark.cancelled():
+            _unrecorded(job, asyncio.CancelledError())
+        elif (exc := mark.exception()) is not None:
+            _unrecorded(job, exc)
+        self._settle(job, None)
 
     def _settle(self, job: Job, error: BaseException | None) -> None:
         ns = namespace_key(job.namespace)

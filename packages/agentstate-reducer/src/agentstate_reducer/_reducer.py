@@ -191,6 +191,7 @@ class MessageReducer:
             if isinstance(job.hook, (Background, AsyncBackground)):
                 self._hand_off(job, job.hook, report)
                 continue
+            returned = False
             try:
                 try:
                     result = job.hook(list(job.messages), job.namespace)
@@ -199,9 +200,11 @@ class MessageReducer:
                 except Exception as exc:
                     self._failed(job, exc, report)  # marks nothing: no ledger call to await
                     continue
+                returned = True
                 await self._dispatcher.afinish(job, None)
             except BaseException as stop:  # cancelled (a request's timeout, say)
-                self._abandon(jobs[n:], stop)
+                # A hook that returned has its messages: afinish settles it once its mark ends.
+                self._abandon(jobs[n + 1 :] if returned else jobs[n:], stop)
                 raise
             report.add(job.key, "delivered", job.ids)
         return report.build()
