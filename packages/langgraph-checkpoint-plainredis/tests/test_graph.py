@@ -16,6 +16,7 @@ from langgraph.graph.message import add_messages
 from langgraph.types import Command, interrupt
 
 from langgraph_checkpoint_plainredis import AsyncRedisSaver, RedisSaver
+from langgraph_checkpoint_plainredis._core import SaverCore
 
 
 class State(TypedDict):
@@ -274,7 +275,7 @@ class Logged(TypedDict):
 
 
 async def test_prune_keep_latest_refuses_threads_with_a_delta_channel(
-    redis_url: str, prefix: str
+    redis_url: str, prefix: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A DeltaChannel's newest value is rebuilt from older checkpoints and writes, which
     keep_latest deletes: the state read back empty, silently. Like PostgresSaver, the call
@@ -315,6 +316,17 @@ async def test_prune_keep_latest_refuses_threads_with_a_delta_channel(
                 await asaver.aprune(["delta"], strategy="keep_latest")
         finally:
             await asaver.aclose()
+        assert {t: len(list(saver.list(cfg(t)))) for t in ("delta", "plain")} == counts
+        assert logged(saver).get_state(cfg("delta")).values == state
+        # Its newest checkpoint written after the client read the metadata (a race, played
+        # here by a client that reads none): the prune scripts refuse it all the same, the
+        # check-only ones of a call on several threads before any changes.
+        monkeypatch.setattr(SaverCore, "_uses_delta", lambda self, tk, heads: False)
+        with pytest.raises(NotImplementedError, match="'delta'.*Nothing was pruned"):
+            saver.prune(["plain", "delta"], strategy="keep_latest")
+        with pytest.raises(NotImplementedError, match="'delta'.*These were not pruned"):
+            saver.prune(["delta"], strategy="keep_latest")
+        monkeypatch.undo()
         assert {t: len(list(saver.list(cfg(t)))) for t in ("delta", "plain")} == counts
         assert logged(saver).get_state(cfg("delta")).values == state
 

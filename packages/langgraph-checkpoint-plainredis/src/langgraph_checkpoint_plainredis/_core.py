@@ -1034,22 +1034,28 @@ class SaverCore:
                     if self._uses_delta(tk, h)
                 ]
             if delta:
-                raise NotImplementedError(
-                    f"prune(strategy='keep_latest') refuses threads that use a DeltaChannel: "
-                    f"{', '.join(map(repr, delta))}. Their newest state is rebuilt from older "
-                    "checkpoints and writes, which keep_latest deletes. Nothing was pruned: "
-                    "leave these threads out, or remove them whole with strategy='delete'."
-                )
+                raise _delta_refused(delta, "Nothing was pruned")
+        # The prune script also refuses a thread whose newest checkpoint, written since the
+        # check above, is a DeltaChannel's: {'delta'}, having changed nothing of it.
         if len(tks) > 1:  # a script per thread: all are checked before any changes one
             for s in batches:
                 batch = calls[s : s + _BATCH_THREADS]
-                yield [Eval(f"{script}_check", keys, args) for keys, args in batch]
+                replies = yield [Eval(f"{script}_check", keys, args) for keys, args in batch]
+                group = tks[s : s + _BATCH_THREADS]
+                delta = [tk.thread_id for tk, r in zip(group, replies, strict=True) if _is_delta(r)]
+                if delta:
+                    raise _delta_refused(delta, "Nothing was pruned")
+        refused: list[str] = []
         for s in batches:
             batch = calls[s : s + _BATCH_THREADS]
             replies = yield [Eval(script, keys, args) for keys, args in batch]
-            done = zip(tks[s : s + _BATCH_THREADS], replies, strict=True)
+            group = tks[s : s + _BATCH_THREADS]
+            refused += [tk.thread_id for tk, r in zip(group, replies, strict=True) if _is_delta(r)]
+            done = [(tk, r) for tk, r in zip(group, replies, strict=True) if not _is_delta(r)]
             if follow := self._after_thread_scripts(done):
                 yield follow
+        if refused:
+            raise _delta_refused(refused, "These were not pruned (the others were)")
 
     def _uses_delta(self, tk: ThreadKeys, heads: Sequence[Any] | None) -> bool:
         """Whether the newest checkpoint of a timeline of the thread (a HEADS reply) was
@@ -1141,6 +1147,20 @@ class SaverCore:
         replies = yield [Eval("import_thread", (dst.ns, *self._registry), tuple(args))]
         if follow := self._after_thread_scripts(zip([dst], replies, strict=True)):
             yield follow
+
+
+def _is_delta(reply: Any) -> bool:
+    """Whether a prune script refused its thread as a DeltaChannel's (``['delta']``)."""
+    return isinstance(reply, list) and len(reply) == 1 and reply[0] in (b"delta", "delta")
+
+
+def _delta_refused(threads: Sequence[str], outcome: str) -> NotImplementedError:
+    return NotImplementedError(
+        f"prune(strategy='keep_latest') refuses threads that use a DeltaChannel: "
+        f"{', '.join(map(repr, threads))}. Their newest state is rebuilt from older "
+        f"checkpoints and writes, which keep_latest deletes. {outcome}: leave these threads "
+        "out, or remove them whole with strategy='delete'."
+    )
 
 
 def _lost_blobs(reply: Any) -> list[str]:

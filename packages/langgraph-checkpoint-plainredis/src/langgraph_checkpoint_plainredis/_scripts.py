@@ -26,6 +26,29 @@ end
 
 -- The escaped run id and the blob suffixes a checkpoint payload references, and whether
 -- the payload read as one (a damaged one yields what could be read, and false).
+-- The position after the netstring at `pos` of `s`, or nil: its bytes are not copied.
+local function nsskip(s, pos)
+  local colon = string.find(s, ':', pos, true)
+  if not colon then return nil end
+  local n = tonumber(string.sub(s, pos, colon - 1))
+  if not n or n < 0 or string.byte(s, colon + n + 1) ~= 44 then return nil end
+  return colon + n + 2
+end
+
+-- Whether a checkpoint payload's metadata names the counters of a DeltaChannel, which
+-- LangGraph writes in every checkpoint of a graph that has one: a search of its bytes (the
+-- serializer's map keys), without decoding. The client decodes the metadata first; this
+-- catches a checkpoint written since, so it may refuse more, never less.
+local function delta_marked(payload)
+  local pos = 2
+  for _ = 1, 6 do  -- parent, run, refs, checkpoint type and bytes, metadata type
+    pos = nsskip(payload, pos)
+    if not pos then return false end
+  end
+  return string.find(payload, 'counters_since_delta_snapshot', pos, true) ~= nil
+    or string.find(payload, 'delta_writes_versioned', pos, true) ~= nil
+end
+
 local function header(payload)
   if string.byte(payload, 1) ~= 1 then return '', {}, false end
   local parent, pos = nsread(payload, 2)
@@ -1205,7 +1228,9 @@ if err then return err end
 -- leave are checked before anything changes.
 local runs, plans = {}, {}
 for _, n in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do
-  local keep, _, lerr = latest(p.idx .. n, p.cp, n)
+  local keep, head, lerr = latest(p.idx .. n, p.cp, n)
+  -- Written since the client read the newest metadata (HEADS): refused all the same.
+  if head and delta_marked(head) then return {'delta'} end
   local doomed = {}
   for _, cid in ipairs(redis.call('ZRANGE', p.idx .. n, 0, -1)) do
     if cid ~= keep then doomed[#doomed + 1] = cid end
