@@ -24,8 +24,6 @@ local function nsread(s, pos)
   return string.sub(s, colon + 1, colon + n), colon + n + 2
 end
 
--- The escaped run id and the blob suffixes a checkpoint payload references, and whether
--- the payload read as one (a damaged one yields what could be read, and false).
 -- The position after the netstring at `pos` of `s`, or nil: its bytes are not copied.
 local function nsskip(s, pos)
   local colon = string.find(s, ':', pos, true)
@@ -49,6 +47,8 @@ local function delta_marked(payload)
     or string.find(payload, 'delta_writes_versioned', pos, true) ~= nil
 end
 
+-- The escaped run id and the blob suffixes a checkpoint payload references, and whether
+-- the payload read as one (a damaged one yields what could be read, and false).
 local function header(payload)
   if string.byte(payload, 1) ~= 1 then return '', {}, false end
   local parent, pos = nsread(payload, 2)
