@@ -320,3 +320,82 @@ def test_an_async_done_of_a_batch_the_loop_never_started_is_awaited() -> None:
     asyncio.run(request())
     assert settled == [asyncio.CancelledError] and background.failed == 1
     asyncio.run(asyncio.wait_for(background.aflush(), 5))
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
+def test_a_background_worker_ended_by_a_hook_is_replaced() -> None:
+    """`SystemExit` in a hook ended the worker thread, which stayed counted as a worker: the
+    batches queued behind it never ran nor settled, and `flush` timed out."""
+    exited: list[threading.Thread] = []
+    hook = Recorder()
+
+    def remember(pruned: list[Any], namespace: Any) -> None:
+        if not exited:
+            exited.append(threading.current_thread())
+            raise SystemExit
+        hook(pruned, namespace)
+
+    with Background(remember, workers=1, name="mem") as background:
+        reducer = reducer_with(background)
+        reducer.deliver(conversation(1, calls=0), "ns")
+        assert background.flush(5) and reducer.pending == 3
+        reducer.deliver([{"role": "human", "content": "x", "id": "x"}], "ns")
+        assert background.flush(5)
+    exited[0].join(5)  # its end is reported now, not in a later test
+    assert hook.ids == ["sys", "h0", "b0", "x"] and reducer.pending == 0
+    assert background.failed == 1 and not exited[0].is_alive()
+
+
+def test_a_batch_handed_to_a_loop_that_closed_before_starting_it_is_retried() -> None:
+    """A batch submitted from another thread, whose loop closed before running the hand-over,
+    never settled: its claims were held for good and `aclose` on a later loop never returned."""
+    got: list[str] = []
+
+    async def remember(pruned: list[Any], namespace: Any) -> None:
+        got.extend(ids(pruned))
+
+    background = AsyncBackground(remember, name="amem")
+    reducer = reducer_with(background)
+    pruned = conversation(1, calls=0)
+    loop = asyncio.new_event_loop()
+    loop.run_until_complete(reducer.adeliver([{"role": "human", "id": "x"}], "ns"))
+    loop.run_until_complete(background.aflush())  # bound to `loop`, which stays idle
+    assert reducer.deliver(pruned, "ns")["amem"].queued == ("sys", "h0", "b0")
+    loop.close()
+
+    async def later() -> Any:  # a later request, on a new loop
+        await asyncio.wait_for(background.aflush(), 5)
+        report = await reducer.adeliver([], "ns")
+        await asyncio.wait_for(background.aclose(), 5)
+        return report
+
+    report = asyncio.run(later())
+    assert report["amem"].queued == ("sys", "h0", "b0") and background.failed == 1
+    assert got == ["x", "sys", "h0", "b0"] and reducer.pending == 0
+
+
+class ClosingLoop(asyncio.SelectorEventLoop):
+    """A loop that closes (in another thread, say) just as a batch is handed to it."""
+
+    def call_soon_threadsafe(self, *args: Any, **kwargs: Any) -> Any:
+        self.close()
+        return super().call_soon_threadsafe(*args, **kwargs)
+
+
+def test_a_batch_whose_loop_closes_while_it_is_handed_over_is_dropped_and_retried() -> None:
+    """`call_soon_threadsafe` raised `RuntimeError` out of `deliver`, after counting the batch
+    as unsettled: its claims and every later hook's were held for good."""
+    later = Recorder()
+    background = AsyncBackground(Recorder(), name="amem")
+    reducer = reducer_with(background, later)
+
+    async def bind() -> None:  # its first batch binds it to this loop
+        assert background.submit([], None)
+
+    loop = ClosingLoop()
+    loop.run_until_complete(bind())
+    loop.run_until_complete(background.aflush())
+    report = reducer.deliver(conversation(1, calls=0), "ns")  # from this thread: handed over
+    assert report["amem"].failed == ("sys", "h0", "b0") and background.dropped == 1
+    assert later.ids == ["sys", "h0", "b0"] and reducer.pending == 3
+    asyncio.run(asyncio.wait_for(background.aclose(), 5))

@@ -517,3 +517,113 @@ async def test_a_delivery_cancelled_while_its_ledger_records_delivers_nothing_tw
     await eventually(lambda: reducer._dispatcher._in_flight == set())
     after = await reducer.adeliver(conversation(1, calls=0), "ns")
     assert after.hooks[0].delivered == () and len(hook.calls) == 1
+
+
+async def test_a_cancelled_adeliver_leaves_a_later_background_hooks_messages_for_retry() -> None:
+    """Jobs of `AsyncBackground` hooks after the cancelled one were never handed off, yet
+    kept their claims: the messages were in flight for good, neither pending nor delivered."""
+    started, store_down, got = asyncio.Event(), [True], []
+
+    async def remember(pruned: list[Any], namespace: Any) -> None:
+        if store_down[0]:
+            started.set()
+            await asyncio.Event().wait()  # until cancelled
+
+    async def extract(pruned: list[Any], namespace: Any) -> None:
+        got.extend(message_identity(m) for m in pruned)
+
+    background = AsyncBackground(extract, name="extract")
+    reducer = reducer_with(remember, background)
+    call = asyncio.ensure_future(reducer.adeliver(conversation(1, calls=0), "ns"))
+    await started.wait()
+    call.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await call
+    assert reducer.pending == 6  # both hooks' batches wait, neither is in flight
+    store_down[0] = False
+    report = await reducer.adeliver(conversation(1, calls=0), "ns")
+    await asyncio.wait_for(background.aclose(), 5)
+    assert report["extract"].queued == ("sys", "h0", "b0") and not report["extract"].skipped
+    assert got == ["sys", "h0", "b0"] and reducer.pending == 0
+
+
+class FlakyLedger(InMemoryLedger):
+    """An `AsyncDeliveryLedger`, a test double of a user's network ledger whose lookups for
+    hook `down` fail."""
+
+    def __init__(self, down: str | None) -> None:
+        super().__init__(100)
+        self.down = down
+
+    async def aseen(self, hook_key: str, namespace: Any, message_ids: Sequence[str]) -> set[str]:
+        if hook_key == self.down:
+            raise ConnectionError("ledger shard down")
+        return self.seen(hook_key, namespace, message_ids)
+
+    async def amark(self, hook_key: str, namespace: Any, message_ids: Sequence[str]) -> None:
+        self.mark(hook_key, namespace, message_ids)
+
+
+async def test_deferred_messages_are_never_dropped_to_make_room_for_failed_ones() -> None:
+    """`deliver` on the loop keeps its messages for a task; a failed lookup there dropped
+    the oldest kept messages, deferred ones included, so a healthy hook never got them."""
+    a, b = Recorder(), Recorder()
+    a.name, b.name = "a", "b"  # type: ignore[attr-defined]
+    ledger = FlakyLedger(down="a")
+    reducer = reducer_with(a, b, ledger=ledger, dedupe_window=3)
+    reducer.deliver(conversation(1, calls=0), "ns")  # a task on the loop takes them up
+    assert reducer.pending == 6  # more than dedupe_window: none failed yet
+    await reducer.aflush()
+    assert b.ids == ["sys", "h0", "b0"] and reducer.pending == 3
+    ledger.down = None
+    report = await reducer.adeliver([], "ns")
+    assert report["a"].delivered == ("sys", "h0", "b0") and reducer.pending == 0
+    assert a.ids == ["sys", "h0", "b0"] and b.ids == ["sys", "h0", "b0"]
+
+
+def test_failed_messages_beyond_dedupe_window_are_still_dropped_oldest_first(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    hook = Recorder(fail=lambda: True)
+    reducer = reducer_with(hook, dedupe_window=2)
+    reducer.deliver(conversation(1, calls=0), "ns")
+    assert reducer.pending == 2 and "dropped message sys for hook" in caplog.text
+    hook.fail = lambda: False
+    assert reducer.deliver([], "ns").hooks[0].delivered == ("h0", "b0")
+
+
+def test_a_coroutine_hook_cancelled_inside_a_sync_deliver_fails_alone() -> None:
+    """A `CancelledError` out of `asyncio.run` (a BaseException) escaped `deliver`: that
+    hook's and every later hook's claims were held for good, so they never got the messages."""
+    cancelled, later = [True], Recorder()
+
+    async def remember(pruned: list[Any], namespace: Any) -> None:
+        if cancelled[0]:
+            raise asyncio.CancelledError  # a client library's timeout leaking out, say
+
+    reducer = reducer_with(remember, later)
+    report = reducer.deliver(conversation(1, calls=0), "ns")
+    assert report.hooks[0].failed == ("sys", "h0", "b0") and reducer.pending == 3
+    assert later.ids == ["sys", "h0", "b0"]
+    cancelled[0] = False
+    assert reducer.deliver([], "ns").hooks[0].delivered == ("sys", "h0", "b0")
+    assert reducer.pending == 0 and later.ids == ["sys", "h0", "b0"]
+
+
+def test_a_sync_deliver_interrupted_by_a_hook_leaves_every_unfinished_hook_for_retry() -> None:
+    """A `KeyboardInterrupt` in a hook goes on, but the hooks it stopped keep their messages."""
+    interrupt, first, later = [True], Recorder(), Recorder()
+
+    def remember(pruned: list[Any], namespace: Any) -> None:
+        if interrupt[0]:
+            raise KeyboardInterrupt
+
+    reducer = reducer_with(first, remember, later)
+    with pytest.raises(KeyboardInterrupt):
+        reducer.deliver(conversation(1, calls=0), "ns")
+    assert reducer.pending == 6 and first.ids == ["sys", "h0", "b0"] and later.ids == []
+    interrupt[0] = False
+    report = reducer.deliver(conversation(1, calls=0), "ns")
+    assert [h.delivered for h in report.hooks] == [(), *[("sys", "h0", "b0")] * 2]
+    assert reducer.pending == 0 and later.ids == ["sys", "h0", "b0"]
+    assert first.ids == ["sys", "h0", "b0"]

@@ -185,6 +185,7 @@ class Background:
                 return
             pruned, namespace, done = item
             error: BaseException | None = None
+            fatal = False
             try:
                 result = self.fn(pruned, namespace)
                 if inspect.isawaitable(result):
@@ -209,12 +210,25 @@ class Background:
                         exc_info=True,
                     )
                     if not isinstance(exc, Exception):
+                        fatal = True
                         raise
             finally:
                 _settle(done, error)
                 with self._idle:
                     self._unsettled -= 1
                     self._idle.notify_all()
+                    if fatal:  # SystemExit, KeyboardInterrupt: this worker ends
+                        self._replace(threading.current_thread())
+
+    def _replace(self, thread: threading.Thread) -> None:
+        """Start a worker in place of `thread`, which is ending; caller holds the lock.
+
+        A dead worker left in `_threads` was never replaced, so with `workers=1` the
+        batches queued behind it never ran nor settled. The replacement also takes up the
+        `close` sentinel `thread` would have taken.
+        """
+        self._threads.remove(thread)
+        self._start_workers()
 
 
 async def _await(awaitable: Any) -> Any:
@@ -263,6 +277,9 @@ class AsyncBackground:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._slots: asyncio.Semaphore | None = None
         self._tasks: set[asyncio.Task[None]] = set()
+        # Batches handed to their loop from another thread whose task does not exist yet:
+        # a loop closed before it ran the hand-over never settles them, so `_reap` does.
+        self._handed: set[_Queued] = set()
         self._unsettled = 0
         self._closed = False
 
@@ -281,10 +298,16 @@ class AsyncBackground:
                 started (then from the task's done callback, and an awaitable it returns
                 runs as a new task).
 
+        A batch handed to its loop from another thread that the loop closed before starting
+        settles as cancelled when a later `submit`, `aflush` or `aclose` finds that loop
+        closed; `done` is then called in that caller's thread.
+
         Returns:
-            True when scheduled; False when dropped (backlog full, closed, or no running
-            event loop yet). `done` is not called for a dropped batch.
+            True when scheduled; False when dropped (backlog full, closed, no running event
+            loop yet, or its loop closed while handing it over). `done` is not called for a
+            dropped batch.
         """
+        self._reap()
         batch = list(pruned)
         try:
             running: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
@@ -317,19 +340,36 @@ class AsyncBackground:
             )
             return False
         assert loop is not None
-        queued = _Queued(batch, namespace, done)
+        queued = _Queued(batch, namespace, done, loop)
         if loop is running:
             self._spawn(queued)
-        else:
-            loop.call_soon_threadsafe(self._spawn, queued)
+            return True
+        with self._lock:
+            self._handed.add(queued)
+        try:
+            loop.call_soon_threadsafe(self._take_over, queued)
+        except RuntimeError:  # the loop closed since it was checked
+            with self._lock:
+                self._handed.discard(queued)
+                self._unsettled -= 1
+                self.dropped += 1
+                self.dropped_messages += len(batch)
+            logger.warning(
+                "AsyncBackground %s dropped a batch of %d messages because its event loop "
+                "closed while it was handed over",
+                self.name,
+                len(batch),
+            )
+            return False
         return True
 
     async def aflush(self) -> None:
         """Wait until every scheduled batch has settled.
 
-        Cancelling it cancels only the wait, never the batches.
+        Cancelling it cancels only the wait, never the batches. Batches handed to an event
+        loop that closed before starting them settle as cancelled.
         """
-        while self._tasks or self._unsettled:
+        while self._tasks or self._reap():
             if self._tasks:
                 await asyncio.wait(list(self._tasks))  # unlike gather, never cancels them
             else:
@@ -351,6 +391,24 @@ class AsyncBackground:
             f"AsyncBackground({self.name}, workers={self.workers}, "
             f"max_pending={self.max_pending}, dropped={self.dropped})"
         )
+
+    def _take_over(self, queued: _Queued) -> None:
+        """Spawn a batch handed over from another thread, unless `_reap` settled it."""
+        with self._lock:
+            if queued not in self._handed:
+                return
+            self._handed.discard(queued)
+        self._spawn(queued)
+
+    def _reap(self) -> int:
+        """Settle as cancelled the handed-over batches whose loop closed before starting
+        them (no task of theirs will ever run); return how many batches are unsettled."""
+        with self._lock:
+            lost = [queued for queued in self._handed if queued.loop.is_closed()]
+            self._handed.difference_update(lost)
+        for queued in lost:
+            _discard(self._settle_batch(queued, asyncio.CancelledError()))
+        return self._unsettled
 
     def _spawn(self, queued: _Queued) -> None:
         task = asyncio.get_running_loop().create_task(self._run(queued))
@@ -419,13 +477,27 @@ class AsyncBackground:
 class _Queued:
     """A batch `AsyncBackground` accepted; `settled` once its `done` was called."""
 
-    __slots__ = ("done", "messages", "namespace", "settled")
+    __slots__ = ("done", "loop", "messages", "namespace", "settled")
 
-    def __init__(self, messages: list[Any], namespace: Any, done: Done | None) -> None:
+    def __init__(
+        self,
+        messages: list[Any],
+        namespace: Any,
+        done: Done | None,
+        loop: asyncio.AbstractEventLoop,
+    ) -> None:
         self.messages = messages
         self.namespace = namespace
         self.done = done
+        self.loop = loop
         self.settled = False
+
+
+def _discard(awaitable: Any) -> None:
+    """Close what an async `done` returned for a batch settled off its closed loop."""
+    close = getattr(awaitable, "close", None)
+    if inspect.isawaitable(awaitable) and callable(close):
+        close()  # Silences "coroutine was never awaited".
 
 
 def _log_bookkeeping_error(task: asyncio.Task[Any]) -> None:

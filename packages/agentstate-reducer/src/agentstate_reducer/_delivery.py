@@ -23,6 +23,7 @@ from ._report import DeliveryReport, HookReport
 logger = logging.getLogger("agentstate_reducer")
 
 _Batch = tuple[Any, "OrderedDict[str, Any]"]  # (namespace, identity -> message)
+_Failed = tuple[str, Hashable, str]  # (hook key, namespace key, identity) kept on failure
 
 
 def hook_key(hook: object) -> str:
@@ -117,8 +118,9 @@ class Dispatcher:
 
     Args:
         ledger: Where delivered identities are recorded.
-        retry_limit: Most undelivered messages kept for retry; the oldest beyond it are
-            dropped with an error log.
+        retry_limit: Most failed (hook, message) deliveries kept for retry; the oldest
+            beyond it are dropped with an error log. Kept messages no hook failed on
+            (`defer`, a cancelled `aprepare`'s) are never dropped and count apart.
     """
 
     def __init__(self, ledger: DeliveryLedger, retry_limit: int) -> None:
@@ -129,6 +131,9 @@ class Dispatcher:
         self._in_flight: set[tuple[str, Hashable, str]] = set()
         self._retry: dict[str, OrderedDict[Hashable, _Batch]] = {}
         self._pending = 0
+        # The (key, ns, identity) in `_retry` kept because a hook or a lookup failed, oldest
+        # first: only these count against `retry_limit` and are dropped for room.
+        self._failed: OrderedDict[_Failed, None] = OrderedDict()
 
     @property
     def pending(self) -> int:
@@ -197,11 +202,11 @@ class Dispatcher:
                 fresh[identity] = message
         ns = namespace_key(namespace)
         jobs: list[Job] = []
-        taken: list[tuple[str, OrderedDict[Hashable, _Batch]]] = []
+        taken: list[tuple[str, OrderedDict[Hashable, _Batch], list[_Failed]]] = []
         try:
             for hook, key in zip(hooks, keys, strict=True):
-                batches = self._take_retries(key)
-                taken.append((key, batches))
+                batches, failed = self._take_retries(key)
+                taken.append((key, batches, failed))
                 _, target = batches.setdefault(ns, (namespace, OrderedDict()))
                 for identity, message in fresh.items():
                     target.setdefault(identity, message)
@@ -317,29 +322,42 @@ class Dispatcher:
             report.add(key, "skipped", [i for i in claimed if i in found])
         return [i for i in claimed if i not in found]
 
-    def _take_retries(self, key: str) -> OrderedDict[Hashable, _Batch]:
+    def _take_retries(self, key: str) -> tuple[OrderedDict[Hashable, _Batch], list[_Failed]]:
+        """Take out what waits for hook `key`, with which of it was kept on failure."""
         with self._lock:
             batches = self._retry.pop(key, OrderedDict())
-            self._pending -= sum(len(messages) for _, messages in batches.values())
-        return batches
+            return batches, self._unkeep(key, batches)
+
+    def _unkeep(self, key: str, batches: OrderedDict[Hashable, _Batch]) -> list[_Failed]:
+        """Uncount `batches`, taken out of `_retry`; caller holds the lock."""
+        self._pending -= sum(len(messages) for _, messages in batches.values())
+        entries = ((key, ns, i) for ns, (_, messages) in batches.items() for i in messages)
+        failed = [entry for entry in entries if entry in self._failed]
+        for entry in failed:
+            del self._failed[entry]
+        return failed
 
     def _put_back(
-        self, taken: list[tuple[str, OrderedDict[Hashable, _Batch]]], jobs: list[Job]
+        self,
+        taken: list[tuple[str, OrderedDict[Hashable, _Batch], list[_Failed]]],
+        jobs: list[Job],
     ) -> None:
         """Undo an unfinished `_prepare`: release the claims of its jobs and keep every
-        batch it took out (retries and new messages) ahead of what was kept since."""
+        batch it took out (retries and new messages) ahead of what was kept since; what
+        was kept on failure counts as failed again."""
         with self._lock:
             for job in jobs:
                 if job.dedupe:
                     ns = namespace_key(job.namespace)
                     self._in_flight.difference_update((job.key, ns, i) for i in job.ids)
-            for key, batches in taken:
+            for key, batches, failed in taken:
                 since = self._retry.pop(key, OrderedDict())
-                self._pending -= sum(len(messages) for _, messages in since.values())
+                failed = [*failed, *self._unkeep(key, since)]
                 for ns, (namespace, messages) in [*batches.items(), *since.items()]:
                     self._keep(
                         key, ns, namespace, list(messages), [*messages.values()], evict=False
                     )
+                self._failed.update(dict.fromkeys(failed))
 
     def _keep(
         self,
@@ -353,8 +371,9 @@ class Dispatcher:
     ) -> None:
         """Keep undelivered messages for the next delivery; caller holds the lock.
 
-        With `evict`, the oldest beyond `retry_limit` are dropped. Messages no hook has
-        failed on (`defer`, `_put_back`) are never dropped for room.
+        With `evict` (a failure) they count as failed, and the oldest failed beyond
+        `retry_limit` are dropped. Messages no hook has failed on (`defer`, `_put_back`)
+        are never dropped for room, nor counted against it.
         """
         if not ids:
             return
@@ -364,15 +383,16 @@ class Dispatcher:
             if identity not in kept:
                 kept[identity] = message
                 self._pending += 1
-        while evict and self._pending > self.retry_limit:
+            if evict:
+                self._failed.setdefault((key, ns, identity))
+        while len(self._failed) > self.retry_limit:
             self._evict_oldest()
 
     def _evict_oldest(self) -> None:
-        key = next(iter(self._retry))
+        (key, ns, identity), _ = self._failed.popitem(last=False)
         batches = self._retry[key]
-        ns = next(iter(batches))
         _, messages = batches[ns]
-        identity, _ = messages.popitem(last=False)
+        del messages[identity]
         self._pending -= 1
         self.lost += 1
         logger.error(

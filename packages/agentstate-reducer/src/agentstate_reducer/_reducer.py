@@ -160,20 +160,26 @@ class MessageReducer:
         jobs, report = self._dispatcher.prepare(
             list(self.config.on_prune), list(pruned), namespace, self.config.dedupe_on_prune
         )
-        for job in jobs:
-            if isinstance(job.hook, (Background, AsyncBackground)):
-                self._hand_off(job, job.hook, report)
-                continue
+        for n, job in enumerate(jobs):
             try:
-                result = job.hook(list(job.messages), job.namespace)
-                if inspect.isawaitable(result):
-                    if self._schedule(job, result):
-                        report.add(job.key, "queued", job.ids)
-                        continue
-                    asyncio.run(_await(result))
-            except Exception as exc:
-                self._failed(job, exc, report)
-                continue
+                if isinstance(job.hook, (Background, AsyncBackground)):
+                    self._hand_off(job, job.hook, report)
+                    continue
+                try:
+                    result = job.hook(list(job.messages), job.namespace)
+                    if inspect.isawaitable(result):
+                        if self._schedule(job, result):
+                            report.add(job.key, "queued", job.ids)
+                            continue
+                        asyncio.run(_await(result))
+                # Nothing cancels a sync call: a CancelledError is the hook's own (a coroutine
+                # hook awaiting something cancelled), so it failed like any hook that raises.
+                except (Exception, asyncio.CancelledError) as exc:
+                    self._failed(job, exc, report)
+                    continue
+            except BaseException as stop:  # KeyboardInterrupt, SystemExit
+                self._abandon(jobs[n:], stop)
+                raise
             self._dispatcher.finish(job, None)
             report.add(job.key, "delivered", job.ids)
         return report.build()
@@ -188,11 +194,11 @@ class MessageReducer:
             list(self.config.on_prune), list(pruned), namespace, self.config.dedupe_on_prune
         )
         for n, job in enumerate(jobs):
-            if isinstance(job.hook, (Background, AsyncBackground)):
-                self._hand_off(job, job.hook, report)
-                continue
             returned = False
             try:
+                if isinstance(job.hook, (Background, AsyncBackground)):
+                    self._hand_off(job, job.hook, report)
+                    continue
                 try:
                     result = job.hook(list(job.messages), job.namespace)
                     if inspect.isawaitable(result):
@@ -223,13 +229,14 @@ class MessageReducer:
             await asyncio.wait(tasks)  # unlike gather, never cancels them when cancelled
 
     def _abandon(self, jobs: list[Job], stop: BaseException) -> None:
-        """Jobs a cancelled `adeliver` did not finish wait for the next delivery, as failed
-        ones do: their claims held on, and every later delivery of those messages (an
-        outbox's, after its lease) skipped them as in flight, so they were never delivered."""
+        """Jobs a stopped delivery (a cancelled `adeliver`, a `KeyboardInterrupt`) did not
+        run or hand off wait for the next delivery, as failed ones do: their claims held
+        on, and every later delivery of those messages (an outbox's, after its lease)
+        skipped them as in flight, so they were never delivered. `Background` and
+        `AsyncBackground` jobs among them were never submitted, so they are settled too."""
         for job in jobs:
-            if not isinstance(job.hook, (Background, AsyncBackground)):
-                self._log_failure(job, stop)
-                self._dispatcher.finish(job, stop)
+            self._log_failure(job, stop)
+            self._dispatcher.finish(job, stop)
 
     # -- both -------------------------------------------------------------------------
 
@@ -327,7 +334,12 @@ class MessageReducer:
             self._background_done if isinstance(hook, AsyncBackground) else self._dispatcher.finish,
             job,
         )
-        if hook.submit(job.messages, job.namespace, done):
+        try:
+            accepted = hook.submit(job.messages, job.namespace, done)
+        except Exception as exc:  # not accepted: `done` will not be called
+            self._failed(job, exc, report)
+            return
+        if accepted:
             report.add(job.key, "queued", job.ids)
         else:
             self._dispatcher.finish(job, BatchDropped(f"{hook.name} dropped the batch"))
@@ -402,7 +414,7 @@ class MessageReducer:
         else:  # a ledger to await: record the outcome in a task, never blocking the loop
             self._spawn(loop, self._dispatcher.afinish(job, error))
 
-    def _failed(self, job: Job, error: Exception, report: ReportBuilder) -> None:
+    def _failed(self, job: Job, error: BaseException, report: ReportBuilder) -> None:
         self._log_failure(job, error)
         self._dispatcher.finish(job, error)
         report.add(job.key, "failed", job.ids)
