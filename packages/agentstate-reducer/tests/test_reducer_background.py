@@ -399,3 +399,25 @@ def test_a_batch_whose_loop_closes_while_it_is_handed_over_is_dropped_and_retrie
     assert report["amem"].failed == ("sys", "h0", "b0") and background.dropped == 1
     assert later.ids == ["sys", "h0", "b0"] and reducer.pending == 3
     asyncio.run(asyncio.wait_for(background.aclose(), 5))
+
+
+def test_a_hand_over_that_fails_after_another_thread_settled_the_batch_counts_it_once() -> None:
+    """The loop closes while a batch is handed to it from another thread, and a third
+    thread's `submit` settles the batch as cancelled before the hand-over fails: it was
+    settled twice (`done` and a drop), the unsettled count went below zero and `aflush`
+    spun for ever."""
+    done: list[BaseException | None] = []
+    background = AsyncBackground(lambda pruned, namespace: None, workers=1)
+    loop = asyncio.new_event_loop()
+    background._loop = loop  # as if an earlier batch on that loop bound it
+
+    def closing(callback: Any, *args: Any) -> None:  # the race, played in one thread
+        loop.close()
+        background._reap()
+        raise RuntimeError("Event loop is closed")
+
+    loop.call_soon_threadsafe = closing  # type: ignore[method-assign]
+    assert background.submit([{"id": "m1"}], None, done.append) is True
+    assert len(done) == 1 and isinstance(done[0], asyncio.CancelledError)
+    assert background.dropped == 0 and background.failed == 1
+    asyncio.run(asyncio.wait_for(background.aflush(), 5))

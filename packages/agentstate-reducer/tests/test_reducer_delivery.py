@@ -627,3 +627,25 @@ def test_a_sync_deliver_interrupted_by_a_hook_leaves_every_unfinished_hook_for_r
     assert [h.delivered for h in report.hooks] == [(), *[("sys", "h0", "b0")] * 2]
     assert reducer.pending == 0 and later.ids == ["sys", "h0", "b0"]
     assert first.ids == ["sys", "h0", "b0"]
+
+
+def test_an_interrupted_ledger_mark_in_a_sync_deliver_leaves_the_later_hooks_for_retry() -> None:
+    """A KeyboardInterrupt while the ledger recorded the first hook's delivery: its claims
+    were held for good and the second hook, never called, kept nothing for a retry."""
+
+    class Interrupted(DictLedger):
+        def mark(self, hook_key: str, namespace: Any, message_ids: Sequence[str]) -> None:
+            if not self.rows:
+                self.rows.add(("", None, ""))
+                raise KeyboardInterrupt
+            super().mark(hook_key, namespace, message_ids)
+
+    first, second = Recorder(), Recorder()
+    reducer = reducer_with(first, second, ledger=Interrupted())
+    with pytest.raises(KeyboardInterrupt):
+        reducer.deliver(conversation(1, calls=0), "ns")
+    assert len(first.calls) == 1 and second.calls == []
+    assert reducer.pending == 3  # the second hook's batch; the first hook has its messages
+    report = reducer.deliver([], "ns")
+    assert [h.delivered for h in report.hooks] == [(), ("sys", "h0", "b0")]
+    assert len(first.calls) == 1 and len(second.calls) == 1 and reducer.pending == 0

@@ -350,6 +350,8 @@ class AsyncBackground:
             loop.call_soon_threadsafe(self._take_over, queued)
         except RuntimeError:  # the loop closed since it was checked
             with self._lock:
+                if queued not in self._handed:
+                    return True  # another thread's `_reap` settled it meanwhile
                 self._handed.discard(queued)
                 self._unsettled -= 1
                 self.dropped += 1
@@ -369,7 +371,7 @@ class AsyncBackground:
         Cancelling it cancels only the wait, never the batches. Batches handed to an event
         loop that closed before starting them settle as cancelled.
         """
-        while self._tasks or self._reap():
+        while self._tasks or self._reap() > 0:
             if self._tasks:
                 await asyncio.wait(list(self._tasks))  # unlike gather, never cancels them
             else:

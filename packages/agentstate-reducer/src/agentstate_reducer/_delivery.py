@@ -239,12 +239,14 @@ class Dispatcher:
 
     def finish(self, job: Job, error: BaseException | None) -> None:
         """Record the outcome of `job`: mark it delivered, or keep it for retry."""
-        if error is None and job.dedupe:
-            try:
-                self.ledger.mark(job.key, job.namespace, job.ids)
-            except Exception as exc:
-                _unrecorded(job, exc)
-        self._settle(job, error)
+        try:
+            if error is None and job.dedupe:
+                try:
+                    self.ledger.mark(job.key, job.namespace, job.ids)
+                except Exception as exc:
+                    _unrecorded(job, exc)
+        finally:  # a KeyboardInterrupt in the mark still releases the claims
+            self._settle(job, error)
 
     async def afinish(self, job: Job, error: BaseException | None) -> None:
         """`finish` on an event loop: awaits the ledger's `amark` when it has one."""

@@ -161,6 +161,7 @@ class MessageReducer:
             list(self.config.on_prune), list(pruned), namespace, self.config.dedupe_on_prune
         )
         for n, job in enumerate(jobs):
+            returned = False
             try:
                 if isinstance(job.hook, (Background, AsyncBackground)):
                     self._hand_off(job, job.hook, report)
@@ -177,10 +178,11 @@ class MessageReducer:
                 except (Exception, asyncio.CancelledError) as exc:
                     self._failed(job, exc, report)
                     continue
+                returned = True
+                self._dispatcher.finish(job, None)  # settles it, whatever the mark raises
             except BaseException as stop:  # KeyboardInterrupt, SystemExit
-                self._abandon(jobs[n:], stop)
+                self._abandon(jobs[n + 1 :] if returned else jobs[n:], stop)
                 raise
-            self._dispatcher.finish(job, None)
             report.add(job.key, "delivered", job.ids)
         return report.build()
 
