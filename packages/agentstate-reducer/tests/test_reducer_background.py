@@ -8,6 +8,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -209,19 +210,29 @@ def ids(messages: list[Any]) -> list[str]:
     return [m["id"] for m in messages]
 
 
+def recording_async_background(
+    stuck: Sequence[bool] = (False,),
+) -> tuple[list[str], AsyncBackground, MessageReducer]:
+    """An `AsyncBackground` named `amem` whose hook records the ids it gets (while `stuck[0]`,
+    it waits until cancelled first), and a reducer that delivers to it."""
+    got: list[str] = []
+
+    async def remember(pruned: list[Any], namespace: Any) -> None:
+        if stuck[0]:
+            await asyncio.Event().wait()  # until cancelled, if ever
+        got.extend(ids(pruned))
+
+    background = AsyncBackground(remember, name="amem")
+    return got, background, reducer_with(background)
+
+
 def test_an_async_batch_the_loop_never_started_waits_for_the_next_delivery(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     """`asyncio.run` ending cancels a batch's task before its first step, so none of it ran:
     `done` was never called, its claims were held for good (later deliveries skipped the
     messages as in flight) and `aflush` never returned."""
-    got: list[str] = []
-
-    async def remember(pruned: list[Any], namespace: Any) -> None:
-        got.extend(ids(pruned))
-
-    background = AsyncBackground(remember, name="amem")
-    reducer = reducer_with(background)
+    got, background, reducer = recording_async_background()
     pruned = conversation(1, calls=0)
 
     async def request() -> None:  # the channel reducer runs as the loop's last callback
@@ -349,13 +360,7 @@ def test_a_background_worker_ended_by_a_hook_is_replaced() -> None:
 def test_a_batch_handed_to_a_loop_that_closed_before_starting_it_is_retried() -> None:
     """A batch submitted from another thread, whose loop closed before running the hand-over,
     never settled: its claims were held for good and `aclose` on a later loop never returned."""
-    got: list[str] = []
-
-    async def remember(pruned: list[Any], namespace: Any) -> None:
-        got.extend(ids(pruned))
-
-    background = AsyncBackground(remember, name="amem")
-    reducer = reducer_with(background)
+    got, background, reducer = recording_async_background()
     pruned = conversation(1, calls=0)
     loop = asyncio.new_event_loop()
     loop.run_until_complete(reducer.adeliver([{"role": "human", "id": "x"}], "ns"))
@@ -421,3 +426,77 @@ def test_a_hand_over_that_fails_after_another_thread_settled_the_batch_counts_it
     assert len(done) == 1 and isinstance(done[0], asyncio.CancelledError)
     assert background.dropped == 0 and background.failed == 1
     asyncio.run(asyncio.wait_for(background.aflush(), 5))
+
+
+def test_a_batch_taken_over_while_asyncio_run_ends_is_retried_on_a_later_loop() -> None:
+    """A batch handed over from another thread while `asyncio.run` cancelled what was left got
+    a task that the cancelling missed: the loop closed with it pending, so its `done` was never
+    called, its claims were held for good and `aflush` on a later loop never returned."""
+    stuck = [True]
+    got, background, reducer = recording_async_background(stuck)
+    pruned = conversation(1, calls=0)
+
+    async def request() -> None:
+        async def cleanup() -> None:  # cancelled by the shutdown, it delivers from a thread
+            try:
+                await asyncio.Event().wait()
+            finally:
+                thread = threading.Thread(target=reducer.deliver, args=(pruned, "ns"))
+                thread.start()
+                thread.join()
+
+        assert background.submit([], None)  # its first batch binds it to this loop
+        asyncio.get_running_loop().create_task(cleanup())
+        await asyncio.sleep(0)  # the cleanup task starts waiting
+
+    asyncio.run(request())
+    stuck[0] = False
+
+    async def later() -> Any:  # a later request, on a new loop
+        await asyncio.wait_for(background.aflush(), 5)
+        report = await reducer.adeliver([], "ns")
+        await asyncio.wait_for(background.aclose(), 5)
+        return report
+
+    report = asyncio.run(later())
+    assert report["amem"].queued == ("sys", "h0", "b0") and background.failed == 2
+    assert got == ["sys", "h0", "b0"] and reducer.pending == 0
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
+def test_closing_waits_for_a_worker_that_replaced_one_ended_meanwhile(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`close` joined the workers it saw when called: a hook's `SystemExit` then ended one, its
+    replacement ran the batches queued behind it, and `close` returned before they settled."""
+    closing, joined_again = threading.Event(), threading.Event()
+    workers: list[threading.Thread] = []
+    join = threading.Thread.join
+
+    def watched_join(thread: threading.Thread, timeout: float | None = None) -> None:
+        if thread.name.startswith("agentstate-on-prune"):  # a worker of `background`
+            (joined_again if closing.is_set() else closing).set()
+        join(thread, timeout)
+
+    monkeypatch.setattr(threading.Thread, "join", watched_join)
+    hook = Recorder()
+
+    def remember(pruned: list[Any], namespace: Any) -> None:
+        workers.append(threading.current_thread())
+        if len(workers) == 1:
+            closing.wait(5)  # until `close` joins this worker
+            raise SystemExit
+        joined_again.wait(5)  # until `close` joins this one, the replacement
+        hook(pruned, namespace)
+
+    background = Background(remember, workers=1, name="mem")
+    background.submit([1], None)
+    background.submit([2], None)
+    try:
+        background.close()
+        assert hook.calls == [([2], None)] and background.flush(0)
+        assert not any(worker.is_alive() for worker in workers)
+    finally:
+        joined_again.set()
+        for worker in workers:
+            join(worker, 5)

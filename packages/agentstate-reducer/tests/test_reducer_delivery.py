@@ -7,7 +7,7 @@ import logging
 import subprocess
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from typing import Any
 
 import pytest
@@ -49,6 +49,16 @@ def reducer_with(
 ) -> MessageReducer:
     settings: dict[str, Any] = {"min_messages": 3, "max_messages": 5, "on_prune": list(hooks)}
     return MessageReducer(config=ReducerConfig(**(settings | config)), ledger=ledger)
+
+
+async def cancel_adeliver(reducer: MessageReducer, started: Awaitable[Any]) -> None:
+    """Cancel `reducer.adeliver` of `conversation(1)` once `started` is done (a request's
+    timeout, say), and check the cancellation went on to the caller."""
+    call = asyncio.ensure_future(reducer.adeliver(conversation(1, calls=0), "ns"))
+    await started
+    call.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await call
 
 
 def test_plan_runs_no_hook_and_leaves_the_ledger_alone() -> None:
@@ -418,11 +428,7 @@ async def test_a_cancelled_adeliver_leaves_its_messages_for_the_next_delivery() 
         seen.append(len(pruned))
 
     reducer = reducer_with(remember, Recorder())
-    call = asyncio.ensure_future(reducer.adeliver(conversation(1, calls=0), "ns"))
-    await started.wait()
-    call.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await call
+    await cancel_adeliver(reducer, started.wait())
     assert reducer.pending == 6  # both hooks' batches wait, neither is in flight
     store_down[0] = False
     report = await reducer.adeliver(conversation(1, calls=0), "ns")
@@ -475,11 +481,8 @@ async def test_a_delivery_cancelled_while_the_ledger_answers_keeps_claims_and_re
     await reducer.adeliver([{"role": "human", "content": "x", "id": "x"}], "ns")
     assert reducer.pending == 1  # second failed on x: a retry batch
     down[0], ledger.stalled = False, True
-    call = asyncio.ensure_future(reducer.adeliver(conversation(1, calls=0), "ns"))
-    await eventually(lambda: ledger.stuck == 1)  # first's job is built; second's aseen waits
-    call.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await call
+    # Cancelled once the first hook's job is built and the second hook's aseen waits.
+    await cancel_adeliver(reducer, eventually(lambda: ledger.stuck == 1))
     assert reducer.pending == 3 + 4  # first: sys, h0, b0; second: x and those
     ledger.stalled = False
     report = await reducer.adeliver([], "ns")
@@ -505,11 +508,7 @@ async def test_a_delivery_cancelled_while_its_ledger_records_delivers_nothing_tw
 
     hook = Recorder()
     reducer = reducer_with(hook, ledger=SlowMark())
-    call = asyncio.ensure_future(reducer.adeliver(conversation(1, calls=0), "ns"))
-    await marking.wait()
-    call.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await call
+    await cancel_adeliver(reducer, marking.wait())
     assert reducer.pending == 0  # delivered: nothing waits for a retry
     during = await reducer.adeliver(conversation(1, calls=0), "ns")
     assert during.hooks[0].delivered == () and len(hook.calls) == 1
@@ -534,11 +533,7 @@ async def test_a_cancelled_adeliver_leaves_a_later_background_hooks_messages_for
 
     background = AsyncBackground(extract, name="extract")
     reducer = reducer_with(remember, background)
-    call = asyncio.ensure_future(reducer.adeliver(conversation(1, calls=0), "ns"))
-    await started.wait()
-    call.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await call
+    await cancel_adeliver(reducer, started.wait())
     assert reducer.pending == 6  # both hooks' batches wait, neither is in flight
     store_down[0] = False
     report = await reducer.adeliver(conversation(1, calls=0), "ns")
@@ -649,3 +644,46 @@ def test_an_interrupted_ledger_mark_in_a_sync_deliver_leaves_the_later_hooks_for
     report = reducer.deliver([], "ns")
     assert [h.delivered for h in report.hooks] == [(), ("sys", "h0", "b0")]
     assert len(first.calls) == 1 and len(second.calls) == 1 and reducer.pending == 0
+
+
+class OffLoopLedger(StallingLedger):
+    """A `StallingLedger` whose blocking side answers too, for a `deliver` off the loop."""
+
+    def seen(self, hook_key: str, namespace: Any, message_ids: Sequence[str]) -> set[str]:
+        return {i for i in message_ids if (hook_key, namespace, i) in self.rows}
+
+    def mark(self, hook_key: str, namespace: Any, message_ids: Sequence[str]) -> None:
+        self.rows.update((hook_key, namespace, i) for i in message_ids)
+
+
+async def test_failed_retries_put_back_by_a_cancelled_delivery_stay_oldest_and_bounded(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A cancelled `adeliver` put the failed retries it took out back as the newest failures,
+    beyond `dedupe_window`: until the next failure more were kept than allowed, and that one
+    then dropped the newer failures in their place."""
+    a_down, b_down = [True], [False]
+    a, b = Recorder(fail=lambda: a_down[0]), Recorder(fail=lambda: b_down[0])
+    a.name, b.name = "a", "b"  # type: ignore[attr-defined]
+    ledger = OffLoopLedger(stall="a")
+    reducer = reducer_with(a, b, ledger=ledger, dedupe_window=2)
+    later = [
+        {"role": "human", "content": "x", "id": "x"},
+        {"role": "ai", "content": "y", "id": "y"},
+    ]
+    ledger.stalled = False
+    assert (await reducer.adeliver(conversation(1, calls=0)[1:], "ns"))["a"].failed == ("h0", "b0")
+    a_down[0], b_down[0], ledger.stalled = False, True, True
+    call = asyncio.ensure_future(reducer.adeliver([], "ns"))  # takes a's retries out
+    await eventually(lambda: ledger.stuck == 1)
+    report = await asyncio.to_thread(reducer.deliver, later, "ns")  # b fails meanwhile
+    assert report["b"].failed == ("x", "y") and reducer.pending == 2
+    call.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await call
+    assert reducer.pending == 2  # the oldest failures, a's, made room for b's
+    assert "dropped message h0 for hook a" in caplog.text
+    b_down[0], ledger.stalled = False, False
+    report = await reducer.adeliver([], "ns")
+    assert report["a"].delivered == () and report["b"].delivered == ("x", "y")
+    assert a.ids == ["x", "y"] and b.ids == ["h0", "b0", "x", "y"] and reducer.pending == 0

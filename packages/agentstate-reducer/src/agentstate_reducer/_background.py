@@ -45,6 +45,12 @@ def _settle(done: Done | None, error: BaseException | None) -> Any:
         return None
 
 
+def _count_dropped(background: Background | AsyncBackground, size: int) -> None:
+    """Count a batch of `size` messages `background` did not accept; caller holds its lock."""
+    background.dropped += 1
+    background.dropped_messages += size
+
+
 _live: weakref.WeakSet[Background] = weakref.WeakSet()
 
 
@@ -126,8 +132,7 @@ class Background:
                 self._unsettled += 1
                 self._queue.put((list(pruned), namespace, done))
                 return True
-            self.dropped += 1
-            self.dropped_messages += len(pruned)
+            _count_dropped(self, len(pruned))
         logger.warning(
             "Background %s dropped a batch of %d messages because %s (%d batches dropped "
             "so far); raise max_pending or workers, or make the hook faster",
@@ -152,9 +157,14 @@ class Background:
             threads = list(self._threads)
         for _ in threads:
             self._queue.put(None)
-        if wait:
+        if not wait:
+            return
+        while threads:
             for thread in threads:
                 thread.join()
+            # A worker a hook ended meanwhile was replaced (`_replace`): join that one too.
+            with self._lock:
+                threads = [thread for thread in self._threads if thread.is_alive()]
 
     def __enter__(self) -> Background:
         return self
@@ -277,9 +287,12 @@ class AsyncBackground:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._slots: asyncio.Semaphore | None = None
         self._tasks: set[asyncio.Task[None]] = set()
-        # Batches handed to their loop from another thread whose task does not exist yet:
-        # a loop closed before it ran the hand-over never settles them, so `_reap` does.
+        # Batches handed to their loop from another thread whose task does not exist yet,
+        # and batches with a task: a loop closed before it ran the hand-over, or before the
+        # task ended (one spawned after `asyncio.run` cancelled what was left), never
+        # settles them, so `_reap` does.
         self._handed: set[_Queued] = set()
+        self._spawned: set[_Queued] = set()
         self._unsettled = 0
         self._closed = False
 
@@ -298,9 +311,10 @@ class AsyncBackground:
                 started (then from the task's done callback, and an awaitable it returns
                 runs as a new task).
 
-        A batch handed to its loop from another thread that the loop closed before starting
-        settles as cancelled when a later `submit`, `aflush` or `aclose` finds that loop
-        closed; `done` is then called in that caller's thread.
+        A batch whose loop closed before it settled (handed over from another thread and not
+        started yet, or started after `asyncio.run` cancelled what was left) settles as
+        cancelled when a later `submit`, `aflush` or `aclose` finds that loop closed; `done`
+        is then called in that caller's thread.
 
         Returns:
             True when scheduled; False when dropped (backlog full, closed, no running event
@@ -329,8 +343,7 @@ class AsyncBackground:
             if reason is None:
                 self._unsettled += 1
             else:
-                self.dropped += 1
-                self.dropped_messages += len(batch)
+                _count_dropped(self, len(batch))
         if reason is not None:
             logger.warning(
                 "AsyncBackground %s dropped a batch of %d messages because %s",
@@ -354,8 +367,7 @@ class AsyncBackground:
                     return True  # another thread's `_reap` settled it meanwhile
                 self._handed.discard(queued)
                 self._unsettled -= 1
-                self.dropped += 1
-                self.dropped_messages += len(batch)
+                _count_dropped(self, len(batch))
             logger.warning(
                 "AsyncBackground %s dropped a batch of %d messages because its event loop "
                 "closed while it was handed over",
@@ -368,10 +380,14 @@ class AsyncBackground:
     async def aflush(self) -> None:
         """Wait until every scheduled batch has settled.
 
-        Cancelling it cancels only the wait, never the batches. Batches handed to an event
-        loop that closed before starting them settle as cancelled.
+        Cancelling it cancels only the wait, never the batches. Batches whose event loop
+        closed before they settled settle as cancelled.
         """
-        while self._tasks or self._reap() > 0:
+        while self._reap() > 0 or self._tasks:
+            # A task whose loop closed never ends; `_reap` settled its batch.
+            self._tasks.difference_update(
+                [task for task in self._tasks if task.get_loop().is_closed()]
+            )
             if self._tasks:
                 await asyncio.wait(list(self._tasks))  # unlike gather, never cancels them
             else:
@@ -403,16 +419,19 @@ class AsyncBackground:
         self._spawn(queued)
 
     def _reap(self) -> int:
-        """Settle as cancelled the handed-over batches whose loop closed before starting
-        them (no task of theirs will ever run); return how many batches are unsettled."""
+        """Settle as cancelled the batches whose loop closed before they settled (no step
+        of theirs will ever run); return how many batches are unsettled."""
         with self._lock:
-            lost = [queued for queued in self._handed if queued.loop.is_closed()]
+            lost = [queued for queued in (*self._handed, *self._spawned) if queued.loop.is_closed()]
             self._handed.difference_update(lost)
+            self._spawned.difference_update(lost)
         for queued in lost:
             _discard(self._settle_batch(queued, asyncio.CancelledError()))
         return self._unsettled
 
     def _spawn(self, queued: _Queued) -> None:
+        with self._lock:
+            self._spawned.add(queued)
         task = asyncio.get_running_loop().create_task(self._run(queued))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
@@ -429,7 +448,9 @@ class AsyncBackground:
                     await result
         except BaseException as exc:
             error = exc
-            if not isinstance(exc, asyncio.CancelledError):  # `_settle_batch` logs those
+            # `_settle_batch` logs a cancellation; a GeneratorExit closes the coroutine of a
+            # task its loop closed on, collected after `_reap` settled its batch.
+            if not isinstance(exc, (asyncio.CancelledError, GeneratorExit)):
                 logger.warning(
                     "AsyncBackground %s: hook failed on %d messages; they stay undelivered",
                     self.name,
@@ -460,8 +481,11 @@ class AsyncBackground:
 
     def _settle_batch(self, queued: _Queued, error: BaseException | None) -> Any:
         """Settle `queued` once: count it, log a cancellation, call its `done`."""
-        queued.settled = True
         with self._lock:
+            if queued.settled:  # by `_reap`; its task's coroutine is closed now (collected)
+                return None
+            queued.settled = True
+            self._spawned.discard(queued)
             self._unsettled -= 1
             if error is not None:
                 self.failed += 1

@@ -345,21 +345,27 @@ class Dispatcher:
         jobs: list[Job],
     ) -> None:
         """Undo an unfinished `_prepare`: release the claims of its jobs and keep every
-        batch it took out (retries and new messages) ahead of what was kept since; what
-        was kept on failure counts as failed again."""
+        batch it took out (retries and new messages) ahead of what was kept since. What was
+        kept on failure counts as failed again, ahead of what failed since, and the oldest
+        failed beyond `retry_limit` are dropped now, as a failure meanwhile would have."""
         with self._lock:
             for job in jobs:
                 if job.dedupe:
                     ns = namespace_key(job.namespace)
                     self._in_flight.difference_update((job.key, ns, i) for i in job.ids)
             for key, batches, failed in taken:
+                # What was kept since: its failed stay in `_failed`, in place.
                 since = self._retry.pop(key, OrderedDict())
-                failed = [*failed, *self._unkeep(key, since)]
+                self._pending -= sum(len(messages) for _, messages in since.values())
                 for ns, (namespace, messages) in [*batches.items(), *since.items()]:
                     self._keep(
                         key, ns, namespace, list(messages), [*messages.values()], evict=False
                     )
-                self._failed.update(dict.fromkeys(failed))
+                for entry in reversed(failed):
+                    self._failed[entry] = None
+                    self._failed.move_to_end(entry, last=False)
+            while len(self._failed) > self.retry_limit:
+                self._evict_oldest()
 
     def _keep(
         self,
