@@ -454,6 +454,62 @@ def test_inline_failures_are_retried_by_a_later_put(client: redis.Redis, prefix:
     assert saver.delivery_stats().backlog == 0
 
 
+def test_a_batch_whose_messages_are_in_flight_elsewhere_stays_in_the_outbox(
+    client: redis.Redis, prefix: str
+) -> None:
+    """A drain acked a batch whose messages it skipped because another delivery of this
+    process held them (a put retrying them from the reducer's buffer). That delivery then
+    failed, so the messages were kept in memory only: after a crash, never delivered."""
+    entered, release = threading.Event(), threading.Event()
+
+    class Scripted:
+        name = "mem"
+
+        def __init__(self) -> None:
+            self.calls = 0
+
+        def __call__(self, pruned: list[Any], namespace: Any) -> None:
+            self.calls += 1
+            if self.calls == 1:
+                raise ConnectionError("memory store down")  # the batch of put A
+            if self.calls == 2:  # put B's delivery retries A's messages from the buffer
+                entered.set()
+                release.wait(5)
+                raise ConnectionError("memory store down again")
+
+    ledger = RedisDeliveryLedger(client, prefix=prefix)
+    inner = InMemorySaver()
+    saver = ReducingSaver(
+        inner,
+        reducer(ledger, Scripted(), window=3, keep=2),
+        outbox=RedisOutbox(client, prefix=prefix),
+        delivery=Delivery("inline", retry_after=0),
+    )
+    saver.put(cfg("A"), checkpoint_with(["s", "h1", "a1", "h2"]), {}, {"messages": 1})
+    assert saver.delivery_stats().backlog == 1
+    b = checkpoint_with(["s", "h3", "a3", "h4"])
+    put_b = threading.Thread(target=saver.put, args=(cfg("B"), b, {}, {"messages": 1}))
+    put_b.start()
+    try:
+        assert entered.wait(5)
+        during = saver.drain()  # claims A's batch while h1, a1 are in flight in put B
+    finally:
+        release.set()
+        put_b.join(5)
+    assert (during.claimed, during.delivered, during.waiting) == (1, 0, 1)
+    # A crash loses the reducer's buffer; a fresh process drains what the outbox holds.
+    fresh = ReducingSaver(
+        inner,
+        reducer(ledger, Plain("mem"), window=3, keep=2),
+        outbox=RedisOutbox(client, prefix=prefix),
+        delivery=Delivery("manual", retry_after=0),
+    )
+    for _ in range(5):
+        fresh.drain()
+    assert ledger.seen("mem", ("memories", "A"), ["h1", "a1"]) == {"h1", "a1"}
+    assert fresh.delivery_stats().backlog == 0
+
+
 def test_a_failed_put_delivers_nothing_and_its_retry_delivers_once(
     client: redis.Redis, prefix: str
 ) -> None:

@@ -164,6 +164,34 @@ def test_duplicates_within_one_batch_are_sent_once() -> None:
     assert report[hook_key(hook)].skipped == ("x",)
 
 
+def test_skips_of_messages_in_flight_elsewhere_are_reported_apart() -> None:
+    """`skipped` mixed messages another delivery held (it may still fail, leaving them in
+    this process's retry buffer only) with ones the ledger had: an outbox acked its batch
+    for both, and lost the first kind in a crash. `in_flight` names them."""
+    entered, release = threading.Event(), threading.Event()
+
+    def slow(pruned: list[Any], namespace: Any) -> None:
+        entered.set()
+        release.wait(5)
+        raise RuntimeError("memory store is down")
+
+    reducer = reducer_with(slow)
+    pruned = conversation(1, calls=0)
+    first = threading.Thread(target=reducer.deliver, args=(pruned, "ns"))
+    first.start()
+    assert entered.wait(5)
+    busy = reducer.deliver([*pruned, pruned[1]], "ns").hooks[0]
+    release.set()
+    first.join(5)
+    assert busy.in_flight == ("sys", "h0", "b0") and busy.skipped == ("h0", "sys", "h0", "b0")
+    assert busy.delivered == busy.failed == () and reducer.pending == 3
+    hook = Recorder()
+    reducer = reducer_with(hook)
+    reducer.deliver(pruned, "ns")
+    known = reducer.deliver([*pruned, pruned[1]], "ns")[hook_key(hook)]
+    assert known.skipped == ("h0", "sys", "h0", "b0") and known.in_flight == ()
+
+
 def test_dedupe_off_delivers_every_time() -> None:
     hook = Recorder()
     reducer = reducer_with(hook, dedupe_on_prune=False)

@@ -145,13 +145,20 @@ class DeliveryRunner:
         return deadline, now, now + int(self.options.lease * 1000)
 
     def _outcome(self, batch: StagedBatch, report: DeliveryReport) -> _Outcome:
+        """Acks `batch` only when every hook has every message recorded. Messages queued to
+        a background hook, or skipped as in flight in another delivery of this process,
+        are not yet: that delivery may fail and keep them in memory only, so the batch
+        stays in the outbox and is retried without counting a failure."""
         failed = [h.hook for h in report.hooks if h.failed]
-        queued = [h.hook for h in report.hooks if h.queued]
-        if not failed and not queued:
+        # `getattr`: reports of agentstate-reducer 0.6.0 have no `in_flight`.
+        busy = [h.hook for h in report.hooks if h.queued or getattr(h, "in_flight", ())]
+        if not failed and not busy:
             return _Outcome(Settlement(batch.id, "ack"), "delivered")
         attempt = batch.failures + 1 if failed else max(batch.failures, 1)
         error = (
-            f"hooks {', '.join(failed)} failed" if failed else f"hooks {', '.join(queued)} queued"
+            f"hooks {', '.join(failed)} failed"
+            if failed
+            else f"hooks {', '.join(busy)} queued or in flight elsewhere"
         )
         settlement = Settlement(
             batch.id,

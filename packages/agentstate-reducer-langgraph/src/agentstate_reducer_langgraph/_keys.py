@@ -8,6 +8,11 @@ Layout (``P`` = prefix, ``B`` = batch id, ``NS`` = namespace tag, see `namespace
     P:ledger:{NS}          hash    field "hook:message id" -> ms it was delivered
     P:<kind>:{NS}          any     a sink's data beside its namespace's ledger, e.g. P:mem:{NS}
 
+``NS`` of a tuple of strings is its escaped parts joined by ``:`` (``("memories", "u1")`` is
+``memories:u1``), except ``()``, which is ``%``, and ``("",)``, which is ``%%``; any other
+namespace is ``=`` and its escaped JSON. A tag decodes back to its namespace, so no two JSON
+namespaces share one (a list is the tuple of the same items).
+
 The outbox carries the hash tag ``{P}`` and each namespace the tag ``{NS}``, so on a
 cluster the outbox scripts touch one slot and a sink's writes share a slot with the
 ledger entries they are recorded with. The Lua scripts receive the batch-key prefix
@@ -27,8 +32,10 @@ SEP = ":"
 # act as glob metacharacters in SCAN MATCH ("*?[]\\"), start an escape ("%") or mark a
 # JSON-rendered namespace ("="). Control characters and space are escaped too.
 _SPECIAL = frozenset("%:{}*?[]\\=") | frozenset(chr(i) for i in range(0x21)) | {"\x7f"}
-# An escaped string never holds a lone "%": it stands for the empty tuple namespace.
+# An escaped string never holds a "%" without two hex digits after it, so these two tags
+# are no join of escaped parts: "%" is the empty tuple namespace, "%%" the one empty part.
 EMPTY = "%"
+EMPTY_PART = "%%"
 
 
 def escape(value: str) -> str:
@@ -42,11 +49,15 @@ def namespace_tag(namespace: Any) -> str:
     """The hash-tag text of a memory namespace, the same in every process.
 
     A tuple (or list) of strings, the usual ``("memories", user_id)``, reads as its escaped
-    parts joined by ``:``; anything else is ``=`` and its escaped JSON, so the two forms
-    never collide.
+    parts joined by ``:``, except ``()``, which is ``%``, and ``("",)``, which is ``%%`` (both
+    would join to the empty string); anything else is ``=`` and its escaped JSON. The tag
+    decodes back to its namespace, so two namespaces of JSON values never share one (a list
+    is the tuple of the same items; other values are rendered with `str`).
     """
     if isinstance(namespace, (tuple, list)) and all(isinstance(p, str) for p in namespace):
-        return SEP.join(escape(part) for part in namespace) or EMPTY
+        if not namespace:
+            return EMPTY
+        return SEP.join(escape(part) for part in namespace) or EMPTY_PART
     text = json.dumps(namespace, sort_keys=True, separators=(",", ":"), default=str)
     return "=" + escape(text)
 

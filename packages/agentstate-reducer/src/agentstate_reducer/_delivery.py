@@ -90,7 +90,8 @@ class ReportBuilder:
     fields: dict[tuple[str, str], list[str]] = field(default_factory=dict)
 
     def add(self, key: str, outcome: str, ids: Sequence[str]) -> None:
-        """Record `ids` under `outcome` (`delivered`, `queued`, `failed`, `skipped`)."""
+        """Record `ids` under `outcome` (`delivered`, `queued`, `failed`, `skipped`,
+        `in_flight`: skipped because another delivery holds them)."""
         self.fields.setdefault((key, outcome), []).extend(ids)
 
     def build(self) -> DeliveryReport:
@@ -107,6 +108,7 @@ class ReportBuilder:
                     queued=get(key, "queued"),
                     failed=get(key, "failed"),
                     skipped=get(key, "skipped"),
+                    in_flight=get(key, "in_flight"),
                 )
                 for key in self.keys
             )
@@ -299,7 +301,9 @@ class Dispatcher:
             claimed = [i for i in messages if (key, ns, i) not in self._in_flight]
             self._in_flight.update((key, ns, i) for i in claimed)
         taken = set(claimed)
-        report.add(key, "skipped", [i for i in messages if i not in taken])
+        busy = [i for i in messages if i not in taken]
+        report.add(key, "skipped", busy)
+        report.add(key, "in_flight", busy)
         if not claimed:
             return []
         try:

@@ -19,6 +19,9 @@ class HookReport:
         failed: The hook raised, or its backlog dropped the batch; not marked, kept for retry.
         skipped: Not sent: already delivered to this hook in this namespace, in flight, or
             repeated within the batch.
+        in_flight: Of `skipped`, those an unfinished delivery in this process held: not yet
+            recorded, they may still fail and then wait for a retry in this process only, so
+            a durable caller (an outbox) should keep its copy of them.
     """
 
     hook: str
@@ -26,6 +29,7 @@ class HookReport:
     queued: tuple[str, ...] = ()
     failed: tuple[str, ...] = ()
     skipped: tuple[str, ...] = ()
+    in_flight: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
