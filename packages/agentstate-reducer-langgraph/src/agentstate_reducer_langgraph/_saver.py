@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import copy
+import threading
 import warnings
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Collection, Iterator, Sequence
 from typing import Any
 
@@ -98,9 +100,64 @@ def _with_messages(
 ) -> Checkpoint:
     if not result.pruned and len(result.surviving) == len(before):
         return checkpoint
+    return _holding(checkpoint, messages_key, result.surviving)
+
+
+def _holding(checkpoint: Checkpoint, messages_key: str, messages: list[Any]) -> Checkpoint:
     reduced = copy.copy(checkpoint)
-    reduced["channel_values"] = {**checkpoint["channel_values"], messages_key: result.surviving}
+    reduced["channel_values"] = {**checkpoint["channel_values"], messages_key: messages}
     return reduced
+
+
+# How many (thread, namespace) windows a wrapper remembers (see `_Windows`).
+WINDOWS = 4096
+
+
+class _Windows:
+    """The window each put of this process stored last, per (thread, namespace).
+
+    LangGraph keeps the whole message list in memory for the rest of a run, and a later
+    put of that run that leaves the channel at the same version still carries it. A saver
+    that stores values per channel version (InMemorySaver, PostgresSaver, plainredis)
+    stores only the channels in ``new_versions``, but one that stores the whole checkpoint
+    on every put (SqliteSaver) would store the list uncut: those puts store the window
+    stored for that version instead. The oldest entries beyond `WINDOWS` are forgotten;
+    a list loaded from storage is already a window.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._last: OrderedDict[tuple[Any, Any], tuple[Any, list[Any]]] = OrderedDict()
+
+    @staticmethod
+    def _slot(config: RunnableConfig) -> tuple[Any, Any]:
+        conf = config.get("configurable") or {}
+        return conf.get("thread_id"), conf.get("checkpoint_ns", "")
+
+    def stored(
+        self, config: RunnableConfig, stored: Checkpoint, given: Checkpoint, key: str
+    ) -> None:
+        """Remembers the window `stored` holds, when the cut changed `given`'s list."""
+        slot = self._slot(config)
+        with self._lock:
+            if stored is given:  # nothing cut: the list in memory is the one stored
+                self._last.pop(slot, None)
+                return
+            version = stored["channel_versions"].get(key)
+            self._last[slot] = (version, stored["channel_values"][key])
+            self._last.move_to_end(slot)
+            while len(self._last) > WINDOWS:
+                self._last.popitem(last=False)
+
+    def same(self, config: RunnableConfig, checkpoint: Checkpoint, key: str) -> Checkpoint:
+        """`checkpoint`, holding the window stored for its version of `key` if one was."""
+        if not isinstance(checkpoint["channel_values"].get(key), list):
+            return checkpoint
+        with self._lock:
+            last = self._last.get(self._slot(config))
+        if last is None or last[0] != checkpoint["channel_versions"].get(key):
+            return checkpoint
+        return _holding(checkpoint, key, last[1])
 
 
 def plan_reduction(
@@ -245,6 +302,7 @@ class ReducingSaver(BaseCheckpointSaver[Any]):
         self.delivery = (
             DeliveryRunner(inner, reducer, outbox, options) if outbox is not None else None
         )
+        self._windows = _Windows()
 
     # -- reading ---------------------------------------------------------------------------
 
@@ -288,11 +346,15 @@ class ReducingSaver(BaseCheckpointSaver[Any]):
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
-        if self.passthrough or self.messages_key not in new_versions:
+        if self.passthrough:
             return self.inner.put(config, checkpoint, metadata, new_versions)
+        if self.messages_key not in new_versions:
+            same = self._windows.same(config, checkpoint, self.messages_key)
+            return self.inner.put(config, same, metadata, new_versions)
         reduced, result, namespace = plan_reduction(
             self.reducer, checkpoint, config, self.messages_key, metadata
         )
+        self._windows.stored(config, reduced, checkpoint, self.messages_key)
         pruned = result.pruned if result is not None else []
         if self.delivery is None or not pruned:
             stored = self.inner.put(config, reduced, metadata, new_versions)
@@ -312,11 +374,15 @@ class ReducingSaver(BaseCheckpointSaver[Any]):
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
-        if self.passthrough or self.messages_key not in new_versions:
+        if self.passthrough:
             return await self.inner.aput(config, checkpoint, metadata, new_versions)
+        if self.messages_key not in new_versions:
+            same = self._windows.same(config, checkpoint, self.messages_key)
+            return await self.inner.aput(config, same, metadata, new_versions)
         reduced, result, namespace = await aplan_reduction(
             self.reducer, checkpoint, config, self.messages_key, metadata
         )
+        self._windows.stored(config, reduced, checkpoint, self.messages_key)
         pruned = result.pruned if result is not None else []
         if self.delivery is None or not pruned:
             stored = await self.inner.aput(config, reduced, metadata, new_versions)
