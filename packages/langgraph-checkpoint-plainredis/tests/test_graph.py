@@ -10,6 +10,7 @@ from typing import Annotated, Any, TypedDict
 
 import pytest
 from langchain_core.messages import AIMessage, HumanMessage
+from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.message import add_messages
@@ -321,7 +322,7 @@ async def test_prune_keep_latest_refuses_threads_with_a_delta_channel(
         # Its newest checkpoint written after the client read the metadata (a race, played
         # here by a client that reads none): the prune scripts refuse it all the same, the
         # check-only ones of a call on several threads before any changes.
-        monkeypatch.setattr(SaverCore, "_uses_delta", lambda self, tk, heads: False)
+        monkeypatch.setattr(SaverCore, "_delta_free_heads", lambda self, tk, heads: [])
         with pytest.raises(NotImplementedError, match="'delta'.*Nothing was pruned"):
             saver.prune(["plain", "delta"], strategy="keep_latest")
         with pytest.raises(NotImplementedError, match="'delta'.*These were not pruned"):
@@ -334,3 +335,24 @@ async def test_prune_keep_latest_refuses_threads_with_a_delta_channel(
         assert len(list(saver.list(cfg("plain")))) == 1
         saver.prune(["delta"], strategy="delete")
         assert saver.get_tuple(cfg("delta")) is None
+
+
+async def test_prune_keep_latest_reads_delta_marks_in_metadata_keys_only(
+    redis_url: str, prefix: str
+) -> None:
+    """A DeltaChannel is known by the keys LangGraph adds to the metadata. The text of
+    those keys in a metadata value (a user's note) refuses nothing: the script searched the
+    payload's bytes and refused the thread the client had found free of them."""
+    note = "counters_since_delta_snapshot and delta_writes_versioned are LangGraph's"
+    cfgs = {t: {"configurable": {"thread_id": t, "checkpoint_ns": ""}} for t in ("s", "a", "b")}
+    with RedisSaver(redis_url, prefix=prefix) as saver:
+        for config in cfgs.values():
+            for step in range(3):
+                meta: Any = {"step": step, "source": "loop", "note": note}
+                config = saver.put(config, empty_checkpoint(), meta, {})
+        saver.prune(["s"], strategy="keep_latest")
+        assert len(list(saver.list(cfgs["s"]))) == 1
+        async with AsyncRedisSaver(redis_url, prefix=prefix) as asaver:
+            await asaver.aprune(["a", "b"], strategy="keep_latest")  # the check-only scripts too
+        assert [len(list(saver.list(cfgs[t]))) for t in ("a", "b")] == [1, 1]
+        assert saver.get_tuple(cfgs["a"]).metadata["note"] == note  # type: ignore[union-attr]

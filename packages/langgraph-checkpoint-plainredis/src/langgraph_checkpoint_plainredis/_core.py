@@ -1028,15 +1028,18 @@ class SaverCore:
                 heads = yield [
                     Eval("heads", (tk.ns,), (tk.cp_prefix, tk.idx_prefix)) for tk in group
                 ]
-                delta += [
-                    tk.thread_id
-                    for tk, h in zip(group, heads, strict=True)
-                    if self._uses_delta(tk, h)
-                ]
+                for i, (tk, h) in enumerate(zip(group, heads, strict=True), start=s):
+                    cleared = self._delta_free_heads(tk, h)
+                    if cleared is None:
+                        delta.append(tk.thread_id)
+                    else:
+                        calls[i] = (calls[i][0], (*calls[i][1], *cleared))
             if delta:
                 raise _delta_refused(delta, "Nothing was pruned")
         # The prune script also refuses a thread whose newest checkpoint, written since the
-        # check above, is a DeltaChannel's: {'delta'}, having changed nothing of it.
+        # check above, is a DeltaChannel's: {'delta'}, having changed nothing of it. It looks
+        # for the marks in the bytes of the heads not cleared above alone, so text in metadata
+        # values refuses nothing the client decoded.
         if len(tks) > 1:  # a script per thread: all are checked before any changes one
             for s in batches:
                 batch = calls[s : s + _BATCH_THREADS]
@@ -1057,11 +1060,13 @@ class SaverCore:
         if refused:
             raise _delta_refused(refused, "These were not pruned (the others were)")
 
-    def _uses_delta(self, tk: ThreadKeys, heads: Sequence[Any] | None) -> bool:
-        """Whether the newest checkpoint of a timeline of the thread (a HEADS reply) was
-        written by a graph with a `DeltaChannel`: LangGraph puts its counters in the
-        metadata of every checkpoint of such a thread."""
+    def _delta_free_heads(self, tk: ThreadKeys, heads: Sequence[Any] | None) -> list[str] | None:
+        """The (N, checkpoint id) pairs, flat, of the newest checkpoints of the thread's
+        timelines (a HEADS reply) whose metadata reads as written without a `DeltaChannel`,
+        or None when one was written with it: LangGraph puts its counters in the metadata of
+        every checkpoint of such a thread. A head that does not decode is left out."""
         flat = list(heads or ())
+        cleared: list[str] = []
         for ns_e, cid, payload in zip(flat[0::3], flat[1::3], flat[2::3], strict=True):
             cp_key = tk.cp(listed_namespace(ns_e, tk.ns), _s(cid))
             try:
@@ -1069,8 +1074,9 @@ class SaverCore:
             except CorruptDataError:  # the prune script keeps what a damaged one may read
                 continue
             if isinstance(metadata, Mapping) and not _DELTA_MARKS.isdisjoint(metadata):
-                return True
-        return False
+                return None
+            cleared += [_s(ns_e), _s(cid)]
+        return cleared
 
     def _delete_for_runs_steps(self, run_ids: Sequence[str]) -> Generator[Step, list[Any], None]:
         _id_list(run_ids, "delete_for_runs", "run ids")

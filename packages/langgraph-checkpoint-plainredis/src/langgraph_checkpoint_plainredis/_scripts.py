@@ -1218,19 +1218,22 @@ return out
 PRUNE_KEEP_LATEST = (
     _PREFIXES
     + r"""
--- KEYS: ns, [registry]; ARGV: T, then the prefix table
+-- KEYS: ns, [registry]; ARGV: T, the prefix table, then pairs N, checkpoint id: the heads
+-- whose metadata the client decoded and found without a DeltaChannel's marks
 local t, now = ARGV[1], now_ms()
 REGISTRY = KEYS[2]
 local err = check(KEYS[1], 'zset') or (REGISTRY and check_registry(REGISTRY))
   or check_timelines(KEYS[1], p)
 if err then return err end
+local cleared = {}
+for i = 8, #ARGV, 2 do cleared[ARGV[i]] = ARGV[i + 1] end
 -- Each timeline's newest checkpoint and the others, found first: the run sets the others
 -- leave are checked before anything changes.
 local runs, plans = {}, {}
 for _, n in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do
   local keep, head, lerr = latest(p.idx .. n, p.cp, n)
   -- Written since the client read the newest metadata (HEADS): refused all the same.
-  if head and delta_marked(head) then return {'delta'} end
+  if head and cleared[n] ~= keep and delta_marked(head) then return {'delta'} end
   local doomed = {}
   for _, cid in ipairs(redis.call('ZRANGE', p.idx .. n, 0, -1)) do
     if cid ~= keep then doomed[#doomed + 1] = cid end
