@@ -14,7 +14,12 @@ from langchain_core.messages import AIMessage, HumanMessage
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.message import add_messages
 
-from langgraph_checkpoint_plainredis import LegacyKeyspaceError, RedisSaver, migrate_v010
+from langgraph_checkpoint_plainredis import (
+    LegacyKeyspaceError,
+    PlainRedisError,
+    RedisSaver,
+    migrate_v010,
+)
 from langgraph_checkpoint_plainredis._cli import main
 
 # 0.1.0 could write to a cluster but not read back from one: its data is standalone.
@@ -366,3 +371,283 @@ def test_a_foreign_value_stops_the_migration_with_one_line_and_loses_nothing(
 
 def _s(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value
+
+
+# -- 0.1.0 thread ids whose keys are keys of the current layout ---------------------------
+
+
+def restore_thread(
+    client: redis.Redis, prefix: str, thread_id: str, src: tuple[str, str]
+) -> dict[str, Any]:
+    """Loads the recorded 0.1.0 thread `src` (prefix, thread) as 0.1.0 would have written it
+    for `thread_id` under `prefix`; returns what 0.1.0 read from it, for `thread_id`."""
+    src_prefix, src_thread = src
+    for entry in DUMP["keys"]:
+        key = entry["key"]
+        if entry["type"] == "hash" and key == f"{src_prefix}:threads":
+            for value in entry["value"].values():
+                where = json.loads(value)
+                if where["thread"] == src_thread:
+                    ns = where["ns"]
+                    where["thread"] = thread_id
+                    client.hset(
+                        f"{prefix}:threads", f"{prefix}:idx:{thread_id}:{ns}", json.dumps(where)
+                    )
+            continue
+        kind = next(
+            (
+                k
+                for k in ("cp", "wr", "blob", "idx")
+                if key.startswith(f"{src_prefix}:{k}:{src_thread}:")
+            ),
+            None,
+        )
+        if kind is None:
+            continue
+        new = f"{prefix}:{kind}:{thread_id}:" + key[len(f"{src_prefix}:{kind}:{src_thread}:") :]
+        if entry["type"] == "string":
+            client.set(new, _bytes(entry, entry["value"]))
+        elif entry["type"] == "hash":
+            for field, value in entry["value"].items():
+                client.hset(new, field, _bytes(entry, value))
+        else:
+            client.zadd(new, {member: score for member, score in entry["value"]})
+    expected = [
+        {**t, "thread_id": thread_id}
+        for t in DUMP["expected"]["threads"]
+        if (t["prefix"], t["thread_id"]) == src
+    ]
+    assert expected
+    return {"threads": expected}
+
+
+# Recorded 0.1.0 threads: the first two have the root namespace only, so a registry of them
+# stays a small hash, which Redis lists in the order it was written.
+SOURCES = [
+    ("lg", "t-fork"),
+    ("myapp:agent", "user-42:session-7"),
+    ("lg", "user-42:session-7"),
+    ("myapp:agent", "用户-7:会话-1"),
+]
+
+
+def everything(client: redis.Redis, prefix: str) -> dict[bytes, Any]:
+    return {k: client.dump(k) for k in client.scan_iter(match=f"{prefix}:*")}
+
+
+@pytest.mark.parametrize(
+    ("threads", "sources", "ordered"),
+    [
+        (("a", "{a}"), (0, 1), True),
+        (("{a}", "a"), (0, 1), True),
+        (("a", "{a}", "{%7Ba%7D}"), (0, 1, 0), True),
+        (("a", "{a}", "{%}", "", "{x}:y", "x"), (2, 3, 0, 1, 2, 3), False),
+    ],
+    ids=["plain-first", "braced-first", "chain", "namespaces"],
+)
+def test_a_010_thread_whose_keys_are_another_threads_keys_migrates_whole(
+    client: redis.Redis,
+    redis_url: str,
+    prefix: str,
+    threads: tuple[str, ...],
+    sources: tuple[int, ...],
+    ordered: bool,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """0.1.0's keys of thread '{a}' ('lg:idx:{a}:', 'lg:cp:{a}::C') are thread 'a''s keys in
+    the current layout: migrating 'a' first wrote into '{a}''s 0.1.0 timeline, and every
+    run after it stopped on a value 'not a 0.1.0 value'. Every thread now reads back as 0.1.0
+    read it, whatever the registry's order, and a second run changes nothing."""
+    from langgraph_checkpoint_plainredis._inspect import Inspector
+
+    expected = [
+        restore_thread(client, prefix, thread, SOURCES[src])
+        for thread, src in zip(threads, sources, strict=True)
+    ]
+    if ordered:  # the registry names them in this order
+        registry = [_s(f) for f in client.hkeys(f"{prefix}:threads")]
+        assert registry == [f"{prefix}:idx:{thread}:" for thread in threads]
+    code, err = cli(capsys, "migrate", "--url", redis_url, "--prefix", prefix)
+    assert (code, err) == (0, "")
+    with RedisSaver(redis_url, prefix=prefix) as saver:
+        for restored in expected:
+            for thread in restored["threads"]:
+                check_against_010_reading(saver, thread)
+        listed = {t.config["configurable"]["thread_id"] for t in saver.list(None)}
+        assert listed == set(threads)
+    with Inspector.connect(redis_url, prefix) as inspector:
+        assert inspector.usage(scan=True).orphans == []  # no 0.1.0 key is left behind
+    keys = everything(client, prefix)
+    assert cli(capsys, "migrate", "--url", redis_url, "--prefix", prefix) == (0, "")
+    assert everything(client, prefix) == keys
+
+
+def test_keep_old_is_refused_when_010_keys_would_be_another_threads(
+    client: redis.Redis, redis_url: str, prefix: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """With --keep-old, 0.1.0's keys of thread '{a}' stayed as keys of thread 'a': a later
+    graph run on a new thread 'a' read them and failed. Refused before anything is written,
+    naming both threads; without --keep-old, or into another prefix, it migrates."""
+    expected = restore_thread(client, prefix, "{a}", SOURCES[0])["threads"]
+    restore_thread(client, prefix, "b", SOURCES[1])
+    before = everything(client, prefix)
+    code, err = cli(capsys, "migrate", "--url", redis_url, "--prefix", prefix, "--keep-old")
+    assert code == 1 and err.count("\n") == 1, err
+    assert "thread '{a}'" in err and "thread 'a'" in err and "--keep-old" in err
+    assert everything(client, prefix) == before
+    with pytest.raises(PlainRedisError, match="keep_old"):
+        migrate_v010(client, prefix, keep_old=True)
+    assert everything(client, prefix) == before
+
+    # Into a prefix of its own the old keys can stay.
+    target = f"{prefix}-new"
+    code, err = cli(
+        capsys, "migrate", "--url", redis_url, "--prefix", prefix, "--to-prefix", target,
+        "--keep-old",
+    )  # fmt: skip
+    assert (code, err) == (0, "")
+    assert {k for k in before if not k.endswith(b":threads")} <= set(everything(client, prefix))
+    with RedisSaver(redis_url, prefix=target) as saver:
+        for thread in expected:
+            check_against_010_reading(saver, thread)
+
+
+def test_keep_old_leaves_the_010_keys(
+    client: redis.Redis, redis_url: str, prefix: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    expected = restore_thread(client, prefix, "t", SOURCES[0])["threads"]
+    old = {k for k in everything(client, prefix) if not k.endswith(b":threads")}
+    assert cli(capsys, "migrate", "--url", redis_url, "--prefix", prefix, "--keep-old")[0] == 0
+    assert old <= set(everything(client, prefix))
+    with RedisSaver(redis_url, prefix=prefix) as saver:
+        for thread in expected:
+            check_against_010_reading(saver, thread)
+
+
+# -- 0.1.0 prefixes the savers refuse ------------------------------------------------------
+
+
+@pytest.mark.parametrize("shape", ["{agents-%s}", "my app %s"])
+def test_a_prefix_010_accepted_migrates_into_another(
+    client: redis.Redis, redis_url: str, shape: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """0.1.0 accepted any prefix ('{agents}' for a cluster hash tag, 'my app'); migrate
+    refused the ones the savers refuse, and their data stayed where no saver reads it.
+    --to-prefix (to_prefix=) names where it goes; without it the error names the option."""
+    tag = uuid.uuid4().hex[:8]
+    old, new = shape % tag, f"agents-{tag}"
+    rename = {"lg": old}
+    restore(client, {**rename, "myapp:agent": f"test:{tag}:unused"})
+    with pytest.raises(SystemExit) as exit_info:
+        main(["migrate", "--url", redis_url, "--prefix", old])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and repr(old) in err and "--to-prefix" in err
+    with pytest.raises(ValueError, match=r"to_prefix="):
+        migrate_v010(client, old)
+
+    code, err = cli(capsys, "migrate", "--url", redis_url, "--prefix", old, "--to-prefix", new)
+    assert (code, err) == (0, "")
+    assert list(client.scan_iter(match=f"{old}:*")) == []
+    with RedisSaver(redis_url, prefix=new) as saver:
+        for thread in DUMP["expected"]["threads"]:
+            if thread["prefix"] == "lg":
+                check_against_010_reading(saver, thread)
+    keys = everything(client, new)
+    assert cli(capsys, "migrate", "--url", redis_url, "--prefix", old, "--to-prefix", new)[0] == 0
+    report = migrate_v010(client, old, to_prefix=new)
+    assert (report.threads, report.checkpoints) == (0, 0)
+    assert everything(client, new) == keys
+
+
+def test_an_unfinished_migration_into_another_prefix_is_resumed_only_from_its_source(
+    client: redis.Redis,
+    redis_url: str,
+    restored: dict[str, str],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The registry is parked under the target prefix, where its savers look; a rerun that
+    names the target as the source would read the 0.1.0 keys under the wrong prefix."""
+    from langgraph_checkpoint_plainredis import _migrate
+
+    old = restored["lg"]
+    new = f"{old}-new"
+    real = _migrate._migrate_timeline
+    done: list[str] = []
+
+    def stop_after_one(*args: Any, **kwargs: Any) -> Any:
+        if done:
+            raise KeyboardInterrupt
+        done.append(args[4])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(_migrate, "_migrate_timeline", stop_after_one)
+    with pytest.raises(KeyboardInterrupt):
+        migrate_v010(client, old, to_prefix=new)
+    monkeypatch.undo()
+    with RedisSaver(redis_url, prefix=new) as saver:
+        with pytest.raises(LegacyKeyspaceError, match="has not finished"):
+            saver.get_tuple({"configurable": {"thread_id": "t-fork"}})
+    before = everything(client, old), everything(client, new)
+    code, err = cli(capsys, "migrate", "--url", redis_url, "--prefix", new)
+    assert code == 1 and err.count("\n") == 1, err
+    assert f"--prefix {old} --to-prefix {new}" in err
+    assert (everything(client, old), everything(client, new)) == before
+    assert cli(capsys, "migrate", "--url", redis_url, "--prefix", old, "--to-prefix", new)[0] == 0
+    with RedisSaver(redis_url, prefix=new) as saver:
+        for thread in DUMP["expected"]["threads"]:
+            if thread["prefix"] == "lg":
+                check_against_010_reading(saver, thread)
+
+
+@pytest.mark.parametrize(
+    ("argv", "named"),
+    [
+        (["--prefix", "lg", "--to-prefix", "lg:v2"], "--to-prefix lg:v2"),
+        (["--prefix", "lg:v2", "--to-prefix", "lg"], "--to-prefix lg"),
+        (["--prefix", "lg:"], "--prefix lg"),
+        (["--prefix", ""], "--prefix lg"),
+        (["--prefix", "x", "--to-prefix", "{x}"], "'{x}'"),
+    ],
+)
+def test_migrate_refuses_prefixes_it_cannot_migrate_between(
+    capsys: pytest.CaptureFixture[str], argv: list[str], named: str
+) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["migrate", "--url", "redis://127.0.0.1:1/0", *argv])
+    assert exit_info.value.code == 2 and named in capsys.readouterr().err
+
+
+# -- a cluster -----------------------------------------------------------------------------
+
+
+def test_migrate_on_a_cluster_says_it_needs_a_standalone_server(
+    server_pool: Any, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A bare 'MOVED 1234 127.0.0.1:7001' before, on any node: one line now, exit 1, from
+    INFO or, for a user without INFO, from the cluster's reply."""
+    from redis.cluster import RedisCluster
+
+    url = server_pool.get("redis-7-cluster")
+    cluster = RedisCluster.from_url(url)
+    nodes = [f"redis://{n.host}:{n.port}/0" for n in cluster.get_nodes()]
+    with pytest.raises(PlainRedisError, match="standalone"):
+        migrate_v010(cluster, "lg")
+    cluster.close()
+    prefix = f"test:{uuid.uuid4().hex[:8]}"
+    for node in nodes:
+        code, err = cli(capsys, "migrate", "--url", node, "--prefix", prefix)
+        assert code == 1 and err.count("\n") == 1, err
+        assert "Cluster" in err and "standalone" in err and "MOVED" not in err
+
+    def no_info(self: Any, *args: Any, **kwargs: Any) -> Any:
+        raise redis.exceptions.NoPermissionError("NOPERM this user has no permissions")
+
+    monkeypatch.setattr(redis.Redis, "info", no_info)
+    failed = 0
+    for node in nodes:
+        code, err = cli(capsys, "migrate", "--url", node, "--prefix", prefix)
+        if code:
+            failed += 1
+            assert err.count("\n") == 1 and "standalone" in err, err
+    assert failed  # its keys are spread over the nodes: some node answers MOVED

@@ -187,11 +187,23 @@ def _parser() -> argparse.ArgumentParser:
     migrate = sub.add_parser(
         "migrate",
         help="move a keyspace written by plainredis 0.1.0 into the current layout",
-        description="Idempotent and lossless; stop 0.1.0 writers first.",
+        description="Idempotent and lossless; stop 0.1.0 writers first. Needs the standalone "
+        "server 0.1.0 wrote to (not a cluster).",
     )
     migrate.add_argument("--url", required=True, help="Redis URL, e.g. redis://127.0.0.1:6379/0")
     migrate.add_argument(
-        "--prefix", type=_prefix, default="lg", help="key prefix 0.1.0 used (default: lg)"
+        "--prefix",
+        type=_text,  # any prefix 0.1.0 accepted; checked with --to-prefix in _migrate
+        default="lg",
+        help="key prefix 0.1.0 used (default: lg)",
+    )
+    migrate.add_argument(
+        "--to-prefix",
+        type=_prefix,
+        default=None,
+        metavar="PREFIX",
+        help="key prefix to migrate into (default: --prefix); needed when the savers refuse "
+        "0.1.0's, e.g. {agents} or 'my app'",
     )
     migrate.add_argument(
         "--ttl", type=_ttl, default=None, help="TTL in seconds for migrated threads"
@@ -430,23 +442,41 @@ def _prune(inspector: Inspector, args: argparse.Namespace) -> int:
     what = "keep only the newest checkpoint of" if args.strategy == "keep_latest" else "delete"
     if not args.yes and not _ask(f"Prune ({args.strategy}): {what} {count} ({total})?"):
         return _fail("not pruned (pass --yes to skip the question)")
-    inspector.prune(list(before), args.strategy)
+    try:
+        inspector.prune(list(before), args.strategy)
+    except NotImplementedError as exc:  # keep_latest refuses a DeltaChannel's threads
+        # The saver's message, in the command line's words.
+        return _fail(
+            str(exc)
+            .replace("prune(strategy='keep_latest')", "prune --strategy keep_latest")
+            .replace("strategy='delete'", "--strategy delete")
+        )
     after = _plural(sum(inspector.checkpoint_count(thread)[1] for thread in before), "checkpoint")
     print(f"pruned {count} ({args.strategy}): {total} before, {after} now")
     return 0
 
 
 def _migrate(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    from ._migrate import migrate_v010
+    from ._migrate import migrate_v010, target_prefix
 
     try:
+        target = target_prefix(args.prefix, args.to_prefix, ("--prefix", "--to-prefix"))
+    except ValueError as exc:
+        parser.error(str(exc))
+    try:
         check_database(args.url, "it")
+        Inspector.check_url_options(args.url)
         client = redis.Redis.from_url(args.url, protocol=2)
-    except ValueError as exc:  # redis-py cannot parse the URL, or it names no database
+    except ValueError as exc:  # redis-py cannot parse the URL, a query option or a database
         parser.error(f"--url {_redact(args.url)!r}: {exc}")
     try:
         report = migrate_v010(
-            client, args.prefix, ttl=args.ttl, keep_old=args.keep_old, progress=print
+            client,
+            args.prefix,
+            to_prefix=target,
+            ttl=args.ttl,
+            keep_old=args.keep_old,
+            progress=print,
         )
     finally:
         client.close()
@@ -458,7 +488,7 @@ def _migrate(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     for skipped in report.skipped:
         print(f"skipped unreadable registry entry {skipped!r}", file=sys.stderr)
     if report.skipped:
-        parked = LegacyKeys(args.prefix).stash
+        parked = LegacyKeys(target).stash
         print(
             f"the savers refuse the keyspace until these entries of {parked!r} are repaired "
             "or removed (HDEL) and the migration runs again",
@@ -482,7 +512,7 @@ def _run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         return _migrate(args, parser)
     try:
         inspector = Inspector.connect(args.url, args.prefix, socket_connect_timeout=5)
-    except ValueError as exc:  # redis-py cannot parse the URL
+    except ValueError as exc:  # redis-py cannot parse the URL, or a query option
         parser.error(f"--url {_redact(args.url)!r}: {exc}")
     with inspector:
         return _COMMANDS[args.command](inspector, args)

@@ -11,13 +11,15 @@ from __future__ import annotations
 import base64
 import dataclasses
 import datetime
+import difflib
 import enum
 import math
+import re
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qs, unquote_plus, urlsplit
 
 import redis
 from langchain_core.messages import BaseMessage
@@ -29,7 +31,7 @@ from redis.exceptions import ResponseError
 from ._core import _s, info_refused, parked_check, refuse_parked
 from ._errors import LegacyKeyspaceError, WrongTypeError
 from ._keys import ThreadKeys, listed_namespace, listed_thread, member_text
-from ._shell import check_database
+from ._shell import _parameters, check_database
 from ._sync import RedisSaver, close_client
 
 __all__ = [
@@ -48,6 +50,10 @@ Progress = Callable[[str, int, int | None], None]
 
 _PAGE = 500  # registry members per round trip
 _BATCH = 1000  # commands per pipeline
+# The type each command the inspector pipelines reads at its first key (a WRONGTYPE reply
+# is named by `_wrong_type`); MEMORY USAGE reads any type.
+_READS = {"ZRANGE": "zset", "ZCARD": "zset"}
+_UNEXPECTED = re.compile(r"unexpected keyword argument '(\w+)'")
 
 
 @dataclass(frozen=True)
@@ -153,6 +159,21 @@ def _message(message: BaseMessage, seen: frozenset[int]) -> dict[str, Any]:
     return out
 
 
+def _without_protocol(url: str) -> str:
+    """`url` without the ``protocol`` options of its query; the rest is kept as written
+    (rebuilding it with `urlunsplit` turned ``unix:///path`` into ``unix:/path``)."""
+    base, mark, rest = url.partition("?")
+    if not mark:
+        return url
+    query, hash_mark, fragment = rest.partition("#")
+    kept = [
+        item
+        for item in query.split("&")
+        if item and unquote_plus(item.partition("=")[0]) != "protocol"
+    ]
+    return base + ("?" + "&".join(kept) if kept else "") + hash_mark + fragment
+
+
 def describe(tup: CheckpointTuple) -> dict[str, Any]:
     """One checkpoint as a JSON-able document: ids, parent, metadata, values, writes."""
     conf = tup.config["configurable"]
@@ -193,14 +214,14 @@ class Inspector:
         """An inspector on its own client: a `RedisCluster` when `url` names a cluster node.
 
         Raises:
-            ValueError: redis-py cannot parse `url`, or its database is not a number.
+            ValueError: redis-py cannot parse `url`, its database is not a number, or its
+                query has an option redis-py's connections do not take.
         """
         check_database(url, "it")
+        cls.check_url_options(url)
         # Its reads parse RESP2 replies: a `protocol` in the URL's query would override the
         # argument.
-        parts = urlsplit(url)
-        query = [q for q in parse_qsl(parts.query, keep_blank_values=True) if q[0] != "protocol"]
-        url = urlunsplit(parts._replace(query=urlencode(query)))
+        url = _without_protocol(url)
         probe = redis.Redis.from_url(url, protocol=2, **connection)
         try:
             try:
@@ -212,6 +233,35 @@ class Inspector:
         factory: Any = RedisCluster if cluster else redis.Redis
         client = factory.from_url(url, protocol=2, **connection)
         return cls(RedisSaver(client=client, prefix=prefix), owns_client=True)
+
+    @staticmethod
+    def check_url_options(url: str) -> None:
+        """Refuses, naming it, an option in `url`'s query that redis-py's connections do not
+        take (a misspelt one), which redis-py would only raise as a `TypeError` at the first
+        command. A connection object (no socket) is built as redis-py's pool will build it.
+
+        Raises:
+            ValueError: such an option, or one whose value redis-py cannot parse.
+        """
+        pool = redis.ConnectionPool.from_url(url)
+        try:
+            pool.connection_class(**pool.connection_kwargs)
+        except TypeError as error:
+            query = {k: v[-1] for k, v in parse_qs(urlsplit(url).query).items()}
+            found = _UNEXPECTED.search(str(error))
+            if found is None or found.group(1) not in query:
+                raise
+            name = found.group(1)
+            known = _parameters(pool.connection_class, redis.ConnectionPool)
+            close = difflib.get_close_matches(name, sorted(known), n=1)
+            raise ValueError(
+                f"it has the option {name}={query[name]!r} in its query, which redis-py's "
+                f"{pool.connection_class.__name__} does not take"
+                + (f" (did you mean {close[0]}?)" if close else "")
+                + ": correct its spelling, or remove it from the URL"
+            ) from None
+        finally:
+            pool.disconnect()
 
     def close(self) -> None:
         """Closes the client when `connect` made it."""
@@ -239,11 +289,25 @@ class Inspector:
         """Runs `commands`, `_BATCH` per round trip, and returns every reply."""
         replies: list[Any] = []
         for start in range(0, len(commands), _BATCH):
+            batch = commands[start : start + _BATCH]
             pipe = self.client.pipeline(transaction=False)
-            for command in commands[start : start + _BATCH]:
+            for command in batch:
                 pipe.execute_command(*command)
-            replies.extend(pipe.execute())
+            answers = pipe.execute(raise_on_error=False)
+            for command, answer in zip(batch, answers, strict=True):
+                if isinstance(answer, Exception):
+                    raise self._wrong_type(command, answer) or answer
+            replies.extend(answers)
         return replies
+
+    def _wrong_type(self, command: tuple[Any, ...], error: Exception) -> WrongTypeError | None:
+        """The saver's error naming the key and the fix, for a WRONGTYPE reply to `command`
+        (a key of another program under the prefix); None for any other error."""
+        expected = _READS.get(str(command[0]).upper())
+        if expected is None or not str(error).startswith("WRONGTYPE"):
+            return None
+        key = _s(command[1])
+        return WrongTypeError(key, _s(self.client.type(key)), expected)
 
     def _thread_pages(self) -> tuple[int, Iterator[list[ThreadKeys]]]:
         """How many threads there are, and the threads in pages of `_PAGE`."""

@@ -327,6 +327,10 @@ class LegacyKeys:
     def seq(self) -> str:
         return f"{self.prefix}{SEP}seq"
 
+    def idx(self, thread_id: str, ns: str) -> str:
+        """The timeline of (thread, namespace); the registry hash names it as its field."""
+        return SEP.join((self.prefix, "idx", thread_id, ns))
+
     def cp(self, thread_id: str, ns: str, checkpoint_id: str) -> str:
         return SEP.join((self.prefix, "cp", thread_id, ns, checkpoint_id))
 
@@ -335,6 +339,29 @@ class LegacyKeys:
 
     def blob(self, thread_id: str, ns: str, channel: str, version: object) -> str:
         return SEP.join((self.prefix, "blob", thread_id, ns, channel, str(version)))
+
+    @staticmethod
+    def shadowed_thread(thread_id: str) -> str | None:
+        """The thread whose current-layout keys (under the same prefix) the 0.1.0 keys of
+        `thread_id` can be, or None when no key of the two layouts can be the same.
+
+        0.1.0 put raw ids after ``{prefix}:{kind}:``, where the current layout puts the hash
+        tag ``{T}``: an id ``{T}`` (or ``{T}:...``) whose ``T`` is an escaped thread id
+        therefore has 0.1.0 keys that are keys of thread ``unescape(T)``, e.g. the timeline
+        ``lg:idx:{a}:`` of 0.1.0's thread ``{a}`` is thread ``a``'s. The result is always
+        shorter than `thread_id`, so a chain of such threads is finite.
+        """
+        if not thread_id.startswith("{"):
+            return None
+        end = thread_id.find("}")
+        if end < 0 or thread_id[end + 1 : end + 2] not in ("", SEP):
+            return None
+        component = thread_id[1:end]
+        try:
+            shadowed = "" if component == EMPTY_THREAD_TAG else unescape(component)
+        except ValueError:
+            return None
+        return shadowed if _thread_component(shadowed) == component else None
 
     @staticmethod
     def write_index(field: str) -> int:

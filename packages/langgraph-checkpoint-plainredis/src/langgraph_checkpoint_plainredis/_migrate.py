@@ -8,13 +8,20 @@ deletes the old keys. Integer versions become the current zero-padded string for
 which keeps their order, so graphs resume where they stopped.
 
 Stop every 0.1.0 writer first. A run that stops half-way is safe to repeat: the
-registry is parked under ``{prefix}:v010:threads`` until every thread is done.
+registry is parked under ``{to_prefix}:v010:threads`` until every thread is done.
+
+0.1.0's keys of a thread id ``{a}`` are the current layout's keys of thread ``a``
+(`LegacyKeys.shadowed_thread`). Threads are migrated longest id first, so such a thread
+is migrated, and its old keys deleted, before the shorter thread whose keys they are is
+written; `keep_old` is refused when any would stay behind as another thread's keys.
 """
 
 from __future__ import annotations
 
 import base64
 import json
+import re
+import shlex
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
@@ -23,11 +30,13 @@ from typing import Any
 import redis
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.serde.base import SerializerProtocol
+from redis.cluster import RedisCluster
+from redis.exceptions import AskError, ClusterCrossSlotError
 
 from ._codec import encode_blob, encode_checkpoint
 from ._core import ABSENT, VERSION_DIGITS, _b, _s
 from ._errors import CorruptDataError, PlainRedisError, WrongTypeError
-from ._keys import LegacyKeys, blob_suffix, escape_run
+from ._keys import SEP, KeySpace, LegacyKeys, blob_suffix, escape_run
 from ._sync import RedisSaver
 
 __all__ = ["MigrationReport", "migrate_v010"]
@@ -99,10 +108,143 @@ def _version(value: Any) -> Any:
     return value
 
 
+_CLUSTER = (
+    "the server is a Redis Cluster node{answer}: the migration needs the standalone Redis "
+    "server 0.1.0 wrote to (0.1.0 could not read its data back from a cluster, so a cluster "
+    "holds nothing to migrate). Point the client (plainredis migrate --url) at that "
+    "standalone server."
+)
+
+
+def _refuse_cluster(client: redis.Redis) -> None:
+    """Raises `PlainRedisError` when `client` talks to a cluster (its keys are spread over
+    nodes, and the migration renames and reads across them)."""
+    if isinstance(client, RedisCluster):
+        raise PlainRedisError(_CLUSTER.format(answer=""))
+    try:
+        enabled = client.info("cluster").get("cluster_enabled")
+    except redis.ResponseError:
+        return  # a user without INFO, say: a cluster's MOVED reply is caught in migrate_v010
+    if enabled:
+        raise PlainRedisError(_CLUSTER.format(answer=" (INFO says cluster_enabled:1)"))
+
+
+def _is_cluster_reply(error: redis.ResponseError) -> bool:
+    if isinstance(error, (AskError, ClusterCrossSlotError)):  # MovedError is an AskError
+        return True
+    return str(error).split(" ", 1)[0] in {"MOVED", "ASK", "CROSSSLOT", "CLUSTERDOWN"}
+
+
+def _named(name: str, value: str) -> str:
+    """An argument as the caller writes it: ``--to-prefix new`` or ``to_prefix='new'``."""
+    return f"{name} {shlex.quote(value)}" if name.startswith("-") else f"{name}={value!r}"
+
+
+def _suggested(prefix: str) -> str:
+    """A prefix the savers accept, made from the 0.1.0 `prefix`."""
+    return re.sub(r"[{}*?\[\]\\\x00-\x20\x7f]+", "-", prefix).strip("-:") or "lg"
+
+
+def target_prefix(
+    prefix: str, to_prefix: str | None, names: tuple[str, str] = ("prefix", "to_prefix")
+) -> str:
+    """The prefix the migration writes under (`to_prefix`, by default `prefix`), after
+    checking both: a ValueError naming the value and the fix (`names` are the arguments as
+    the caller spells them) for a `prefix` 0.1.0 never wrote under, a target the savers
+    refuse, or two prefixes whose keys could be the same keys."""
+    if not isinstance(prefix, str) or not prefix or prefix.endswith(SEP):
+        fixed = prefix.rstrip(SEP) if isinstance(prefix, str) else ""
+        raise ValueError(
+            f"{_named(names[0], str(prefix))}: 0.1.0 never wrote under it (it stripped a "
+            f"trailing {SEP!r} and used 'lg' for an empty prefix): pass "
+            f"{_named(names[0], fixed or 'lg')}"
+        )
+    target = prefix if to_prefix is None else to_prefix
+    try:
+        KeySpace(target)
+    except (TypeError, ValueError) as exc:
+        if to_prefix is not None:
+            raise ValueError(f"{_named(names[1], str(to_prefix))}: {exc}") from None
+        raise ValueError(
+            f"{_named(names[0], prefix)}: 0.1.0 accepted this prefix but the current savers "
+            f"do not ({exc}). Migrate into one they accept with "
+            f"{_named(names[1], _suggested(prefix))} (or another valid prefix), then give "
+            "the savers that prefix"
+        ) from None
+    old, new = prefix + SEP, target + SEP
+    if old != new and (old.startswith(new) or new.startswith(old)):
+        raise ValueError(
+            f"{_named(names[1], target)} and {_named(names[0], prefix)}: the keys under one "
+            "prefix start with the other, so 0.1.0 keys and migrated keys could be the same "
+            f"keys. Pass {_named(names[1], prefix)} (the default) if the savers accept it, or "
+            "a prefix that does not start with the other and that the other does not start with"
+        )
+    return target
+
+
+@dataclass
+class _Entry:
+    """One entry of 0.1.0's registry: the timeline of (thread, namespace)."""
+
+    idx_key: bytes
+    thread_id: str
+    ns: str
+
+
+def _entries(
+    raw: dict[Any, Any], legacy: LegacyKeys, stash: str, target: str, report: MigrationReport
+) -> list[_Entry]:
+    """The parked registry's entries in the order they are migrated; unreadable ones go to
+    `report.skipped`. An entry another 0.1.0 prefix parked here is an error naming it."""
+    entries: list[_Entry] = []
+    for idx_key, value in raw.items():
+        try:
+            where = json.loads(value)
+            thread_id, ns = str(where["thread"]), str(where["ns"])
+        except (ValueError, KeyError, TypeError):
+            report.skipped.append(_b(idx_key).decode(errors="replace"))
+            continue
+        key = _b(idx_key).decode(errors="replace")
+        tail = SEP.join(("", "idx", thread_id, ns))
+        if key != legacy.idx(thread_id, ns) and key.endswith(tail) and len(key) > len(tail):
+            other = key[: -len(tail)]
+            raise PlainRedisError(
+                f"the 0.1.0 registry entry {key!r} is of prefix {other!r}, not "
+                f"{legacy.prefix!r}: a migration from {other!r} into {target!r} has not "
+                f"finished (it parked that registry at {stash!r}). Run that one again "
+                f"(`plainredis migrate --prefix {shlex.quote(other)} --to-prefix "
+                f"{shlex.quote(target)}`, or migrate_v010(client, prefix={other!r}, "
+                f"to_prefix={target!r})); nothing was changed."
+            )
+        entries.append(_Entry(_b(idx_key), thread_id, ns))
+    # A 0.1.0 thread whose old keys are keys of another thread goes before that thread
+    # (`LegacyKeys.shadowed_thread`: it is shorter), so no write lands on a 0.1.0 key that is
+    # still to be read and no delete on a migrated key. The sort is stable.
+    entries.sort(key=lambda e: -len(e.thread_id))
+    return entries
+
+
+def _refuse_keeping_shadows(entries: list[_Entry], legacy: LegacyKeys) -> None:
+    """With `keep_old`, a 0.1.0 key that is also a key of the current layout would stay and
+    be read as part of another thread: refused before anything is written."""
+    for entry in entries:
+        shadowed = LegacyKeys.shadowed_thread(entry.thread_id)
+        if shadowed is not None:
+            raise PlainRedisError(
+                f"keep_old (--keep-old) would leave the 0.1.0 keys of thread "
+                f"{entry.thread_id!r} in place, and they are keys of thread {shadowed!r} in "
+                f"the current layout (its 0.1.0 timeline {legacy.idx(entry.thread_id, entry.ns)!r}"
+                f" is the timeline of {shadowed!r}), which would read them as its own. Run the "
+                "migration without keep_old / --keep-old (a backup keeps the 0.1.0 keys), or "
+                "into another prefix (to_prefix= / --to-prefix); nothing was changed."
+            )
+
+
 def migrate_v010(
     client: redis.Redis,
     prefix: str = "lg",
     *,
+    to_prefix: str | None = None,
     ttl: float | None = None,
     serde: SerializerProtocol | None = None,
     keep_old: bool = False,
@@ -111,46 +253,84 @@ def migrate_v010(
     """Moves a 0.1.0 keyspace into the current layout, losslessly and idempotently.
 
     Args:
-        client: A blocking client (``decode_responses=False``).
-        prefix: The prefix 0.1.0 used (its default was ``lg``).
+        client: A blocking client (``decode_responses=False``) of a standalone server.
+        prefix: The prefix 0.1.0 used (its default was ``lg``): any prefix 0.1.0 accepted.
+        to_prefix: The prefix to migrate into (default: `prefix`); one the savers accept.
+            Needed when 0.1.0's prefix is one the savers refuse, such as ``{agents}``.
         ttl: TTL for the migrated threads, as the saver's `ttl`.
         serde: The serializer 0.1.0 was configured with, if not the default.
-        keep_old: Leave the 0.1.0 keys in place (they no longer clash with the new ones).
+        keep_old: Leave the 0.1.0 keys in place. Refused (before anything is written) when
+            a 0.1.0 thread id such as ``{a}`` has keys that are keys of the current layout.
         progress: Called with a line of text per migrated (thread, namespace).
 
     Returns:
         Counts of what was migrated.
+
+    Raises:
+        ValueError: A prefix 0.1.0 never wrote under, a target the savers refuse, or two
+            prefixes whose keys could be the same.
+        PlainRedisError: The server is a cluster node, or the run stopped (the message names
+            the key and the fix; a rerun goes on where it stopped).
     """
+    target = target_prefix(prefix, to_prefix)
+    _refuse_cluster(client)
+    try:
+        return _migrate(client, prefix, target, ttl, serde, keep_old, progress)
+    except redis.ResponseError as exc:
+        if not _is_cluster_reply(exc):
+            raise
+        answer = f" (it answered {str(exc).split(' ', 1)[0]})"
+        raise PlainRedisError(_CLUSTER.format(answer=answer)) from None
+
+
+def _migrate(
+    client: redis.Redis,
+    prefix: str,
+    target: str,
+    ttl: float | None,
+    serde: SerializerProtocol | None,
+    keep_old: bool,
+    progress: Callable[[str], None] | None,
+) -> MigrationReport:
     legacy = LegacyKeys(prefix)
-    saver = RedisSaver(client=client, prefix=prefix, ttl=ttl, serde=serde)
-    saver._migrating = True  # it writes while 0.1.0's registry is parked: see _ready_plan
-    report = MigrationReport()
-    if client.type(legacy.registry) == b"hash":
+    # Parked where the savers of the target prefix look, so they refuse it until done.
+    stash = LegacyKeys(target).stash
+    if target != prefix and client.type(LegacyKeys(target).registry) == b"hash":
+        raise PlainRedisError(
+            f"the target prefix {target!r} holds a keyspace 0.1.0 wrote (its registry "
+            f"{LegacyKeys(target).registry!r} is a hash): migrate that one first, or pick "
+            "another target prefix; nothing was changed."
+        )
+    parked = _read(client, stash, "hash", partial(client.hgetall, stash))
+    registry = client.hgetall(legacy.registry) if client.type(legacy.registry) == b"hash" else None
+    # Every check reads what is waiting, before anything is written.
+    waiting = _entries({**parked, **(registry or {})}, legacy, stash, target, MigrationReport())
+    if keep_old and target == prefix:
+        _refuse_keeping_shadows(waiting, legacy)
+    if registry is not None:
         # Park the old registry: the current layout keeps a zset under that name.
-        if client.exists(legacy.stash):
-            _read(client, legacy.stash, "hash", partial(client.hlen, legacy.stash))
-            for fld, value in client.hgetall(legacy.registry).items():
-                client.hset(legacy.stash, fld, value)
+        if parked:
+            for fld, value in registry.items():
+                client.hset(stash, fld, value)
             client.delete(legacy.registry)
         else:
-            client.rename(legacy.registry, legacy.stash)
-    entries = _read(client, legacy.stash, "hash", partial(client.hgetall, legacy.stash))
-    for idx_key, value in entries.items():
-        try:
-            where = json.loads(value)
-            thread_id, ns = str(where["thread"]), str(where["ns"])
-        except (ValueError, KeyError, TypeError):
-            report.skipped.append(_b(idx_key).decode(errors="replace"))
-            continue
-        old_keys = _migrate_timeline(saver, client, legacy, _b(idx_key), thread_id, ns, report)
+            client.rename(legacy.registry, stash)
+    report = MigrationReport()
+    raw = _read(client, stash, "hash", partial(client.hgetall, stash))
+    entries = _entries(raw, legacy, stash, target, report)
+    saver = RedisSaver(client=client, prefix=target, ttl=ttl, serde=serde)
+    saver._migrating = True  # it writes while 0.1.0's registry is parked: see _ready_plan
+    for entry in entries:
+        thread_id, ns = entry.thread_id, entry.ns
+        old_keys = _migrate_timeline(saver, client, legacy, entry.idx_key, thread_id, ns, report)
         if progress:
             progress(f"migrated thread {thread_id!r} namespace {ns!r}")
         if not keep_old:
             report.old_keys_deleted += client.delete(*old_keys) if old_keys else 0
-        client.hdel(legacy.stash, idx_key)
+        client.hdel(stash, entry.idx_key)
         report.threads += 1
     if not report.skipped:
-        report.old_keys_deleted += client.delete(legacy.stash, legacy.seq) if not keep_old else 0
+        report.old_keys_deleted += client.delete(stash, legacy.seq) if not keep_old else 0
     return report
 
 
