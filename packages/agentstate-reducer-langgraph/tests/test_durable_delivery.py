@@ -24,6 +24,7 @@ import redis.asyncio as aioredis
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from langgraph.graph import START, StateGraph
 from langgraph.graph.message import add_messages
 
@@ -741,6 +742,63 @@ def test_langchain_messages_round_trip_through_the_outbox(client: redis.Redis, p
     stored = writer.read(("u", "7"))
     assert stored["a1"].tool_calls[0]["id"] == "call-1"
     assert isinstance(stored["t1"], ToolMessage) and stored["t1"].tool_call_id == "call-1"
+
+
+class Tagged(HumanMessage):
+    """A message type of the graph's own: strict msgpack revives it only when allowlisted."""
+
+    tag: str = ""
+
+
+def strict_saver(client: redis.Redis, prefix: str, hook: Any, mode: str) -> ReducingSaver:
+    """Over a saver whose serializer is as strict as with ``LANGGRAPH_STRICT_MSGPACK=true``."""
+    strict = JsonPlusSerializer(allowed_msgpack_modules=None)
+    return ReducingSaver(
+        InMemorySaver(serde=strict),
+        reducer(RedisDeliveryLedger(client, prefix=prefix), hook, window=3, keep=2),
+        outbox=RedisOutbox(client, prefix=prefix),
+        delivery=Delivery(mode, poll_interval=0.05),  # type: ignore[arg-type]
+    )
+
+
+def tagged_checkpoint() -> Any:
+    cp = empty_checkpoint()
+    cp["channel_values"] = {
+        "messages": [Tagged(content=f"m{i}", id=f"m{i}", tag="x") for i in range(5)]
+    }
+    cp["channel_versions"] = {"messages": 1}
+    return cp
+
+
+def test_an_allowlisted_clone_decodes_its_staged_batches_with_the_allowlist(
+    client: redis.Redis, prefix: str
+) -> None:
+    """`with_allowlist` (LangGraph calls it when it compiles a graph under strict msgpack)
+    gave the clone the original's delivery, which decoded staged batches with the serializer
+    that has no allowlist: the hook got the graph's own message types as plain dicts, and
+    the ledger recorded them delivered."""
+    got: list[Any] = []
+    saver = strict_saver(client, prefix, lambda pruned, namespace: got.extend(pruned), "manual")
+    clone = saver.with_allowlist([(Tagged.__module__, "Tagged")])
+    assert clone is not saver and clone.delivery is not None
+    clone.put(cfg("t"), tagged_checkpoint(), {}, {"messages": 1})
+    assert clone.drain().delivered == 1
+    assert [type(m) for m in got] == [Tagged, Tagged, Tagged] and got[0].tag == "x"
+    # One delivery state for the saver and its clones: counters, acks, background worker.
+    assert saver.delivery is not None and saver.delivery.delivered == 1
+
+
+def test_closing_the_saver_flushes_what_its_allowlisted_clone_delivers_in_background(
+    client: redis.Redis, prefix: str
+) -> None:
+    got: list[Any] = []
+    saver = strict_saver(client, prefix, lambda pruned, namespace: got.extend(pruned), "background")
+    clone = saver.with_allowlist([(Tagged.__module__, "Tagged")])
+    clone.put(cfg("t"), tagged_checkpoint(), {}, {"messages": 1})
+    assert saver.delivery is not None
+    saver.delivery.close()  # what the README says to call: the clone's worker is the saver's
+    assert [m.id for m in got] == ["m1", "m2", "m3"]
+    assert saver.delivery_stats().backlog == 0
 
 
 def test_async_clients_are_refused_where_a_blocking_one_is_needed(

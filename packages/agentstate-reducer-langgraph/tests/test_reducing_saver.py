@@ -247,6 +247,23 @@ def test_pruned_turns_reach_on_prune_once_each_with_the_run_namespace() -> None:
     assert set(contents) | kept == everything and not set(contents) & kept
 
 
+def test_a_message_edited_in_the_window_leaves_it_with_its_edited_content() -> None:
+    """An edit by id (add_messages replaces the message) made while the message is in the
+    window is what the hook gets when a later cut prunes it; see long-term-memory.md for
+    edits made after it left."""
+    hook = Recorder()
+    saver = ReducingSaver(InMemorySaver(), reducer(hook))
+    graph = chat_graph(saver)
+    config = {"configurable": {"thread_id": "edit"}}
+    for turn in range(3):
+        graph.invoke({"messages": [HumanMessage(f"q{turn}", id=f"q{turn}")]}, config)
+    graph.update_state(config, {"messages": [HumanMessage("q1, edited", id="q1")]})
+    for turn in range(3, 7):
+        graph.invoke({"messages": [HumanMessage(f"q{turn}", id=f"q{turn}")]}, config)
+    contents = [c for c, _ in hook.seen]
+    assert "q1, edited" in contents and "q1" not in contents
+
+
 async def test_async_hooks_are_awaited_on_the_aput_path() -> None:
     seen: list[str] = []
 

@@ -15,7 +15,13 @@ from typing import Any
 import pytest
 from reducer_helpers import Recorder, conversation
 
-from agentstate_reducer import AsyncBackground, Background, MessageReducer, ReducerConfig
+from agentstate_reducer import (
+    AsyncBackground,
+    Background,
+    DeliveryReport,
+    MessageReducer,
+    ReducerConfig,
+)
 
 
 def reducer_with(*hooks: Any) -> MessageReducer:
@@ -226,6 +232,19 @@ def recording_async_background(
     return got, background, reducer_with(background)
 
 
+def retry_on_a_new_loop(background: AsyncBackground, reducer: MessageReducer) -> DeliveryReport:
+    """A later request, on a new loop: flush `background`, retry with `adeliver([])`, close
+    `background`; returns the retry's report."""
+
+    async def later() -> DeliveryReport:
+        await asyncio.wait_for(background.aflush(), 5)
+        report = await reducer.adeliver([], "ns")
+        await asyncio.wait_for(background.aclose(), 5)
+        return report
+
+    return asyncio.run(later())
+
+
 def test_an_async_batch_the_loop_never_started_waits_for_the_next_delivery(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
@@ -368,13 +387,7 @@ def test_a_batch_handed_to_a_loop_that_closed_before_starting_it_is_retried() ->
     assert reducer.deliver(pruned, "ns")["amem"].queued == ("sys", "h0", "b0")
     loop.close()
 
-    async def later() -> Any:  # a later request, on a new loop
-        await asyncio.wait_for(background.aflush(), 5)
-        report = await reducer.adeliver([], "ns")
-        await asyncio.wait_for(background.aclose(), 5)
-        return report
-
-    report = asyncio.run(later())
+    report = retry_on_a_new_loop(background, reducer)
     assert report["amem"].queued == ("sys", "h0", "b0") and background.failed == 1
     assert got == ["x", "sys", "h0", "b0"] and reducer.pending == 0
 
@@ -452,13 +465,7 @@ def test_a_batch_taken_over_while_asyncio_run_ends_is_retried_on_a_later_loop() 
     asyncio.run(request())
     stuck[0] = False
 
-    async def later() -> Any:  # a later request, on a new loop
-        await asyncio.wait_for(background.aflush(), 5)
-        report = await reducer.adeliver([], "ns")
-        await asyncio.wait_for(background.aclose(), 5)
-        return report
-
-    report = asyncio.run(later())
+    report = retry_on_a_new_loop(background, reducer)
     assert report["amem"].queued == ("sys", "h0", "b0") and background.failed == 2
     assert got == ["sys", "h0", "b0"] and reducer.pending == 0
 

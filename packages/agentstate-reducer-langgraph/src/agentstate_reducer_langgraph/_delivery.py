@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import copy
 import logging
 import secrets
 import threading
@@ -57,6 +58,20 @@ class _Outcome:
     kind: str  # "delivered", "failed", "waiting" or "discarded"
 
 
+class _Shared:
+    """What a runner shares with those `DeliveryRunner.with_inner` derives from it: one
+    saver's delivery, whichever of its allowlisted clones stores."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.acks: list[Settlement] = []
+        self.delivered = 0
+        self.failures = 0
+        self.discarded = 0
+        self.thread: _ThreadWorker | None = None
+        self.task: _TaskWorker | None = None
+
+
 _live: weakref.WeakSet[DeliveryRunner] = weakref.WeakSet()
 
 
@@ -96,19 +111,56 @@ class DeliveryRunner:
         self.reducer = reducer
         self.outbox = outbox
         self.options = options
-        self.delivered = 0
-        self.failures = 0
-        self.discarded = 0
-        self._lock = threading.Lock()
-        self._acks: list[Settlement] = []
-        self._thread: _ThreadWorker | None = None
-        self._task: _TaskWorker | None = None
+        self._shared = _Shared()
+        self._lock = self._shared.lock
+        self._acks = self._shared.acks
         _live.add(self)
+
+    def with_inner(self, inner: BaseCheckpointSaver[Any]) -> DeliveryRunner:
+        """This runner over `inner` (a `with_allowlist` clone of its inner saver): batches
+        are encoded and decoded with `inner`'s serializer and checked against `inner`, while
+        the counters, the acks waiting to be sent and the background worker stay shared, so
+        closing or flushing either runner covers both."""
+        runner = copy.copy(self)
+        runner.inner = inner
+        _live.add(runner)  # a compiled graph may keep only the clone
+        return runner
 
     @property
     def mode(self) -> str:
         """``inline``, ``background`` or ``manual``."""
         return self.options.mode
+
+    @property
+    def delivered(self) -> int:
+        """Batches this process delivered and acknowledged."""
+        return self._shared.delivered
+
+    @property
+    def failures(self) -> int:
+        """Deliveries in this process in which a hook raised."""
+        return self._shared.failures
+
+    @property
+    def discarded(self) -> int:
+        """Batches this process dropped because their checkpoint never appeared."""
+        return self._shared.discarded
+
+    @property
+    def _thread(self) -> _ThreadWorker | None:
+        return self._shared.thread
+
+    @_thread.setter
+    def _thread(self, worker: _ThreadWorker | None) -> None:
+        self._shared.thread = worker
+
+    @property
+    def _task(self) -> _TaskWorker | None:
+        return self._shared.task
+
+    @_task.setter
+    def _task(self, worker: _TaskWorker | None) -> None:
+        self._shared.task = worker
 
     # -- decisions -------------------------------------------------------------------------
 
@@ -150,8 +202,7 @@ class DeliveryRunner:
         are not yet: that delivery may fail and keep them in memory only, so the batch
         stays in the outbox and is retried without counting a failure."""
         failed = [h.hook for h in report.hooks if h.failed]
-        # `getattr`: reports of agentstate-reducer 0.6.0 have no `in_flight`.
-        busy = [h.hook for h in report.hooks if h.queued or getattr(h, "in_flight", ())]
+        busy = [h.hook for h in report.hooks if h.queued or h.in_flight]
         if not failed and not busy:
             return _Outcome(Settlement(batch.id, "ack"), "delivered")
         attempt = batch.failures + 1 if failed else max(batch.failures, 1)
@@ -210,10 +261,11 @@ class DeliveryRunner:
 
     def _count(self, outcomes: Sequence[_Outcome]) -> DrainReport:
         kinds = [o.kind for o in outcomes]
+        shared = self._shared
         with self._lock:
-            self.delivered += kinds.count("delivered")
-            self.failures += kinds.count("failed")
-            self.discarded += kinds.count("discarded")
+            shared.delivered += kinds.count("delivered")
+            shared.failures += kinds.count("failed")
+            shared.discarded += kinds.count("discarded")
         return DrainReport(
             claimed=len(kinds),
             delivered=kinds.count("delivered"),
@@ -224,7 +276,8 @@ class DeliveryRunner:
 
     def _take_acks(self) -> list[Settlement]:
         with self._lock:
-            acks, self._acks = self._acks, []
+            acks = self._acks[:]
+            self._acks.clear()  # in place: the list is shared with `with_inner` runners
         return acks
 
     def _defer(self, outcome: _Outcome) -> list[Settlement]:

@@ -455,13 +455,20 @@ class ReducingSaver(BaseCheckpointSaver[Any]):
         return self.inner.get_next_version(current, channel)
 
     def with_allowlist(self, extra_allowlist: Collection[tuple[str, ...]]) -> ReducingSaver:
-        """A clone whose inner saver carries the derived msgpack allowlist."""
+        """A clone whose inner saver carries the derived msgpack allowlist.
+
+        With an outbox, the clone's delivery encodes and decodes staged batches with that
+        serializer too; it shares the counters, pending acks and background worker of this
+        saver's delivery, so `saver.delivery.close()` also covers what the clone staged.
+        """
         inner = self.inner.with_allowlist(extra_allowlist)
         if inner is self.inner:
             return self
         clone = copy.copy(self)
         clone.inner = inner
         clone.serde = inner.serde
+        if self.delivery is not None:
+            clone.delivery = self.delivery.with_inner(inner)
         return clone
 
     def __repr__(self) -> str:
