@@ -121,6 +121,7 @@ _REGISTRY_PAGE = 500  # threads per ZSCAN call of list(None)
 _LIST_PAGE = 128
 _DECODE_AHEAD = 16  # list entries whose blobs are decoded together, ahead of their tuples
 _BATCH_THREADS = 64
+_HISTORY_HOPS = 256  # ancestors one DeltaChannel history call reads at most (a script's time)
 # Keys LangGraph puts in the metadata of every checkpoint of a thread with a DeltaChannel.
 _DELTA_MARKS = frozenset({"counters_since_delta_snapshot", "delta_writes_versioned"})
 _PAUSED_THREADS = 1024  # threads whose paused subgraphs a saver remembers, at most
@@ -822,6 +823,71 @@ class SaverCore:
         return self._tuple(
             tk, ns, found, entry, asked=asked, stored=stored, shown=conf["thread_id"]
         )
+
+    # -- DeltaChannel history ------------------------------------------------------------
+
+    def _delta_history_steps(
+        self, config: RunnableConfig, channels: Sequence[str]
+    ) -> Generator[Step, list[Any], dict[str, Any]]:
+        """LangGraph's `get_delta_channel_history`: per channel, the writes of the ancestors
+        of the checkpoint `config` names (parent first, back to the nearest one holding the
+        channel's value, whose writes count too) in replay order, and that value as
+        ``seed``. One script walks the chain server-side, `_HISTORY_HOPS` ancestors a
+        round trip, where the default walks it a `get_tuple` (every blob) per ancestor."""
+        names = list(dict.fromkeys(channels))
+        if not names:
+            return {}
+        conf = _configurable(config, "get_delta_channel_history")
+        tk = self.keyspace.thread(_str_field(conf, "thread_id"))
+        ns = _str_field(conf, "checkpoint_ns", "")
+        chunks: dict[str, list[list[PendingWrite]]] = {ch: [] for ch in names}
+        seeds: dict[str, Any] = {}
+        cursor, start = get_checkpoint_id(config) or "", "0"
+        while True:
+            still = [ch for ch in names if ch not in seeds]
+            args: tuple[str | int, ...] = (
+                cursor,
+                start,
+                escape(ns),
+                tk.cp_prefix,
+                tk.wr_prefix,
+                tk.blob_prefix,
+                _HISTORY_HOPS,
+                len(still),
+                *[escape(ch) for ch in still],
+                *still,
+            )
+            ((ancestors, more),) = yield [Eval("delta_history", (tk.idx(ns),), args)]
+            for ancestor in ancestors:
+                cid = _s(ancestor[0])
+                if len(ancestor) > 3:  # its payload is damaged: raises, naming the key
+                    decode_checkpoint(_b(ancestor[3]), tk.cp(ns, cid))
+                wr_key = tk.wr(ns, cid)
+                writes = sorted(
+                    (decode_write(value, wr_key) for _, value in _pairs(ancestor[1])),
+                    key=lambda w: (w.task_path, w.task_id, w.idx),
+                )
+                per: dict[str, list[PendingWrite]] = {ch: [] for ch in still if ch not in seeds}
+                for w in writes:
+                    if w.channel in per:
+                        per[w.channel].append((w.task_id, w.channel, self._loads(w.value, wr_key)))
+                for ch, got in per.items():
+                    chunks[ch].append(got)
+                found = ancestor[2]
+                for i in range(0, len(found), 3):
+                    blob_key = tk.blob_at(ns, _s(found[i + 1]))
+                    typed = decode_blob(_b(found[i + 2]), blob_key)
+                    seeds[still[int(found[i]) - 1]] = self._loads(typed, blob_key)
+            if not more:
+                break
+            cursor, start = _s(more), "1"
+        history: dict[str, Any] = {}
+        for ch in channels:
+            entry: dict[str, Any] = {"writes": [w for chunk in reversed(chunks[ch]) for w in chunk]}
+            if ch in seeds:
+                entry["seed"] = seeds[ch]
+            history[ch] = entry
+        return history
 
     # -- list ----------------------------------------------------------------------------
 

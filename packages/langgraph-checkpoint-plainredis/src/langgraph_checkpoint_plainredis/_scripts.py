@@ -1215,6 +1215,95 @@ end
 return out
 """
 
+DELTA_HISTORY = r"""
+-- KEYS: idx; ARGV: cid ('' = newest), from ('1': cid is the first ancestor to read; else the
+-- walk starts at its parent), N, cp_prefix, wr_prefix, blob_prefix, most ancestors to read,
+-- k, then k escaped channel names (as blob refs hold them), then the same k channels as
+-- writes name them.
+-- Walks the parent chain for LangGraph's DeltaChannel history: returns {ancestors, next},
+-- each ancestor {id, its writes to channels still open (flat field, value), {channel number,
+-- blob ref, blob value}... for the channels it holds a value of, which close there}, and the
+-- id to go on from once the budget is spent, else false. A channel whose blob is missing or
+-- empty at an ancestor stays open (a DeltaChannel between snapshots). A damaged ancestor
+-- comes back with its payload as a fourth field, for the client to name.
+local n, cp, wr, blob = ARGV[3], ARGV[4], ARGV[5], ARGV[6]
+local budget, k = tonumber(ARGV[7]), tonumber(ARGV[8])
+local by_ref, by_name, closed, open = {}, {}, {}, k
+for i = 1, k do
+  by_ref[ARGV[8 + i]] = i
+  by_name[ARGV[8 + k + i]] = i
+end
+local cur, payload, err = ARGV[1], nil, nil
+if ARGV[2] ~= '1' then
+  if cur == '' then
+    cur, payload, err = latest(KEYS[1], cp, n)
+  else
+    err = check(KEYS[1], 'zset')
+    if not err then payload, err = get_string(cp .. n .. ':' .. cur) end
+  end
+  if err then return err end
+  if not payload then return {{}, false} end
+  local parent = string.byte(payload, 1) == 1 and (nsread(payload, 2))
+  if not parent then return {{{cur, {}, {}, payload}}, false} end
+  cur = parent
+end
+-- An 'empty' value (type code 'e', compressed or not) is no value, as a missing key is.
+local function holds_value(v)
+  local head = string.byte(v, 1)
+  return not (string.byte(v, 2) == 101 and (head == 1 or head == 17))
+end
+local out = {}
+while cur ~= '' and open > 0 do
+  if budget == 0 then return {out, cur} end
+  budget = budget - 1
+  payload, err = get_string(cp .. n .. ':' .. cur)
+  if err then return err end
+  if not payload then break end  -- pruned or expired: the chain ends here
+  local _, refs, intact = header(payload)
+  if not intact then
+    out[#out + 1] = {cur, {}, {}, payload}
+    break
+  end
+  local writes
+  writes, err = get_hash(wr .. n .. ':' .. cur)
+  if err then return err end
+  local kept = {}
+  for i = 1, #writes, 2 do
+    local v = writes[i + 1]
+    local pos = string.byte(v, 1) == 1 and 2 or nil
+    for _ = 1, 3 do pos = pos and nsskip(v, pos) end
+    local channel = pos and (nsread(v, pos))
+    local j = channel and by_name[channel]
+    if not channel or (j and not closed[j]) then  -- a damaged one goes to the client to name
+      kept[#kept + 1] = writes[i]
+      kept[#kept + 1] = v
+    end
+  end
+  local seeds = {}
+  for _, r in ipairs(refs) do
+    local colon = string.find(r, ':', 1, true)
+    local j = colon and by_ref[string.sub(r, 1, colon - 1)]
+    if j and not closed[j] then
+      local v
+      v, err = get_string(blob .. n .. ':' .. r)
+      if err then return err end
+      if v and holds_value(v) then
+        seeds[#seeds + 1] = j
+        seeds[#seeds + 1] = r
+        seeds[#seeds + 1] = v
+      end
+    end
+  end
+  for i = 1, #seeds, 3 do
+    if not closed[seeds[i]] then open = open - 1 end
+    closed[seeds[i]] = true
+  end
+  out[#out + 1] = {cur, kept, seeds}
+  cur = nsread(payload, 2) or ''
+end
+return {out, false}
+"""
+
 PRUNE_KEEP_LATEST = (
     _PREFIXES
     + r"""
@@ -1584,6 +1673,7 @@ SCRIPTS = {
         _script("delete_thread", DELETE_THREAD),
         _check_only("delete_thread", DELETE_THREAD),
         _script("heads", HEADS),
+        _script("delta_history", DELTA_HISTORY),
         _script("prune_keep_latest", PRUNE_KEEP_LATEST),
         _check_only("prune_keep_latest", PRUNE_KEEP_LATEST),
         _script("remove_checkpoints", REMOVE_CHECKPOINTS),

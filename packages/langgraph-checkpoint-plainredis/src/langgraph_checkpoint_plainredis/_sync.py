@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 import threading
 import time
-from collections.abc import AsyncIterator, Generator, Iterator, Sequence
+from collections.abc import AsyncIterator, Generator, Iterator, Mapping, Sequence
 from types import TracebackType
 from typing import Any, TypeVar
 
@@ -434,6 +434,14 @@ class RedisSaver(SaverCore, BaseCheckpointSaver[str]):
         """Keeps only the newest checkpoint per namespace, or deletes the threads."""
         self._drive(self._prune_steps(thread_ids, strategy))
 
+    def get_delta_channel_history(
+        self, *, config: RunnableConfig, channels: Sequence[str]
+    ) -> Mapping[str, Any]:
+        """LangGraph's DeltaChannel replay: per channel, the writes since the nearest
+        ancestor holding its value, and that value (``seed``). One round trip per 256
+        ancestors, where the default reads each ancestor with a `get_tuple`."""
+        return self._drive(self._delta_history_steps(config, channels))
+
     # -- the other side ------------------------------------------------------------------
 
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
@@ -479,3 +487,8 @@ class RedisSaver(SaverCore, BaseCheckpointSaver[str]):
 
     async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         _use_async("aprune")
+
+    async def aget_delta_channel_history(
+        self, *, config: RunnableConfig, channels: Sequence[str]
+    ) -> Mapping[str, Any]:
+        _use_async("aget_delta_channel_history")

@@ -1,0 +1,217 @@
+"""`get_delta_channel_history`: LangGraph rebuilds a DeltaChannel from the writes of the
+ancestors back to the nearest one holding its value. The savers walk that chain in one
+script, where the base class reads each ancestor with a `get_tuple` (every blob of it)."""
+
+from __future__ import annotations
+
+import operator
+from typing import Annotated, Any, TypedDict
+
+import pytest
+from langgraph.checkpoint.base import BaseCheckpointSaver, empty_checkpoint
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.graph import START, StateGraph
+
+from agentstate_testkit.savers import counting_async_client, counting_client
+from langgraph_checkpoint_plainredis import AsyncRedisSaver, CorruptDataError, RedisSaver, _core
+
+try:
+    from langgraph.channels.delta import DeltaChannel
+except ImportError:  # a langgraph before DeltaChannel (the lowest-dependency run)
+    DeltaChannel = None
+
+pytestmark = pytest.mark.skipif(DeltaChannel is None, reason="this langgraph has no DeltaChannel")
+
+CHANNELS = ["log", "rare", "plain", "nothing"]
+
+
+def _extend(state: list[str], writes: list[list[str]]) -> list[str]:
+    return [*state, *(item for write in writes for item in write)]
+
+
+if DeltaChannel is not None:
+
+    class Logged(TypedDict, total=False):
+        log: Annotated[list[str], DeltaChannel(_extend, snapshot_frequency=3)]
+        rare: Annotated[list[str], DeltaChannel(_extend)]  # snapshots every 100 updates
+        plain: Annotated[list[str], operator.add]
+
+
+def _graph(checkpointer: Any) -> Any:
+    def step(state: Logged) -> dict[str, Any]:
+        out: dict[str, Any] = {"log": [f"n{len(state.get('log', []))}"]}
+        if len(state.get("log", [])) % 4 == 0:
+            out["rare"] = [f"r{len(state.get('log', []))}"]
+        return out
+
+    def echo(state: Logged) -> dict[str, Any]:
+        return {"plain": [str(len(state.get("plain", [])))], "log": ["e"]}
+
+    builder = StateGraph(Logged)
+    builder.add_node("step", step)
+    builder.add_node("echo", echo)
+    builder.add_edge(START, "step")
+    builder.add_edge(START, "echo")  # two tasks a step: writes of several tasks per ancestor
+    return builder.compile(checkpointer=checkpointer)
+
+
+def cfg(thread: str, cid: str | None = None, ns: str = "") -> Any:
+    conf: dict[str, Any] = {"thread_id": thread, "checkpoint_ns": ns}
+    if cid:
+        conf["checkpoint_id"] = cid
+    return {"configurable": conf}
+
+
+def _grow(checkpointer: Any, thread: str) -> None:
+    """Turns on one thread, then a fork from an early checkpoint continued for two turns."""
+    graph = _graph(checkpointer)
+    for i in range(9):
+        graph.invoke({"log": [f"in{i}"]}, cfg(thread))
+    early = [t.config for t in checkpointer.list(cfg(thread))][-5]
+    graph.update_state(early, {"log": ["fork"]})  # the newest checkpoint: turns go on from it
+    for i in range(2):
+        graph.invoke({"log": [f"f{i}"]}, cfg(thread))
+
+
+async def _agrow(checkpointer: Any, thread: str) -> None:
+    graph = _graph(checkpointer)
+    for i in range(9):
+        await graph.ainvoke({"log": [f"in{i}"]}, cfg(thread))
+    early = [t.config async for t in checkpointer.alist(cfg(thread))][-5]
+    await graph.aupdate_state(early, {"log": ["fork"]})
+    for i in range(2):
+        await graph.ainvoke({"log": [f"f{i}"]}, cfg(thread))
+
+
+def test_history_is_the_default_walk_of_every_checkpoint(sync_saver: RedisSaver) -> None:
+    """For every checkpoint of a thread with a fork, per channel (DeltaChannels that snapshot
+    often and rarely, a plain channel, an unknown one): exactly what the base class's walk
+    over the saver's own `get_tuple` gives, task ids and order of writes included."""
+    _grow(sync_saver, "t")
+    configs = [t.config for t in sync_saver.list(cfg("t"))]
+    assert len(configs) > 20
+    for config in [*configs, cfg("t"), cfg("t", "no-such-checkpoint"), cfg("none")]:
+        got = sync_saver.get_delta_channel_history(config=config, channels=CHANNELS)
+        want = BaseCheckpointSaver.get_delta_channel_history(
+            sync_saver, config=config, channels=CHANNELS
+        )
+        assert got == want, config
+    assert sync_saver.get_delta_channel_history(config=cfg("t"), channels=[]) == {}
+    # A state rebuilt from it is InMemorySaver's, for the newest checkpoint and the fork.
+    memory = InMemorySaver()
+    _grow(memory, "t")
+    assert _graph(sync_saver).get_state(cfg("t")).values == (
+        _graph(memory).get_state(cfg("t")).values
+    )
+    history = [s.values for s in _graph(sync_saver).get_state_history(cfg("t"))]
+    assert history == [s.values for s in _graph(memory).get_state_history(cfg("t"))]
+
+
+async def test_async_history_is_the_default_walk(async_saver: AsyncRedisSaver) -> None:
+    await _agrow(async_saver, "t")
+    configs = [t.config async for t in async_saver.alist(cfg("t"))]
+    for config in [*configs, cfg("t"), cfg("none")]:
+        got = await async_saver.aget_delta_channel_history(config=config, channels=CHANNELS)
+        want = await BaseCheckpointSaver.aget_delta_channel_history(
+            async_saver, config=config, channels=CHANNELS
+        )
+        assert got == want, config
+
+
+def test_a_long_chain_takes_a_round_trip_per_budget(
+    redis_url: str, prefix: str, redis_kind: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One round trip reads up to `_HISTORY_HOPS` ancestors; a longer chain goes on from
+    where the last one stopped, with the same result."""
+    if redis_kind.endswith("-cluster"):
+        pytest.skip("round trips are counted on a standalone server")
+    client, counter = counting_client(redis_url)
+    try:
+        saver = RedisSaver(client=client, prefix=prefix)
+        _grow(saver, "t")
+        want = BaseCheckpointSaver.get_delta_channel_history(
+            saver, config=cfg("t"), channels=CHANNELS
+        )
+        before = counter.round_trips
+        assert saver.get_delta_channel_history(config=cfg("t"), channels=CHANNELS) == want
+        assert counter.round_trips - before == 1
+        read = _ancestors_read(saver, cfg("t"), CHANNELS)
+        assert read > 8
+        monkeypatch.setattr(_core, "_HISTORY_HOPS", 2)
+        before = counter.round_trips
+        assert saver.get_delta_channel_history(config=cfg("t"), channels=CHANNELS) == want
+        assert counter.round_trips - before == (read + 1) // 2  # two ancestors a round trip
+    finally:
+        client.close()
+
+
+def _ancestors_read(saver: RedisSaver, config: Any, channels: list[str]) -> int:
+    """How many ancestors the walk reads: back to where every channel has a value, or the
+    first checkpoint."""
+    remaining, read = set(channels), 0
+    tup = saver.get_tuple(config)
+    while tup is not None and tup.parent_config and remaining:
+        tup = saver.get_tuple(tup.parent_config)
+        read += 1
+        remaining -= set(tup.checkpoint["channel_values"]) if tup else remaining
+    return read
+
+
+async def test_a_turn_costs_the_same_round_trips_however_long_the_thread(
+    redis_url: str, prefix: str, redis_kind: str
+) -> None:
+    """The base class's walk made a turn cost a round trip per ancestor back to a snapshot:
+    126 for a turn after 40 (a DeltaChannel snapshots every 100 updates by default)."""
+    if redis_kind.endswith("-cluster"):
+        pytest.skip("round trips are counted on a standalone server")
+    aclient, counter = counting_async_client(redis_url)
+    try:
+        graph = _graph(AsyncRedisSaver(client=aclient, prefix=prefix))
+        costs = []
+        for i in range(40):
+            with counter.measure():
+                await graph.ainvoke({"log": [f"in{i}"]}, cfg("t"))
+            # Script calls: a turn may also open a connection (its handshake is counted).
+            costs.append(sum(c[0] in ("EVALSHA", "EVAL") for c in counter.commands))
+        assert set(costs[1:]) == {8}, costs  # 3 puts, 3 put_writes, a get, a history
+    finally:
+        await aclient.aclose()
+
+
+def test_a_damaged_ancestor_is_named_and_a_missing_one_ends_the_chain(
+    sync_saver: RedisSaver, client: Any
+) -> None:
+    parent = None
+    for step in range(3):
+        cp = empty_checkpoint()
+        cp["channel_values"] = {}
+        cp["channel_versions"] = {"log": f"{step + 1:032}.0"}
+        config = sync_saver.put(
+            cfg("t", parent), cp, {"step": step}, {"log": cp["channel_versions"]["log"]}
+        )
+        sync_saver.put_writes(config, [("log", [f"w{step}"])], f"task{step}")
+        parent = config["configurable"]["checkpoint_id"]
+    ids = [t.config["configurable"]["checkpoint_id"] for t in sync_saver.list(cfg("t"))]
+    middle = sync_saver.keyspace.thread("t").cp("", ids[1])
+    good = client.get(middle)
+    client.set(middle, b"\x01damaged")
+    with pytest.raises(CorruptDataError, match=ids[1]):
+        sync_saver.get_delta_channel_history(config=cfg("t"), channels=["log"])
+    client.delete(middle)  # as prune or an expiry leaves it: the walk stops before it
+    got = sync_saver.get_delta_channel_history(config=cfg("t"), channels=["log"])
+    assert got == BaseCheckpointSaver.get_delta_channel_history(
+        sync_saver, config=cfg("t"), channels=["log"]
+    )
+    assert got == {"log": {"writes": []}}
+    client.set(middle, good)
+    got = sync_saver.get_delta_channel_history(config=cfg("t"), channels=["log"])
+    assert [w[2] for w in got["log"]["writes"]] == [["w0"], ["w1"]]
+
+
+async def test_the_other_side_names_the_class_to_use(
+    sync_saver: RedisSaver, async_saver: AsyncRedisSaver
+) -> None:
+    with pytest.raises(NotImplementedError, match="AsyncRedisSaver"):
+        await sync_saver.aget_delta_channel_history(config=cfg("t"), channels=["log"])
+    with pytest.raises(NotImplementedError, match="Use RedisSaver"):
+        async_saver.get_delta_channel_history(config=cfg("t"), channels=["log"])
