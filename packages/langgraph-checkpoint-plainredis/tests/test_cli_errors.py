@@ -7,6 +7,7 @@ from typing import Annotated, Any, TypedDict
 
 import pytest
 from langchain_core.messages import AIMessage, HumanMessage
+from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.graph import START, StateGraph
 from langgraph.graph.message import add_messages
 
@@ -93,12 +94,13 @@ def test_every_command_takes_a_unix_socket_url(
         assert counts(url, "lg", "t", "u") == {"t": 1, "u": 0}
 
 
-def test_prune_keep_latest_of_a_delta_channel_thread_fails_in_one_line(
+def test_prune_keep_latest_refusal_is_one_line(
     redis_url: str, prefix: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """The saver refuses keep_latest on a thread that uses a DeltaChannel; the command let
-    its NotImplementedError out as a traceback. Now one line on stderr, exit 1, and no
-    thread asked for is pruned."""
+    """The saver refuses keep_latest on a thread whose DeltaChannel marks name no channels
+    (LangGraph.js's); the command let its NotImplementedError out as a traceback. Now one
+    line on stderr, exit 1, and no thread asked for is pruned. A LangGraph DeltaChannel
+    thread is pruned (what its state is rebuilt from is kept)."""
     if DeltaChannel is None:
         pytest.skip("this langgraph has no DeltaChannel")
 
@@ -111,20 +113,30 @@ def test_prune_keep_latest_of_a_delta_channel_thread_fails_in_one_line(
     with RedisSaver(redis_url, prefix=prefix) as saver:
         app = builder.compile(checkpointer=saver)
         for i in range(2):
-            app.invoke({"log": [f"in{i}"]}, {"configurable": {"thread_id": "delta"}})
+            app.invoke({"log": [f"in{i}"]}, {"configurable": {"thread_id": "graph"}})
+        config: Any = {"configurable": {"thread_id": "js", "checkpoint_ns": ""}}
+        for step_ in range(2):
+            meta: Any = {"step": step_, "delta_writes_versioned": True}
+            config = saver.put(config, empty_checkpoint(), meta, {})
+        state = app.get_state({"configurable": {"thread_id": "graph"}}).values
     chat(redis_url, prefix, {"plain": 2})
-    before = counts(redis_url, prefix, "plain", "delta")
+    before = counts(redis_url, prefix, "plain", "js")
     args = ("--url", redis_url, "--prefix", prefix)
-    code, out, err = cli(capsys, "prune", "plain", "delta", "--yes", *args)
+    code, out, err = cli(capsys, "prune", "plain", "js", "--yes", *args)
     assert (code, out) == (1, "")
     assert err.count("\n") == 1 and err.startswith("plainredis: error: ")
-    assert "DeltaChannel: 'delta'" in err and "Nothing was pruned" in err
+    assert "name no channels" in err and "'js'" in err and "Nothing was pruned" in err
     assert "--strategy delete" in err  # the fix, in the command line's words
-    assert counts(redis_url, prefix, "plain", "delta") == before
+    assert counts(redis_url, prefix, "plain", "js") == before
 
-    code, out, err = cli(capsys, "prune", "delta", "--strategy", "delete", "--yes", *args)
+    code, out, err = cli(capsys, "prune", "graph", "plain", "--yes", *args)
     assert code == 0, err
-    assert counts(redis_url, prefix, "delta") == {"delta": 0}
+    with RedisSaver(redis_url, prefix=prefix) as saver:
+        app = builder.compile(checkpointer=saver)
+        assert app.get_state({"configurable": {"thread_id": "graph"}}).values == state
+    code, out, err = cli(capsys, "prune", "js", "--strategy", "delete", "--yes", *args)
+    assert code == 0, err
+    assert counts(redis_url, prefix, "js") == {"js": 0}
 
 
 @pytest.mark.parametrize(

@@ -16,7 +16,7 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.graph.message import add_messages
 from langgraph.types import Command, interrupt
 
-from langgraph_checkpoint_plainredis import AsyncRedisSaver, RedisSaver
+from langgraph_checkpoint_plainredis import AsyncRedisSaver, PlainRedisError, RedisSaver
 from langgraph_checkpoint_plainredis._core import SaverCore
 
 
@@ -275,20 +275,25 @@ class Logged(TypedDict):
     log: Annotated[list[str], DeltaChannel(_extend)]  # read when a graph is built
 
 
-async def test_prune_keep_latest_refuses_threads_with_a_delta_channel(
+class Snapshotted(TypedDict):
+    log: Annotated[list[str], DeltaChannel(_extend, snapshot_frequency=3)]
+
+
+async def test_prune_keep_latest_keeps_what_a_delta_channel_is_rebuilt_from(
     redis_url: str, prefix: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A DeltaChannel's newest value is rebuilt from older checkpoints and writes, which
-    keep_latest deletes: the state read back empty, silently. Like PostgresSaver, the call
-    refuses such threads by name and prunes none of those asked; strategy='delete' works."""
+    """A DeltaChannel's newest value is rebuilt from older checkpoints and writes, back to
+    its last snapshot: keep_latest deleting them read the state back empty, silently.
+    PostgresSaver refuses such threads; ours keeps that chain and prunes the rest, so the
+    state reads back whole and the graph goes on as one never pruned."""
     if DeltaChannel is None:
         pytest.skip("this langgraph has no DeltaChannel")
 
-    def step(state: Logged) -> dict[str, Any]:
+    def step(state: Any) -> dict[str, Any]:
         return {"log": [f"n{len(state['log'])}"]}
 
-    def logged(checkpointer: Any) -> Any:
-        builder = StateGraph(Logged)
+    def logged(checkpointer: Any, schema: Any = Snapshotted) -> Any:
+        builder = StateGraph(schema)
         builder.add_node("step", step)
         builder.add_edge(START, "step")
         return builder.compile(checkpointer=checkpointer)
@@ -302,39 +307,57 @@ async def test_prune_keep_latest_refuses_threads_with_a_delta_channel(
     def cfg(thread: str) -> Any:
         return {"configurable": {"thread_id": thread}}
 
+    memory = InMemorySaver()
     with RedisSaver(redis_url, prefix=prefix) as saver:
-        for i in range(3):
-            logged(saver).invoke({"log": [f"in{i}"]}, cfg("delta"))
+        for i in range(7):
+            for checkpointer in (saver, memory):
+                logged(checkpointer).invoke({"log": [f"in{i}"]}, cfg("delta"))
+                logged(checkpointer, Logged).invoke({"log": [f"in{i}"]}, cfg("never"))
             plain_graph(saver).invoke({"messages": [HumanMessage(f"q{i}")]}, cfg("plain"))
-        state = logged(saver).get_state(cfg("delta")).values
-        assert state["log"] == ["in0", "n1", "in1", "n3", "in2", "n5"]
-        counts = {t: len(list(saver.list(cfg(t)))) for t in ("delta", "plain")}
-        with pytest.raises(NotImplementedError, match="DeltaChannel: 'delta'.*strategy='delete'"):
-            saver.prune(["plain", "delta"], strategy="keep_latest")
-        asaver = AsyncRedisSaver(redis_url, prefix=prefix)
-        try:
-            with pytest.raises(NotImplementedError, match="DeltaChannel: 'delta'"):
-                await asaver.aprune(["delta"], strategy="keep_latest")
-        finally:
-            await asaver.aclose()
-        assert {t: len(list(saver.list(cfg(t)))) for t in ("delta", "plain")} == counts
-        assert logged(saver).get_state(cfg("delta")).values == state
-        # Its newest checkpoint written after the client read the metadata (a race, played
-        # here by a client that reads none): the prune scripts refuse it all the same, the
-        # check-only ones of a call on several threads before any changes.
-        monkeypatch.setattr(SaverCore, "_delta_free_heads", lambda self, tk, heads: [])
-        with pytest.raises(NotImplementedError, match="'delta'.*Nothing was pruned"):
-            saver.prune(["plain", "delta"], strategy="keep_latest")
-        with pytest.raises(NotImplementedError, match="'delta'.*These were not pruned"):
-            saver.prune(["delta"], strategy="keep_latest")
-        monkeypatch.undo()
-        assert {t: len(list(saver.list(cfg(t)))) for t in ("delta", "plain")} == counts
-        assert logged(saver).get_state(cfg("delta")).values == state
+        threads = ("delta", "never", "plain")
+        states = {t: logged(saver).get_state(cfg(t)).values for t in ("delta", "never")}
+        before = {t: len(list(saver.list(cfg(t)))) for t in threads}
+        saver.prune(list(threads), strategy="keep_latest")
+        after = {t: len(list(saver.list(cfg(t)))) for t in threads}
+        # 'never' snapshots every 100 updates: all of it is kept; 'delta' back to a snapshot.
+        assert after["plain"] == 1 and after["never"] == before["never"]
+        assert 1 < after["delta"] < before["delta"], (before, after)
+        assert {t: logged(saver).get_state(cfg(t)).values for t in states} == states
+        for i in range(2):
+            for checkpointer in (saver, memory):
+                logged(checkpointer).invoke({"log": [f"more{i}"]}, cfg("delta"))
+        assert logged(saver).get_state(cfg("delta")).values == (
+            logged(memory).get_state(cfg("delta")).values
+        )
+        async with AsyncRedisSaver(redis_url, prefix=prefix) as asaver:
+            await asaver.aprune(["delta"], strategy="keep_latest")
+        assert logged(saver).get_state(cfg("delta")).values == (
+            logged(memory).get_state(cfg("delta")).values
+        )
 
-        saver.prune(["plain"], strategy="keep_latest")
-        assert len(list(saver.list(cfg("plain")))) == 1
-        saver.prune(["delta"], strategy="delete")
-        assert saver.get_tuple(cfg("delta")) is None
+        # Its newest checkpoint written after the client read the metadata (a race, played
+        # here by a client that reads none): the prune scripts refuse it, the check-only
+        # ones of a call on several threads before any changes. ('never' counts updates in
+        # every checkpoint; a checkpoint where every DeltaChannel snapshots holds no marks.)
+        counts = {t: len(list(saver.list(cfg(t)))) for t in threads}
+        monkeypatch.setattr(SaverCore, "_head_plans", lambda self, tk, heads: [])
+        with pytest.raises(PlainRedisError, match="'never' during the call.*Nothing was pruned"):
+            saver.prune(["plain", "never"], strategy="keep_latest")
+        with pytest.raises(PlainRedisError, match="'never' during.*These were not pruned"):
+            saver.prune(["never"], strategy="keep_latest")
+        monkeypatch.undo()
+        assert {t: len(list(saver.list(cfg(t)))) for t in threads} == counts
+
+        # LangGraph.js marks its DeltaChannel graphs without naming the channels: refused.
+        config: Any = {"configurable": {"thread_id": "js", "checkpoint_ns": ""}}
+        for n in range(3):
+            meta: Any = {"step": n, "delta_writes_versioned": True}
+            config = saver.put(config, empty_checkpoint(), meta, {})
+        with pytest.raises(NotImplementedError, match="name no channels.*'js'.*strategy='delete'"):
+            saver.prune(["plain", "js"], strategy="keep_latest")
+        assert len(list(saver.list(cfg("js")))) == 3
+        saver.prune(["js"], strategy="delete")
+        assert saver.get_tuple(cfg("js")) is None
 
 
 async def test_prune_keep_latest_reads_delta_marks_in_metadata_keys_only(

@@ -193,9 +193,18 @@ class ReferenceSaver(InMemorySaver):
             for ns in namespaces:
                 checkpoints = self.storage.get(thread_id, {}).get(ns, {})
                 keep = max(checkpoints, default=None)
-                for cid in [c for c in checkpoints if c != keep]:
+                doomed = {c for c in checkpoints if c != keep}
+                for cid in doomed:
                     del checkpoints[cid]
-                for key in [k for k in self.writes if k[:2] == (thread_id, ns) and k[2] != keep]:
+                # Writes of no checkpoint go when older than the one kept: a newer one's may
+                # be of a checkpoint a running graph is still putting.
+                for key in [
+                    k
+                    for k in self.writes
+                    if k[:2] == (thread_id, ns)
+                    and k[2] != keep
+                    and (k[2] in doomed or keep is None or k[2] < keep)
+                ]:
                     del self.writes[key]
                 self._collect_garbage(thread_id, ns)
 

@@ -2082,3 +2082,29 @@ def test_a_read_by_id_with_refresh_keeps_the_newest_checkpoint_as_long(
         left = [client.pttl(k) for k in keys]
         assert all(ms > ttl * 1000 - 500 for ms in left), dict(zip(keys, left, strict=True))
         assert saver.get_tuple(cfg("t")).config["configurable"]["checkpoint_id"] == newest
+
+
+async def test_prune_keeps_the_writes_of_a_checkpoint_still_being_put(saver: Any) -> None:
+    """A graph puts a step's writes in the background, so they can land before the
+    checkpoint they belong to: keep_latest deleted them as writes of no checkpoint, and the
+    checkpoint came without them (a resumed run redid those tasks). Such writes of a newer
+    checkpoint stay; older ones of no checkpoint go."""
+    parent = None
+    ids = []
+    for _ in range(3):
+        cp = empty_checkpoint()
+        ids.append(cp["id"])
+        config = await saver.aput(cfg("t", cid=parent), cp, {}, {})
+        parent = config["configurable"]["checkpoint_id"]
+    orphan, landing = empty_checkpoint(), empty_checkpoint()
+    orphan["id"] = ids[0][:-1] + ("0" if ids[0][-1] != "0" else "1")  # older, never put
+    await saver.aput_writes(cfg("t", cid=orphan["id"]), [("ch", "lost")], "task0")
+    await saver.aput_writes(cfg("t", cid=landing["id"]), [("ch", "kept")], "task1")
+    await saver.aprune(["t"], strategy="keep_latest")
+    await saver.aput(cfg("t", cid=parent), landing, {}, {})
+    got = await saver.aget_tuple(cfg("t"))
+    assert got is not None and got.checkpoint["id"] == landing["id"]
+    assert got.pending_writes == [("task1", "ch", "kept")]
+    await saver.aput(cfg("t", cid=landing["id"]), orphan, {}, {})
+    old = await saver.aget_tuple(cfg("t", cid=orphan["id"]))
+    assert old is not None and old.pending_writes == []

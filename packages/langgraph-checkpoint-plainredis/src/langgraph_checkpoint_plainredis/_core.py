@@ -123,7 +123,10 @@ _DECODE_AHEAD = 16  # list entries whose blobs are decoded together, ahead of th
 _BATCH_THREADS = 64
 _HISTORY_HOPS = 256  # ancestors one DeltaChannel history call reads at most (a script's time)
 # Keys LangGraph puts in the metadata of every checkpoint of a thread with a DeltaChannel.
-_DELTA_MARKS = frozenset({"counters_since_delta_snapshot", "delta_writes_versioned"})
+# Metadata LangGraph writes in every checkpoint of a graph with a DeltaChannel: the channels'
+# update counters since their last snapshot (none once all snapshot), or LangGraph.js's mark.
+_DELTA_COUNTERS = "counters_since_delta_snapshot"
+_DELTA_JS = "delta_writes_versioned"
 _PAUSED_THREADS = 1024  # threads whose paused subgraphs a saver remembers, at most
 _NS_SEP = "|"  # LangGraph joins a subgraph's namespace to its parent's with it
 
@@ -1088,32 +1091,32 @@ class SaverCore:
         calls = [((tk.ns, *self._registry), self._prefix_args(tk)) for tk in tks]
         batches = range(0, len(tks), _BATCH_THREADS)
         if strategy == "keep_latest":
-            delta: list[str] = []
+            unknown: list[str] = []
             for s in batches:
                 group = tks[s : s + _BATCH_THREADS]
                 heads = yield [
                     Eval("heads", (tk.ns,), (tk.cp_prefix, tk.idx_prefix)) for tk in group
                 ]
                 for i, (tk, h) in enumerate(zip(group, heads, strict=True), start=s):
-                    cleared = self._delta_free_heads(tk, h)
-                    if cleared is None:
-                        delta.append(tk.thread_id)
+                    plans = self._head_plans(tk, h)
+                    if plans is None:
+                        unknown.append(tk.thread_id)
                     else:
-                        calls[i] = (calls[i][0], (*calls[i][1], *cleared))
-            if delta:
-                raise _delta_refused(delta, "Nothing was pruned")
-        # The prune script also refuses a thread whose newest checkpoint, written since the
-        # check above, is a DeltaChannel's: {'delta'}, having changed nothing of it. It looks
-        # for the marks in the bytes of the heads not cleared above alone, so text in metadata
-        # values refuses nothing the client decoded.
+                        calls[i] = (calls[i][0], (*calls[i][1], *plans))
+            if unknown:
+                raise _delta_refused(unknown)
+        # The prune script keeps, beside each newest checkpoint, the older ones its
+        # DeltaChannels are rebuilt from (as planned above). A newest checkpoint written since,
+        # by a graph with one (marks in its bytes), makes it refuse the thread: {'delta'},
+        # having changed nothing of it.
         if len(tks) > 1:  # a script per thread: all are checked before any changes one
             for s in batches:
                 batch = calls[s : s + _BATCH_THREADS]
                 replies = yield [Eval(f"{script}_check", keys, args) for keys, args in batch]
                 group = tks[s : s + _BATCH_THREADS]
-                delta = [tk.thread_id for tk, r in zip(group, replies, strict=True) if _is_delta(r)]
-                if delta:
-                    raise _delta_refused(delta, "Nothing was pruned")
+                raced = [tk.thread_id for tk, r in zip(group, replies, strict=True) if _is_delta(r)]
+                if raced:
+                    raise _delta_raced(raced, "Nothing was pruned")
         refused: list[str] = []
         for s in batches:
             batch = calls[s : s + _BATCH_THREADS]
@@ -1124,25 +1127,32 @@ class SaverCore:
             if follow := self._after_thread_scripts(done):
                 yield follow
         if refused:
-            raise _delta_refused(refused, "These were not pruned (the others were)")
+            raise _delta_raced(refused, "These were not pruned (the others were)")
 
-    def _delta_free_heads(self, tk: ThreadKeys, heads: Sequence[Any] | None) -> list[str] | None:
-        """The (N, checkpoint id) pairs, flat, of the newest checkpoints of the thread's
-        timelines (a HEADS reply) whose metadata reads as written without a `DeltaChannel`,
-        or None when one was written with it: LangGraph puts its counters in the metadata of
-        every checkpoint of such a thread. A head that does not decode is left out."""
+    def _head_plans(self, tk: ThreadKeys, heads: Sequence[Any] | None) -> list[str] | None:
+        """What the prune script needs of the newest checkpoint of each timeline of the
+        thread (a HEADS reply), flat: N, its id, k and the k escaped channels of the
+        DeltaChannels its metadata counts updates of since their last snapshot (LangGraph's
+        ``counters_since_delta_snapshot``), whose chain back to a value the script keeps.
+        None when a DeltaChannel's marks name no channels (LangGraph.js's
+        ``delta_writes_versioned``). A head that does not decode is left out: the script
+        searches its bytes for the marks, and refuses it when it finds them."""
         flat = list(heads or ())
-        cleared: list[str] = []
+        plans: list[str] = []
         for ns_e, cid, payload in zip(flat[0::3], flat[1::3], flat[2::3], strict=True):
             cp_key = tk.cp(listed_namespace(ns_e, tk.ns), _s(cid))
             try:
                 metadata = self._loads(decode_checkpoint(_b(payload), cp_key).metadata, cp_key)
-            except CorruptDataError:  # the prune script keeps what a damaged one may read
+            except CorruptDataError:
                 continue
-            if isinstance(metadata, Mapping) and not _DELTA_MARKS.isdisjoint(metadata):
+            if not isinstance(metadata, Mapping):
+                continue
+            counters = metadata.get(_DELTA_COUNTERS) or {}
+            if _DELTA_JS in metadata or not isinstance(counters, Mapping):
                 return None
-            cleared += [_s(ns_e), _s(cid)]
-        return cleared
+            channels = [escape(str(channel)) for channel in counters]
+            plans += [_s(ns_e), _s(cid), str(len(channels)), *channels]
+        return plans
 
     def _delete_for_runs_steps(self, run_ids: Sequence[str]) -> Generator[Step, list[Any], None]:
         _id_list(run_ids, "delete_for_runs", "run ids")
@@ -1226,12 +1236,21 @@ def _is_delta(reply: Any) -> bool:
     return isinstance(reply, list) and len(reply) == 1 and reply[0] in (b"delta", "delta")
 
 
-def _delta_refused(threads: Sequence[str], outcome: str) -> NotImplementedError:
+def _delta_refused(threads: Sequence[str]) -> NotImplementedError:
     return NotImplementedError(
-        f"prune(strategy='keep_latest') refuses threads that use a DeltaChannel: "
-        f"{', '.join(map(repr, threads))}. Their newest state is rebuilt from older "
-        f"checkpoints and writes, which keep_latest deletes. {outcome}: leave these threads "
-        "out, or remove them whole with strategy='delete'."
+        f"prune(strategy='keep_latest') refuses threads whose DeltaChannel marks name no "
+        f"channels ({_DELTA_JS!r}, as LangGraph.js writes): {', '.join(map(repr, threads))}. "
+        "Their newest state is rebuilt from older checkpoints and writes, and the marks do not "
+        "say which. Nothing was pruned: leave these threads out, or remove them whole with "
+        "strategy='delete'."
+    )
+
+
+def _delta_raced(threads: Sequence[str], outcome: str) -> PlainRedisError:
+    return PlainRedisError(
+        f"prune(strategy='keep_latest'): a graph with a DeltaChannel wrote a newer checkpoint "
+        f"to {', '.join(map(repr, threads))} during the call, whose older checkpoints it did "
+        f"not plan to keep. {outcome}: run it again."
     )
 
 

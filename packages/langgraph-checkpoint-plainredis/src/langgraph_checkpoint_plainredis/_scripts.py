@@ -67,6 +67,25 @@ local function header(payload)
   return run or '', refs, intact
 end
 
+-- The parent id of a checkpoint payload ('' for none), or nil for a damaged one.
+local function parent_of(payload)
+  if string.byte(payload, 1) ~= 1 then return nil end
+  return (nsread(payload, 2))
+end
+
+-- Whether a blob value holds a value: one of type 'empty' (code 'e', compressed or not) is
+-- none, as a missing key is (a DeltaChannel between snapshots).
+local function holds_value(v)
+  local head = string.byte(v, 1)
+  return not (string.byte(v, 2) == 101 and (head == 1 or head == 17))
+end
+
+-- The escaped channel of a blob ref (``CH:V``).
+local function ref_channel(r)
+  local colon = string.find(r, ':', 1, true)
+  return colon and string.sub(r, 1, colon - 1)
+end
+
 -- The escaped run id alone: the payload's second field, without reading the refs.
 local function run_of(payload)
   if string.byte(payload, 1) ~= 1 then return '' end
@@ -1243,14 +1262,9 @@ if ARGV[2] ~= '1' then
   end
   if err then return err end
   if not payload then return {{}, false} end
-  local parent = string.byte(payload, 1) == 1 and (nsread(payload, 2))
+  local parent = parent_of(payload)
   if not parent then return {{{cur, {}, {}, payload}}, false} end
   cur = parent
-end
--- An 'empty' value (type code 'e', compressed or not) is no value, as a missing key is.
-local function holds_value(v)
-  local head = string.byte(v, 1)
-  return not (string.byte(v, 2) == 101 and (head == 1 or head == 17))
 end
 local out = {}
 while cur ~= '' and open > 0 do
@@ -1281,8 +1295,8 @@ while cur ~= '' and open > 0 do
   end
   local seeds = {}
   for _, r in ipairs(refs) do
-    local colon = string.find(r, ':', 1, true)
-    local j = colon and by_ref[string.sub(r, 1, colon - 1)]
+    local channel = ref_channel(r)
+    local j = channel and by_ref[channel]
     if j and not closed[j] then
       local v
       v, err = get_string(blob .. n .. ':' .. r)
@@ -1299,7 +1313,7 @@ while cur ~= '' and open > 0 do
     closed[seeds[i]] = true
   end
   out[#out + 1] = {cur, kept, seeds}
-  cur = nsread(payload, 2) or ''
+  cur = parent_of(payload) or ''
 end
 return {out, false}
 """
@@ -1307,39 +1321,90 @@ return {out, false}
 PRUNE_KEEP_LATEST = (
     _PREFIXES
     + r"""
--- KEYS: ns, [registry]; ARGV: T, the prefix table, then pairs N, checkpoint id: the heads
--- whose metadata the client decoded and found without a DeltaChannel's marks
+-- KEYS: ns, [registry]; ARGV: T, the prefix table, then per timeline whose newest checkpoint
+-- the client decoded (HEADS): N, its id, k, and the k escaped channels of the DeltaChannels
+-- its metadata counts updates of since their last snapshot (0 for none)
 local t, now = ARGV[1], now_ms()
 REGISTRY = KEYS[2]
 local err = check(KEYS[1], 'zset') or (REGISTRY and check_registry(REGISTRY))
   or check_timelines(KEYS[1], p)
 if err then return err end
-local cleared = {}
-for i = 8, #ARGV, 2 do cleared[ARGV[i]] = ARGV[i + 1] end
--- Each timeline's newest checkpoint and the others, found first: the run sets the others
--- leave are checked before anything changes.
+local planned, i = {}, 8
+while i <= #ARGV do
+  local k = tonumber(ARGV[i + 2])
+  planned[ARGV[i]] = {ARGV[i + 1], {unpack(ARGV, i + 3, i + 2 + k)}}
+  i = i + 3 + k
+end
+
+-- Marks in `kept` checkpoint `cid` (its payload) and the ancestors LangGraph reads to
+-- rebuild its DeltaChannels `channels` (get_delta_channel_history): back to the nearest one
+-- holding a value of each, that one included (its writes count too); a channel with a value
+-- at `cid` itself is read from there. A missing or damaged ancestor ends the chain, as it
+-- ends LangGraph's walk.
+local function keep_delta_chain(n, cid, payload, channels, kept)
+  local open, count = {}, 0
+  for _, ch in ipairs(channels) do
+    if not open[ch] then count = count + 1 end
+    open[ch] = true
+  end
+  while true do
+    kept[cid] = true
+    local _, refs, intact = header(payload)
+    if not intact then return nil end
+    for _, r in ipairs(refs) do
+      local ch = ref_channel(r)
+      if ch and open[ch] then
+        local v, gerr = get_string(p.blob .. n .. ':' .. r)
+        if gerr then return gerr end
+        if v and holds_value(v) then
+          open[ch] = nil
+          count = count - 1
+        end
+      end
+    end
+    cid = parent_of(payload)
+    if count == 0 or not cid or cid == '' then return nil end
+    local gerr
+    payload, gerr = get_string(p.cp .. n .. ':' .. cid)
+    if gerr then return gerr end
+    if not payload then return nil end
+  end
+end
+
+-- Each timeline's newest checkpoint, what it needs, and the others, found first: the run sets
+-- the others leave are checked before anything changes.
 local runs, plans = {}, {}
 for _, n in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do
   local keep, head, lerr = latest(p.idx .. n, p.cp, n)
-  -- Written since the client read the newest metadata (HEADS): refused all the same.
-  if head and cleared[n] ~= keep and delta_marked(head) then return {'delta'} end
+  local plan = planned[n]
+  if plan and plan[1] ~= keep then plan = nil end
+  -- Written since the client read the newest metadata: refused unless it has no marks.
+  if head and not plan and delta_marked(head) then return {'delta'} end
+  local kept = {}
+  if keep then kept[keep] = true end
+  if head and plan and #plan[2] > 0 then err = keep_delta_chain(n, keep, head, plan[2], kept) end
+  if err then return err end
   local doomed = {}
   for _, cid in ipairs(redis.call('ZRANGE', p.idx .. n, 0, -1)) do
-    if cid ~= keep then doomed[#doomed + 1] = cid end
+    if not kept[cid] then doomed[#doomed + 1] = cid end
   end
   err = lerr or runs_left(n, doomed, p, runs)
   if err then return err end
-  plans[#plans + 1] = {n, keep, doomed}
+  plans[#plans + 1] = {n, keep, doomed, kept}
 end
 err = check_run_sets(runs)
 if err then return err end
 -- CHECKED: every check is made; the check-only twin ends here
 for _, plan in ipairs(plans) do
-  local n, keep = plan[1], plan[2]
+  local n, keep, kept = plan[1], plan[2], plan[4]
   for _, cid in ipairs(plan[3]) do remove_checkpoint(t, n, cid, p) end
+  -- Writes of no checkpoint in the timeline go with it when older than the one kept; a
+  -- newer one's may be of a checkpoint a running graph is still putting (its writes can
+  -- land first), and stay.
   for _, m in ipairs(redis.call('ZRANGE', p.keys .. n, 0, -1)) do
-    if string.sub(m, 1, 1) == 'w' and string.sub(m, 2) ~= keep then
-      redis.call('DEL', p.wr .. n .. ':' .. string.sub(m, 2))
+    local cid = string.sub(m, 2)
+    if string.sub(m, 1, 1) == 'w' and not kept[cid] and (not keep or cid < keep) then
+      redis.call('DEL', p.wr .. n .. ':' .. cid)
       redis.call('ZREM', p.keys .. n, m)
     end
   end
