@@ -109,7 +109,7 @@ async def test_each_operation_costs_a_constant_number_of_round_trips(
         assert counter.round_trips == 2
         with counter.measure():
             await saver.aprune([thread + "-copy"], strategy="keep_latest")
-        assert counter.round_trips == 2  # the newest metadata first: a DeltaChannel refuses
+        assert counter.round_trips == 2  # the newest metadata first: it names DeltaChannels
         with counter.measure():
             await saver.adelete_thread(thread)
         assert counter.round_trips == 1

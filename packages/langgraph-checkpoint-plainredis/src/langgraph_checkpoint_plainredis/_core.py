@@ -122,7 +122,6 @@ _LIST_PAGE = 128
 _DECODE_AHEAD = 16  # list entries whose blobs are decoded together, ahead of their tuples
 _BATCH_THREADS = 64
 _HISTORY_HOPS = 256  # ancestors one DeltaChannel history call reads at most (a script's time)
-# Keys LangGraph puts in the metadata of every checkpoint of a thread with a DeltaChannel.
 # Metadata LangGraph writes in every checkpoint of a graph with a DeltaChannel: the channels'
 # update counters since their last snapshot (none once all snapshot), or LangGraph.js's mark.
 _DELTA_COUNTERS = "counters_since_delta_snapshot"
