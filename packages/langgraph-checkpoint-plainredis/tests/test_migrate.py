@@ -600,6 +600,128 @@ def test_an_unfinished_migration_into_another_prefix_is_resumed_only_from_its_so
                 check_against_010_reading(saver, thread)
 
 
+def interrupt_after_one(
+    monkeypatch: pytest.MonkeyPatch, client: redis.Redis, prefix: str, **kwargs: Any
+) -> None:
+    """`migrate_v010(client, prefix, **kwargs)` stopped (as by Ctrl-C) after its first
+    (thread, namespace): the rest stay parked."""
+    from langgraph_checkpoint_plainredis import _migrate
+
+    real = _migrate._migrate_timeline
+    done: list[str] = []
+
+    def stop_after_one(*args: Any, **kw: Any) -> Any:
+        if done:
+            raise KeyboardInterrupt
+        done.append(args[4])
+        return real(*args, **kw)
+
+    with monkeypatch.context() as patched:
+        patched.setattr(_migrate, "_migrate_timeline", stop_after_one)
+        with pytest.raises(KeyboardInterrupt):
+            migrate_v010(client, prefix, **kwargs)
+    assert done
+
+
+@pytest.mark.parametrize(
+    ("into", "keep_old"),
+    [("another", False), ("another", True), ("same", False), ("same", True)],
+)
+def test_an_unfinished_migration_is_resumed_only_into_its_target(
+    client: redis.Redis,
+    redis_url: str,
+    restored: dict[str, str],
+    into: str,
+    keep_old: bool,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A run from 'lg' into 'lg2' stopped half-way parks 0.1.0's registry under 'lg2'. A
+    rerun into 'lg' (no --to-prefix) or 'lg3' found no registry under 'lg', said 'migrated
+    0' with exit 0 (and deleted 'lg:seq'): the threads not migrated yet stayed parked where
+    only a rerun into 'lg2' reaches them. Refused now, naming the --to-prefix that finishes
+    the run, and nothing is changed; that rerun finishes, and a rerun after it is a no-op."""
+    old = restored["lg"]
+    target = f"{old}-new" if into == "another" else old
+    other = f"{old}-3"
+    keep = ["--keep-old"] if keep_old else []
+    interrupt_after_one(monkeypatch, client, old, to_prefix=target, keep_old=keep_old)
+    assert client.hlen(f"{target}:v010:threads") > 0  # parked, waiting for a rerun
+
+    def keyspaces() -> list[dict[bytes, Any]]:
+        return [everything(client, p) for p in (old, f"{old}-new", other)]
+
+    before = keyspaces()
+    wrong: list[list[str]] = [["--to-prefix", other]]
+    if into == "another":
+        wrong.append([])  # the default target, the source prefix
+    for argv in wrong:
+        code, err = cli(capsys, "migrate", "--url", redis_url, "--prefix", old, *argv, *keep)
+        assert code == 1 and err.count("\n") == 1, (argv, err)
+        assert f"--prefix {old} --to-prefix {target}`" in err, err
+        assert keyspaces() == before, argv
+        to_prefix = argv[1] if argv else None
+        with pytest.raises(PlainRedisError, match=f"to_prefix='{target}'"):
+            migrate_v010(client, old, to_prefix=to_prefix, keep_old=keep_old)
+        assert keyspaces() == before, argv
+    with RedisSaver(redis_url, prefix=target) as saver:  # still refused, where it was
+        with pytest.raises(LegacyKeyspaceError, match="has not finished"):
+            saver.get_tuple({"configurable": {"thread_id": "t-fork"}})
+
+    code, err = cli(
+        capsys, "migrate", "--url", redis_url, "--prefix", old, "--to-prefix", target, *keep
+    )
+    assert (code, err) == (0, "")
+    with RedisSaver(redis_url, prefix=target) as saver:
+        for thread in DUMP["expected"]["threads"]:
+            if thread["prefix"] == "lg":
+                check_against_010_reading(saver, thread)
+    assert not client.exists(f"{old}:v010:parked", f"{target}:v010:threads")
+
+    # Finished: a rerun, into any prefix, finds nothing and changes nothing.
+    after = keyspaces()
+    for argv in [["--to-prefix", target], *wrong]:
+        code, err = cli(capsys, "migrate", "--url", redis_url, "--prefix", old, *argv, *keep)
+        assert (code, err) == (0, ""), argv
+        assert keyspaces() == after, argv
+
+    # The record of a run stopped after its last thread (its parked registry is gone)
+    # holds nothing back: a run into another prefix finds nothing and removes it.
+    client.set(f"{old}:v010:parked", target)
+    code, err = cli(capsys, "migrate", "--url", redis_url, "--prefix", old, *wrong[0], *keep)
+    assert (code, err) == (0, "")
+    assert not client.exists(f"{old}:v010:parked")
+
+
+def test_unreadable_entries_left_parked_keep_a_rerun_into_another_prefix_refused(
+    client: redis.Redis,
+    redis_url: str,
+    restored: dict[str, str],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A run into another prefix that skipped an unreadable registry entry (exit 1) leaves
+    it parked under the target; a rerun without --to-prefix exited 0 'migrated 0'. It is
+    refused until the entry is removed, and the rerun the message names finishes."""
+    old = restored["lg"]
+    new = f"{old}-new"
+    client.hset(f"{old}:threads", f"{old}:idx:lost:", "not json")
+    code, err = cli(capsys, "migrate", "--url", redis_url, "--prefix", old, "--to-prefix", new)
+    assert code == 1 and f"{new}:v010:threads" in err and "HDEL" in err
+    before = everything(client, old), everything(client, new)
+    code, err = cli(capsys, "migrate", "--url", redis_url, "--prefix", old)
+    assert code == 1 and err.count("\n") == 1 and f"--to-prefix {new}`" in err, err
+    assert (everything(client, old), everything(client, new)) == before
+
+    client.hdel(f"{new}:v010:threads", f"{old}:idx:lost:")
+    argv = ["migrate", "--url", redis_url, "--prefix", old, "--to-prefix", new]
+    assert cli(capsys, *argv) == (0, "")
+    assert not client.exists(f"{old}:v010:parked", f"{new}:v010:threads", f"{old}:seq")
+    with RedisSaver(redis_url, prefix=new) as saver:
+        for thread in DUMP["expected"]["threads"]:
+            if thread["prefix"] == "lg":
+                check_against_010_reading(saver, thread)
+
+
 @pytest.mark.parametrize(
     ("argv", "named"),
     [

@@ -203,7 +203,7 @@ def _parser() -> argparse.ArgumentParser:
         default=None,
         metavar="PREFIX",
         help="key prefix to migrate into (default: --prefix); needed when the savers refuse "
-        "0.1.0's, e.g. {agents} or 'my app'",
+        "0.1.0's, e.g. {agents} or 'my app'; a rerun of an unfinished run needs the same one",
     )
     migrate.add_argument(
         "--ttl", type=_ttl, default=None, help="TTL in seconds for migrated threads"

@@ -324,6 +324,14 @@ class LegacyKeys:
         return f"{self.prefix}{SEP}v010{SEP}threads"
 
     @property
+    def parked_into(self) -> str:
+        """Under the prefix 0.1.0 wrote (the source), while a migration from it is unfinished:
+        the prefix it migrates into, whose `stash` holds this prefix's parked registry. Set
+        with the parking, in one transaction, and deleted when the run completes; a run into
+        another prefix is refused while it is there (it would find no registry to migrate)."""
+        return f"{self.prefix}{SEP}v010{SEP}parked"
+
+    @property
     def seq(self) -> str:
         return f"{self.prefix}{SEP}seq"
 

@@ -7,8 +7,14 @@ they are; only the checkpoint header is re-encoded), checks it reads back, and t
 deletes the old keys. Integer versions become the current zero-padded string form,
 which keeps their order, so graphs resume where they stopped.
 
-Stop every 0.1.0 writer first. A run that stops half-way is safe to repeat: the
-registry is parked under ``{to_prefix}:v010:threads`` until every thread is done.
+Stop every 0.1.0 writer first. A run that stops half-way is safe to repeat with the same
+`prefix` and `to_prefix`: the registry is parked under ``{to_prefix}:v010:threads`` (where
+the savers of the target look, and refuse the keyspace) until every thread is done, and
+``{prefix}:v010:parked`` (`LegacyKeys.parked_into`), set in the same transaction, records
+the target under the source until the run completes. A rerun checks both before it writes:
+one into another target (it would find no registry under `prefix`, migrate nothing and
+strand the parked threads) is refused naming the target, and one from another source
+(`_entries`: the parked entries are keys of another prefix) is refused naming the source.
 
 0.1.0's keys of a thread id ``{a}`` are the current layout's keys of thread ``a``
 (`LegacyKeys.shadowed_thread`). Threads are migrated longest id first, so such a thread
@@ -224,6 +230,29 @@ def _entries(
     return entries
 
 
+def _refuse_another_target(client: redis.Redis, prefix: str, target: str) -> None:
+    """Refuses a run from `prefix` into `target` while a run from `prefix` into another
+    prefix is unfinished: its registry is parked under that prefix, so this run would find
+    nothing to migrate, and the threads not migrated yet would stay where only a rerun into
+    that prefix reaches them. A record whose parked registry is gone (the run was stopped
+    after its last thread, or its unreadable entries were removed) no longer holds anything."""
+    marker = LegacyKeys(prefix).parked_into
+    raw = _read(client, marker, "string", partial(client.get, marker))
+    if raw is None:
+        return
+    into = _b(raw).decode(errors="replace")
+    stash = LegacyKeys(into).stash
+    if into == target or not client.exists(stash):
+        return
+    raise PlainRedisError(
+        f"a migration from {prefix!r} into {into!r} has not finished: it parked the 0.1.0 "
+        f"registry of {prefix!r} at {stash!r} (as {marker!r} records), so a run into "
+        f"{target!r} would find nothing to migrate. Run that one again (`plainredis migrate "
+        f"--prefix {shlex.quote(prefix)} --to-prefix {shlex.quote(into)}`, or "
+        f"migrate_v010(client, prefix={prefix!r}, to_prefix={into!r})); nothing was changed."
+    )
+
+
 def _refuse_keeping_shadows(entries: list[_Entry], legacy: LegacyKeys) -> None:
     """With `keep_old`, a 0.1.0 key that is also a key of the current layout would stay and
     be read as part of another thread: refused before anything is written."""
@@ -257,6 +286,7 @@ def migrate_v010(
         prefix: The prefix 0.1.0 used (its default was ``lg``): any prefix 0.1.0 accepted.
         to_prefix: The prefix to migrate into (default: `prefix`); one the savers accept.
             Needed when 0.1.0's prefix is one the savers refuse, such as ``{agents}``.
+            A rerun of an unfinished run must name the same one (refused otherwise).
         ttl: TTL for the migrated threads, as the saver's `ttl`.
         serde: The serializer 0.1.0 was configured with, if not the default.
         keep_old: Leave the 0.1.0 keys in place. Refused (before anything is written) when
@@ -269,8 +299,10 @@ def migrate_v010(
     Raises:
         ValueError: A prefix 0.1.0 never wrote under, a target the savers refuse, or two
             prefixes whose keys could be the same.
-        PlainRedisError: The server is a cluster node, or the run stopped (the message names
-            the key and the fix; a rerun goes on where it stopped).
+        PlainRedisError: The server is a cluster node; a run from `prefix` into another
+            prefix, or from another prefix into `to_prefix`, is unfinished (the message names
+            the arguments that finish it; nothing was changed); or the run stopped (the
+            message names the key and the fix; a rerun goes on where it stopped).
     """
     target = target_prefix(prefix, to_prefix)
     _refuse_cluster(client)
@@ -295,6 +327,7 @@ def _migrate(
     legacy = LegacyKeys(prefix)
     # Parked where the savers of the target prefix look, so they refuse it until done.
     stash = LegacyKeys(target).stash
+    _refuse_another_target(client, prefix, target)
     if target != prefix and client.type(LegacyKeys(target).registry) == b"hash":
         raise PlainRedisError(
             f"the target prefix {target!r} holds a keyspace 0.1.0 wrote (its registry "
@@ -302,19 +335,24 @@ def _migrate(
             "another target prefix; nothing was changed."
         )
     parked = _read(client, stash, "hash", partial(client.hgetall, stash))
-    registry = client.hgetall(legacy.registry) if client.type(legacy.registry) == b"hash" else None
+    registry: dict[Any, Any] | None = (
+        client.hgetall(legacy.registry) if client.type(legacy.registry) == b"hash" else None
+    )
     # Every check reads what is waiting, before anything is written.
     waiting = _entries({**parked, **(registry or {})}, legacy, stash, target, MigrationReport())
     if keep_old and target == prefix:
         _refuse_keeping_shadows(waiting, legacy)
-    if registry is not None:
-        # Park the old registry: the current layout keeps a zset under that name.
-        if parked:
-            for fld, value in registry.items():
-                client.hset(stash, fld, value)
-            client.delete(legacy.registry)
-        else:
-            client.rename(legacy.registry, stash)
+    if registry is not None or parked:
+        # Park the old registry (the current layout keeps a zset under that name) and record
+        # under the source where it went, together: a rerun into another target is refused.
+        with client.pipeline(transaction=True) as pipe:
+            pipe.set(legacy.parked_into, target)
+            if registry is not None and parked:
+                pipe.hset(stash, mapping=registry)
+                pipe.delete(legacy.registry)
+            elif registry is not None:
+                pipe.rename(legacy.registry, stash)
+            pipe.execute()
     report = MigrationReport()
     raw = _read(client, stash, "hash", partial(client.hgetall, stash))
     entries = _entries(raw, legacy, stash, target, report)
@@ -331,6 +369,7 @@ def _migrate(
         report.threads += 1
     if not report.skipped:
         report.old_keys_deleted += client.delete(stash, legacy.seq) if not keep_old else 0
+        client.delete(legacy.parked_into)  # done: a run into any prefix finds nothing
     return report
 
 
