@@ -193,6 +193,10 @@ class AsyncRedisSaver(SaverCore, BaseCheckpointSaver[str]):
             client when it is a `RedisCluster`.
         protocol: RESP version for a client built from `url`: 2 works on every
             server from Redis 5; 3 needs Redis 6+.
+        index_metadata: Metadata keys (e.g. ``("user_id",)``) whose values each put records
+            in a cross-thread index, so that `alist(None, filter=...)` on one of them reads
+            only the threads that had that value, newest first, not every thread. A keyspace
+            with threads already needs `areindex()` once; see docs/plainredis-search.md.
         **connection_kwargs: Passed to the connection pool (`redis.asyncio`
             `BlockingConnectionPool.from_url`: at most `max_connections=64` connections,
             a call waits up to `timeout=30` s for one); `retry=` replaces the default,
@@ -220,11 +224,12 @@ class AsyncRedisSaver(SaverCore, BaseCheckpointSaver[str]):
         compress: bool = True,
         cluster: bool | None = None,
         protocol: int = 2,
+        index_metadata: Sequence[str] = (),
         **connection_kwargs: Any,
     ) -> None:
         check_serde(serde)
         super().__init__(serde=serde)
-        self._init_core(prefix, ttl, refresh_on_read, compress)
+        self._init_core(prefix, ttl, refresh_on_read, compress, index_metadata)
         self._url = url or ""
         self._detect_lock = asyncio.Lock()
         self._ready = False  # see _get_ready
@@ -522,6 +527,13 @@ class AsyncRedisSaver(SaverCore, BaseCheckpointSaver[str]):
         ancestors, where the default reads each ancestor with an `aget_tuple`."""
         return await self._drive(self._delta_history_steps(config, channels))
 
+    async def areindex(self) -> None:
+        """Builds the metadata index of this saver's `index_metadata` from every thread and
+        marks it complete, so that filtered `alist(None)` calls use it; drops the index of
+        any other field. Walks the whole keyspace: run it once, after every writer indexes
+        the fields (see docs/plainredis-search.md)."""
+        await self._drive(self._reindex_steps())
+
     # -- the other side ------------------------------------------------------------------
 
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
@@ -571,3 +583,6 @@ class AsyncRedisSaver(SaverCore, BaseCheckpointSaver[str]):
         self, *, config: RunnableConfig, channels: Sequence[str]
     ) -> Mapping[str, Any]:
         _use_sync("get_delta_channel_history")
+
+    def reindex(self) -> None:
+        _use_sync("reindex")

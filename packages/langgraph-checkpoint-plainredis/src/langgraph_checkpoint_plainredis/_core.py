@@ -12,6 +12,7 @@ import functools
 import math
 import random
 import threading
+import uuid
 import zlib
 from collections.abc import Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -65,6 +66,7 @@ from ._keys import (
     blob_suffix,
     escape,
     escape_run,
+    index_tag,
     listed_namespace,
     listed_thread,
     member_text,
@@ -126,6 +128,13 @@ _HISTORY_HOPS = 256  # ancestors one DeltaChannel history call reads at most (a 
 # update counters since their last snapshot (none once all snapshot), or LangGraph.js's mark.
 _DELTA_COUNTERS = "counters_since_delta_snapshot"
 _DELTA_JS = "delta_writes_versioned"
+_INDEX_PAGE = 128  # threads per page of an indexed list(None)
+# On a cluster a query checks a thread's namespace key in its slot, then drops the thread's
+# index member in another: only a member this old (ms), which no put can have re-added in
+# between (a put adds its thread at the index node's clock before it writes), goes.
+_INDEX_GRACE_MS = 60_000
+_REINDEX_PAGE = 1024  # checkpoints per light list call of reindex
+_UUID_EPOCH = 0x01B21DD213814000  # 100 ns steps from 1582-10-15 to 1970-01-01
 _PAUSED_THREADS = 1024  # threads whose paused subgraphs a saver remembers, at most
 _NS_SEP = "|"  # LangGraph joins a subgraph's namespace to its parent's with it
 
@@ -336,11 +345,21 @@ class SaverCore:
     # not kept (a cross-slot write cannot be atomic with the thread's own keys, so a
     # delete racing a put could orphan a thread); list(None) scans namespace keys.
     _cluster = Shared[bool]()
+    # The metadata fields whose index is complete, as the first call read them (see
+    # `_ready_plan`); updated by reindex.
+    _indexed = Shared[frozenset[str]]()
 
     def _init_core(
-        self, prefix: str, ttl: float | None, refresh_on_read: bool, compress: bool
+        self,
+        prefix: str,
+        ttl: float | None,
+        refresh_on_read: bool,
+        compress: bool,
+        index_metadata: Sequence[str] = (),
     ) -> None:
         self._state: dict[str, Any] = {}  # see Shared
+        self.index_metadata = _index_fields(index_metadata)
+        self._indexed = frozenset()
         self.keyspace = KeySpace(prefix)
         self.prefix = prefix
         self.ttl = ttl
@@ -410,14 +429,61 @@ class SaverCore:
     def _ready_plan(self) -> Plan:
         """What the first call reads once the topology is known: whether a migration from
         0.1.0 was left unfinished (it parks 0.1.0's registry while it works; the threads it
-        has not reached yet would read as empty). A cluster keeps no registry."""
-        if self._cluster or self._migrating:
+        has not reached yet would read as empty; a cluster keeps no registry), and which
+        metadata fields have a complete index (on a standalone server without threads, this
+        saver's `index_metadata` are marked complete first: see the READY script)."""
+        if self._migrating:
             return []
-        return [parked_check(self.prefix)]
+        if self._cluster:
+            return [("HKEYS", self.keyspace.index_marker)]
+        if not self.index_metadata:  # nothing to mark: plain reads
+            return [parked_check(self.prefix), ("HKEYS", self.keyspace.index_marker)]
+        keys = (LegacyKeys(self.prefix).stash, self.keyspace.index_marker, self.keyspace.threads)
+        return [Eval("ready", keys, self.index_metadata)]
 
     def _check_ready(self, replies: list[Any]) -> None:
-        if replies:
-            refuse_parked(self.prefix, replies[0])
+        if not replies:
+            return
+        if self._cluster:
+            fields = replies[0]
+        else:
+            parked, fields = replies if len(replies) == 2 else replies[0]
+            refuse_parked(self.prefix, parked)
+        self._indexed = frozenset(_s(f) for f in fields or ())
+
+    def _check_indexing(self, what: str) -> None:
+        """Refuses a write that would leave a complete metadata index incomplete: this
+        saver does not index a field the keyspace's marker names complete."""
+        missing = sorted(self._indexed - set(self.index_metadata))
+        if missing:
+            raise PlainRedisError(
+                f"{what}: the metadata index of {', '.join(map(repr, missing))} under prefix "
+                f"{self.prefix!r} is complete, but this saver does not index "
+                f"{'that field' if len(missing) == 1 else 'those fields'} "
+                f"(index_metadata={self.index_metadata!r}): its writes would be missing from "
+                f"it. Pass index_metadata={tuple(sorted({*self.index_metadata, *missing}))!r}, "
+                "or call reindex() on a saver with the fields you want indexed (it drops the "
+                "index of the others)"
+            )
+
+    def _index_tags(self, metadata: Mapping[str, Any]) -> list[tuple[str, str]]:
+        """The (field, tag) pairs of the indexed fields of `metadata` with an indexable value,
+        for the value a reader of the checkpoint gets back (filters compare those): a value of
+        a type the serializer may turn into another goes through it first."""
+        tags: list[tuple[str, str]] = []
+        for field in self.index_metadata:
+            if field not in metadata:
+                continue
+            value = metadata[field]
+            if type(value) not in (str, int, float, bool, type(None)):
+                try:
+                    value = self.serde.loads_typed(self.serde.dumps_typed(value))
+                except Exception:  # noqa: BLE001 - the put's own dump reports it
+                    continue
+            tag = index_tag(value)
+            if tag is not None:
+                tags.append((field, tag))
+        return tags
 
     @property
     def _registry(self) -> tuple[str, ...]:
@@ -626,12 +692,20 @@ class SaverCore:
             self.serde.dumps_typed(meta),
         )
         run_key = self.keyspace.run(str(run_id)) if run else None
-        if self._cluster and run_key:
-            yield self._run_plan(run_key, tk.run_member(ns, cid))
-        replies = yield [self._put_eval(tk, ns, cid, payload, refs, written, run_key)]
+        self._check_indexing("put")
+        index = [self.keyspace.index(f, t) for f, t in self._index_tags(meta)]
+        if self._cluster:
+            # Run sets and index zsets live in other slots: the thread joins them first, so a
+            # crash in between leaves a member naming nothing, never a checkpoint none names.
+            before = self._run_plan(run_key, tk.run_member(ns, cid)) if run_key else []
+            before += [Eval("index_add", (key,), (tk.component, "")) for key in index]
+            if before:
+                yield before
+            index = []
+        replies = yield [self._put_eval(tk, ns, cid, payload, refs, written, run_key, index)]
         versions = checkpoint["channel_versions"]
         while self._resend_lost(replies[0], refs, versions, values, written):
-            replies = yield [self._put_eval(tk, ns, cid, payload, refs, written, run_key)]
+            replies = yield [self._put_eval(tk, ns, cid, payload, refs, written, run_key, index)]
         self._step_ended(thread_id, ns, cid)
         if follow := self._after_thread_scripts(zip([tk], replies, strict=True)):
             yield follow
@@ -680,8 +754,10 @@ class SaverCore:
         refs: Sequence[str],
         written: Mapping[str, bytes],
         run_key: str | None,
+        index: Sequence[str] = (),
     ) -> Eval:
-        """The script call storing one encoded checkpoint and its encoded new blobs."""
+        """The script call storing one encoded checkpoint and its encoded new blobs; on a
+        standalone server it also adds the thread to the metadata index zsets `index`."""
         # Blobs the checkpoint reads but this put did not write only need their TTL
         # refreshed: without a TTL they are left out of the call.
         suffixes = list(dict.fromkeys([*refs, *written] if self._ttl_ms else written))
@@ -693,6 +769,7 @@ class SaverCore:
         keys += [tk.blob_at(ns, s) for s in suffixes]
         keys += [run_key] if run_key else []
         keys += self._registry
+        keys += index
         args: list[str | bytes | int] = [
             cid,
             payload,
@@ -711,6 +788,8 @@ class SaverCore:
         ]
         for s in suffixes:
             args += [s, written.get(s, b"")]
+        if index:
+            args.append(len(index))
         return Eval("put", tuple(keys), tuple(args))
 
     def _run_plan(self, run_key: str, member: str) -> Plan:
@@ -737,6 +816,7 @@ class SaverCore:
         cid = _str_field(conf, "checkpoint_id")
         if not writes:
             return
+        self._check_indexing("put_writes")
         for what, value in (("task_id", task_id), ("task_path", task_path)):
             if not isinstance(value, str):
                 raise TypeError(
@@ -921,6 +1001,10 @@ class SaverCore:
         if isinstance(config, Mapping) and not config:
             config = None  # {} lists every thread, as InMemorySaver and PostgresSaver do
         before_id = (get_checkpoint_id(before) if before else None) or None  # '': no bound
+        if config is None and filter and (usable := self._usable_index(filter)):
+            if (yield from self._list_indexed(*usable, before_id, filter, remaining)):
+                return
+            # the marker says the index is incomplete: every thread is walked
         if config is None and self._cluster:
             (found,) = yield [Scan(self.keyspace.ns_pattern)]
             for key in sorted({_s(k) for k in found}):  # SCAN may return a key twice
@@ -1049,6 +1133,229 @@ class SaverCore:
                 continue
             namespaces = walked[walked.index(last) :]
             resume = "(" + _s(last_entry[0])
+
+    def _usable_index(self, filter: Mapping[str, Any]) -> tuple[str, str] | None:
+        """The (field, tag) of a metadata index a filtered list(None) may read: a field this
+        saver indexes, or one the marker named complete at its first call, whose value has a
+        tag. A field marked complete comes first; the query reads the marker again."""
+        usable: list[tuple[str, str]] = []
+        for field, value in filter.items():
+            if not isinstance(field, str) or value is None:
+                continue  # None also matches metadata without the field: no index names those
+            if field not in self.index_metadata and field not in self._indexed:
+                continue
+            tag = index_tag(value)
+            if tag is not None:
+                usable.append((field, tag))
+        usable.sort(key=lambda pair: pair[0] not in self._indexed)
+        return usable[0] if usable else None
+
+    def _list_indexed(
+        self,
+        field: str,
+        tag: str,
+        before_id: str | None,
+        filter: dict[str, Any],
+        remaining: int,
+    ) -> Generator[Step, list[Any], bool]:
+        """list(None) with a filter through the metadata index of `field` (its value's tag
+        `tag`): the threads it names, newest first, each listed as list(None) lists it.
+        False, having yielded nothing, when the marker says the index is incomplete.
+
+        Pages go down by score. A put during the walk moves its thread above the page read
+        last: once at the bottom, a walk of more than one page reads again the members scored
+        since it started (at the server's clock), until a pass finds no thread it had not
+        listed, so a thread named throughout is listed once, as by the registry walk."""
+        key = self.keyspace.index(field, tag)
+        marker = self.keyspace.index_marker
+        seen: set[str] = set()
+        first = True
+        lower = "-inf"
+        while True:  # passes
+            upper, started, fresh, pages = "+inf", None, False, 0
+            while True:  # pages
+                pages += 1
+                keys = (key,) if self._cluster else (key, marker)
+                page = Eval("index_page", keys, (field, upper, lower, _INDEX_PAGE))
+                if first and self._cluster:  # the marker lives in another slot
+                    marked, reply = yield [("HGET", marker, field), page]
+                else:
+                    (reply,) = yield [page]
+                    marked = reply[0]
+                if first:
+                    if not marked:
+                        return False
+                    first = False
+                now = int(_s(reply[1]))
+                started = started or str(now)
+                flat = reply[2] or []
+                scored = [
+                    (member_text(flat[i], key), _s(flat[i + 1])) for i in range(0, len(flat), 2)
+                ]
+                unused: list[tuple[str, str]] = []
+                for member, score in scored:
+                    if member in seen:
+                        continue
+                    seen.add(member)
+                    fresh = True
+                    tk = listed_thread(self.keyspace, member, key)
+                    threads = self._list_thread(tk, None, None, before_id, filter, remaining)
+                    listed, answer = False, cast(list[Any], None)  # None starts it
+                    while True:
+                        try:
+                            step = threads.send(answer)
+                        except StopIteration as stop:
+                            remaining = stop.value
+                            break
+                        listed = listed or not isinstance(step, list)
+                        answer = yield step
+                    if not listed:
+                        unused.append((member, score))
+                    if remaining == 0:
+                        break
+                yield from self._drop_unused(key, unused, now)
+                if remaining == 0:
+                    return True
+                if len(scored) < _INDEX_PAGE:
+                    break
+                upper = "(" + scored[-1][1]
+            # A pass read in one page holds every member as it was at one instant.
+            if pages == 1 or not fresh:
+                return True
+            lower = started
+
+    def _drop_unused(
+        self, key: str, unused: Sequence[tuple[str, str]], now: int
+    ) -> Generator[Step, list[Any], None]:
+        """Takes out of index `key` the members (with the scores a page read) a query found
+        no checkpoint for, whose thread is gone (deleted, or expired): see INDEX_DROP. A
+        thread still there stays, though nothing of it matches now."""
+        head, tail = self.keyspace.ns_affixes
+        grace = 0
+        if self._cluster:
+            grace = _INDEX_GRACE_MS
+            old = [(m, sc) for m, sc in unused if float(sc) < now - grace]
+            if not old:
+                return
+            tks = [self.keyspace.thread_from_component(m) for m, _ in old]
+            found = yield [("EXISTS", tk.ns) for tk in tks]
+            unused = [pair for pair, there in zip(old, found, strict=True) if not int(there)]
+        if unused:
+            args: list[str | bytes | int] = [head, tail, grace]
+            for member, score in unused:
+                args += [member, score]
+            yield [Eval("index_drop", (key,), tuple(args))]
+
+    # -- reindex -------------------------------------------------------------------------
+
+    def _reindex_steps(self) -> Generator[Step, list[Any], None]:
+        """Builds the metadata index of this saver's `index_metadata` from every thread, then
+        marks it complete; drops the index (and the mark) of every other field first."""
+        fields = self.index_metadata
+        marker = self.keyspace.index_marker
+        (marked,) = yield [("HKEYS", marker)]
+        stale = [f for f in (_s(m) for m in marked or ()) if f not in fields]
+        if stale:  # unmarked first: a query in between walks every thread
+            yield [("HDEL", marker, *stale)]
+        (found,) = yield [Scan(self.keyspace.index_pattern)]
+        drop = sorted(
+            {
+                k
+                for k in map(_s, found)
+                if (f := self.keyspace.index_field(k)) is not None and f not in fields
+            }
+        )
+        for i in range(0, len(drop), _REGISTRY_PAGE):
+            yield [Eval("index_clear", (k,), ()) for k in drop[i : i + _REGISTRY_PAGE]]
+        if fields:
+            batch: list[ThreadKeys] = []
+            for tk in (yield from self._every_thread()):
+                batch.append(tk)
+                if len(batch) == _BATCH_THREADS:
+                    yield from self._reindex_threads(batch)
+                    batch = []
+            if batch:
+                yield from self._reindex_threads(batch)
+            yield [("HSET", marker, *[x for f in fields for x in (f, "1")])]
+        self._indexed = frozenset(fields)
+
+    def _every_thread(self) -> Generator[Step, list[Any], list[ThreadKeys]]:
+        """Every live thread of the keyspace, as list(None) walks them."""
+        if self._cluster:
+            (found,) = yield [Scan(self.keyspace.ns_pattern)]
+            return [self.keyspace.thread_from_ns_key(k) for k in sorted({_s(k) for k in found})]
+        seen: dict[str, ThreadKeys] = {}
+        cursor = "0"
+        while True:
+            (reply,) = yield [
+                Eval("registry_page", (self.keyspace.threads,), (cursor, _REGISTRY_PAGE))
+            ]
+            cursor, flat, now = _s(reply[0]), reply[1], float(_s(reply[2]))
+            for i in range(0, len(flat), 2):
+                component = member_text(flat[i], self.keyspace.threads)
+                if component not in seen and float(flat[i + 1]) >= now:
+                    seen[component] = listed_thread(self.keyspace, component, self.keyspace.threads)
+            if cursor == "0":
+                return list(seen.values())
+
+    def _reindex_threads(self, tks: Sequence[ThreadKeys]) -> Generator[Step, list[Any], None]:
+        """Adds threads `tks` to the index of each (field, value) their checkpoints' metadata
+        hold, at the time of the newest such checkpoint (a LangGraph checkpoint id is a
+        UUID v6, which holds it; otherwise the server's clock)."""
+        added: dict[str, dict[str, int | None]] = {}
+        # thread, namespaces left (None: all), resume bound
+        todo: list[tuple[ThreadKeys, list[str] | None, str]] = [(tk, None, "") for tk in tks]
+        while todo:
+            calls: Plan = []
+            for tk, namespaces, resume in todo:
+                args = (
+                    tk.cp_prefix,
+                    tk.wr_prefix,
+                    tk.blob_prefix,
+                    tk.idx_prefix,
+                    "+",
+                    _REINDEX_PAGE,
+                    "",
+                    resume,
+                    1,
+                    *(namespaces or ()),
+                )
+                calls.append(Eval("list", (tk.ns, *self._registry), args))
+            replies = yield calls
+            later: list[tuple[ThreadKeys, list[str] | None, str]] = []
+            for (tk, _, _), reply in zip(todo, replies, strict=True):
+                walked = [member_text(n, tk.ns) for n in reply[0]]
+                entries = reply[1]
+                for ns_e, (cid, payload) in entries:
+                    cp_key = tk.cp(listed_namespace(ns_e, tk.ns), _s(cid))
+                    at = _uuid6_ms(_s(cid))
+                    for field, tag in self._index_tags(self._metadata_of(cp_key, payload)):
+                        members = added.setdefault(self.keyspace.index(field, tag), {})
+                        known = members.get(tk.component, 0)
+                        # None: the server's clock, for a thread with an id of another kind
+                        members[tk.component] = (
+                            None if at is None or known is None else max(at, known)
+                        )
+                if len(entries) == _REINDEX_PAGE:
+                    last_ns, last_entry = entries[-1]
+                    last = _s(last_ns)
+                    later.append((tk, walked[walked.index(last) :], "(" + _s(last_entry[0])))
+            todo = later
+        calls = []
+        for key, members in added.items():
+            flat = [x for m, at in members.items() for x in (m, "" if at is None else at)]
+            calls += [
+                Eval("index_add", (key,), tuple(flat[i : i + 1000]))
+                for i in range(0, len(flat), 1000)
+            ]
+        for i in range(0, len(calls), _REGISTRY_PAGE):
+            yield calls[i : i + _REGISTRY_PAGE]
+
+    def _metadata_of(self, cp_key: str, payload: Any) -> Mapping[str, Any]:
+        """The metadata of checkpoint payload `payload` (at `cp_key`); {} for one that is no
+        mapping."""
+        metadata = self._loads(decode_checkpoint(_b(payload), cp_key).metadata, cp_key)
+        return metadata if isinstance(metadata, Mapping) else {}
 
     def _matches(self, tk: ThreadKeys, light: Sequence[Any], filter: Mapping[str, Any]) -> bool:
         """Whether the metadata of a light list entry ``[N, [id, payload]]`` passes."""
@@ -1190,6 +1497,7 @@ class SaverCore:
         dst = self.keyspace.thread(_thread_arg(target_thread_id, "copy_thread"))
         if src == dst:
             return
+        self._check_indexing("copy_thread")
         (exported,) = yield [
             Eval(
                 "export_thread",
@@ -1212,8 +1520,21 @@ class SaverCore:
                     args += [_b(member), len(flat), *flat]
                 else:
                     args += [_b(member), 1, _b(value)]
+        # The copy joins the metadata index of what the source's checkpoints hold, first.
+        index: set[str] = set()
+        if self.index_metadata:
+            for ns_e, items in exported:
+                ns = listed_namespace(ns_e, src.ns)
+                for member, value in zip(items[::2], items[1::2], strict=True):
+                    if _b(member)[:1] == b"c":
+                        metadata = self._metadata_of(src.cp(ns, _b(member)[1:].decode()), value)
+                        tags = self._index_tags(metadata)
+                        index.update(self.keyspace.index(f, t) for f, t in tags)
+        adds: Plan = [Eval("index_add", (key,), (dst.component, "")) for key in sorted(index)]
+        if adds and not self._cluster:
+            yield adds
         if self._cluster:
-            runs: Plan = []  # run sets live in other slots: add the copies' members first
+            runs: Plan = adds  # run sets live in other slots: add the copies' members first
             for ns_e, items in exported:
                 for member, value in zip(items[::2], items[1::2], strict=True):
                     if _b(member)[:1] == b"c":
@@ -1228,6 +1549,46 @@ class SaverCore:
         replies = yield [Eval("import_thread", (dst.ns, *self._registry), tuple(args))]
         if follow := self._after_thread_scripts(zip([dst], replies, strict=True)):
             yield follow
+
+
+def _index_fields(value: Any) -> tuple[str, ...]:
+    """`index_metadata` as a tuple of distinct field names, in order."""
+    if isinstance(value, str):
+        raise TypeError(
+            f"index_metadata must be a sequence of metadata keys, got the str {value!r}: pass "
+            f"a tuple, e.g. index_metadata=({value!r},)"
+        )
+    if not isinstance(value, Iterable):
+        raise TypeError(
+            f"index_metadata must be a sequence of metadata keys, got {type(value).__name__} "
+            f"{value!r}: pass e.g. index_metadata=('user_id',)"
+        )
+    fields = tuple(value)
+    for field in fields:
+        if not isinstance(field, str):
+            raise TypeError(
+                f"index_metadata holds {type(field).__name__} {field!r}; metadata keys are "
+                f"str: pass e.g. index_metadata=('user_id',)"
+            )
+        if not field:
+            raise ValueError(
+                f"index_metadata={fields!r} holds an empty field name: pass the metadata keys "
+                "to index, e.g. index_metadata=('user_id',)"
+            )
+        _utf8(field, "index_metadata")
+    return tuple(dict.fromkeys(fields))
+
+
+def _uuid6_ms(checkpoint_id: str) -> int | None:
+    """The Unix time in ms a UUID v6 (LangGraph's checkpoint ids) holds; None for another id."""
+    try:
+        u = uuid.UUID(checkpoint_id)
+    except ValueError:
+        return None
+    if u.version != 6:
+        return None
+    steps = ((u.int >> 80) << 12) | ((u.int >> 64) & 0x0FFF)
+    return max(0, (steps - _UUID_EPOCH) // 10_000)
 
 
 def _is_delta(reply: Any) -> bool:

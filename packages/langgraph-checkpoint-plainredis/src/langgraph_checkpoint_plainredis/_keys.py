@@ -11,12 +11,21 @@ checkpoint id, ``CH`` = escaped channel, ``V`` = channel version tag)::
     {prefix}:ns:{T}            zset    namespaces of the thread, score = expires-at ms
     {prefix}:run:R             set     checkpoints written by run R, as "T:N:C"
     {prefix}:threads           zset    registry of threads, score = expires-at ms
+    {prefix}:by:F:V            zset    metadata index (opt-in): member T, score = ms of the
+                                       last put writing metadata field F with value tag V
+    {prefix}:by                hash    F -> "1": the index of field F is complete
 
 Members of the key index ``keys``: ``cC`` (checkpoint ``C``), ``wC`` (its writes hash),
 ``bCH:V`` (a blob; when no such key exists, the channel is absent at that version) and
 ``rR:C``, a run marker: checkpoint ``C`` was written by run ``R``
 (escaped; empty for none), so deleting a thread finds its run sets without reading any
 checkpoint. `ThreadKeys.indexed_key` turns a member into its key.
+
+The metadata index (``index_metadata=``) names a thread in ``by:F:V`` (``F`` = escaped
+field, ``V`` = `index_tag` of the value) once a put wrote that value; members of threads
+since deleted or expired stay until a query meets them. `index_tag` gives values Python
+holds equal (``1``, ``1.0``, ``True``) one tag, so a query finds what `list`'s filter
+matches. These keys carry no hash tag: on a cluster each is in a slot of its own.
 
 Every key of one thread carries the hash tag ``{T}``, so on a cluster a thread lives in
 one slot. Components that are followed by another component are escaped (see
@@ -31,6 +40,7 @@ knows the separator, and it follows the layout above.
 from __future__ import annotations
 
 import functools
+import math
 import re
 from dataclasses import dataclass
 
@@ -49,6 +59,7 @@ __all__ = [
     "ThreadKeys",
     "escape",
     "escape_run",
+    "index_tag",
     "unescape",
     "version_tag",
     "write_field",
@@ -104,6 +115,37 @@ def version_tag(version: str | int | float) -> str:
     if isinstance(version, float):
         return f"#f{version!r}"
     return f"#s{version}" if version.startswith("#") else version
+
+
+def index_tag(value: object) -> str | None:
+    """The tag of a metadata value in the metadata index, or None when it cannot be indexed.
+
+    Values Python holds equal get the same tag and unequal ones different tags, as `list`'s
+    filter compares them (``1 == 1.0 == True``): ``i<int>`` for a bool, an int or an
+    integer-valued float, ``f<repr>`` for another float (infinities too), ``s<escaped
+    text>`` for a str (a subclass by its text), ``n`` for None. NaN equals nothing, other
+    types (lists, dicts, ...) equal no value of these: None for them, and for text UTF-8
+    cannot encode (no key can hold it).
+    """
+    if value is None:
+        return "n"
+    if isinstance(value, str):
+        text = str.__str__(value)
+        if not text.isascii():
+            try:
+                text.encode("utf-8")
+            except UnicodeEncodeError:
+                return None
+        return "s" + escape(text)
+    if isinstance(value, int):
+        return f"i{int(value)}"  # int(): a bool is the int it equals
+    if isinstance(value, float):
+        if math.isnan(value):
+            return None
+        if value.is_integer():
+            return f"i{int(value)}"
+        return f"f{float(value)!r}"
+    return None
 
 
 def _thread_component(thread_id: str) -> str:
@@ -242,6 +284,37 @@ class KeySpace:
         return f"{self.prefix}{SEP}threads"
 
     @property
+    def index_marker(self) -> str:
+        """The hash naming the metadata fields whose index is complete."""
+        return f"{self.prefix}{SEP}by"
+
+    def index(self, field: str, tag: str) -> str:
+        """The zset of the threads that wrote metadata `field` with a value of tag `tag`."""
+        return f"{self.index_marker}{SEP}{escape(field)}{SEP}{tag}"
+
+    @property
+    def index_pattern(self) -> str:
+        """A SCAN pattern matching every metadata index zset (and maybe other keys: see
+        `index_field`)."""
+        return f"{self.index_marker}{SEP}*"
+
+    def index_field(self, key: str) -> str | None:
+        """The field a metadata index key built by `index` is for; None for any other key
+        (a keyspace whose prefix is this one's followed by ``:by`` has keys that match
+        `index_pattern` too: theirs have a ``{`` where a tag starts, or a ``:`` in what would
+        be the tag, which none holds, or are no zset: a run set)."""
+        head = f"{self.index_marker}{SEP}"
+        if not key.startswith(head):
+            return None
+        field, sep, tag = key[len(head) :].partition(SEP)
+        if not sep or tag[:1] not in ("i", "f", "s", "n") or SEP in tag:
+            return None
+        try:
+            return unescape(field)
+        except ValueError:
+            return None
+
+    @property
     def run_prefix(self) -> str:
         """Prefix of run sets; a script appends the escaped run id."""
         return f"{self.prefix}{SEP}run{SEP}"
@@ -280,6 +353,12 @@ class KeySpace:
                 self._threads.clear()
             self._threads[thread_id] = known
         return known
+
+    @property
+    def ns_affixes(self) -> tuple[str, str]:
+        """What a script puts around an escaped thread id (as the registry and the metadata
+        index hold it) to build that thread's namespace-zset key."""
+        return f"{self.prefix}{SEP}ns{SEP}{{", "}"
 
     @property
     def ns_pattern(self) -> str:

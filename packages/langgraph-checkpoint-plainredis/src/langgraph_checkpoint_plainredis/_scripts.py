@@ -762,18 +762,22 @@ local p = {cp = ARGV[2], wr = ARGV[3], blob = ARGV[4], idx = ARGV[5], keys = ARG
 """
 
 PUT = r"""
--- KEYS: cp, idx, keys, ns, blob keys..., [run], [registry]
+-- KEYS: cp, idx, keys, ns, blob keys..., [run], [registry], [metadata index zsets...]
 -- ARGV: cid, payload, ttl_ms, N, T, run member, has_run, n_blobs,
 --       wr_prefix, cp_prefix, blob_prefix, has_registry, escaped run, run prefix, then per
---       blob: suffix, value ('' = refresh only, NUL = absent: no key). A cluster client
---       passes neither run nor registry, and gets back the run-set removal it must make.
+--       blob: suffix, value ('' = refresh only, NUL = absent: no key), then [the number of
+--       metadata index zsets]. A cluster client passes neither run nor registry nor index
+--       zsets (it adds the thread to those first), and gets back the run-set removal it
+--       must make.
 -- Returns outcome(), or {'lost', {suffix, ...}} having written nothing: blobs the checkpoint
 -- reads that expired, for the caller to send as values.
 local cid, payload, ttl = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local n, t, has_run, nb = ARGV[4], ARGV[5], ARGV[7] == '1', tonumber(ARGV[8])
 local run_key = nil
 if has_run then run_key = KEYS[5 + nb] end
-if ARGV[12] == '1' then REGISTRY = KEYS[#KEYS] end
+-- The metadata index zsets the thread joins, last: a saver without index_metadata sends none.
+local nindex = tonumber(ARGV[15 + 2 * nb] or '0')
+if ARGV[12] == '1' then REGISTRY = KEYS[#KEYS - nindex] end
 local p = {cp = ARGV[10], wr = ARGV[9], blob = ARGV[11], run = ARGV[14]}
 -- The checkpoint and blob keys a put writes are new as a rule (a fresh checkpoint id, blob
 -- versions with a random tail): one EXISTS says so, and only when one is there already are
@@ -813,6 +817,10 @@ if not forever then  -- the writes of this checkpoint get its TTL
 end
 if REGISTRY and not settled then
   err = check_registry(REGISTRY)
+  if err then return err end
+end
+for i = #KEYS - nindex + 1, #KEYS do
+  err = check(KEYS[i], 'zset')
   if err then return err end
 end
 -- A blob it only refreshes that has expired (a step that outlived the TTL, say) cannot be
@@ -894,6 +902,10 @@ for i = 1, #sets, 1000 do
   redis.call('MSET', unpack(sets, i, math.min(i + 999, #sets)))
 end
 redis.call('ZADD', KEYS[2], 0, cid)
+if nindex > 0 then  -- with the checkpoint, at the server's clock: newest threads first
+  local at = now or now_ms()
+  for i = #KEYS - nindex + 1, #KEYS do redis.call('ZADD', KEYS[i], at, t) end
+end
 members[#members + 1] = cp_score
 members[#members + 1] = 'c' .. cid
 members[#members + 1] = cp_score
@@ -1639,6 +1651,109 @@ return page
 """
 
 
+READY = r"""
+-- KEYS: the parked 0.1.0 registry (see the migration), metadata index marker, registry
+-- ARGV: the metadata fields the saver indexes
+-- Returns {whether the 0.1.0 registry is parked, the fields the marker names complete}. On a
+-- keyspace without threads the saver's fields are marked complete first (an empty index
+-- misses nothing): in this script, so that no put of another saver comes in between.
+local parked = redis.call('EXISTS', KEYS[1])
+local err = check(KEYS[2], 'hash')
+if err then return err end
+if #ARGV > 0 and parked == 0 and redis.call('EXISTS', KEYS[3]) == 0 then
+  for _, f in ipairs(ARGV) do redis.call('HSET', KEYS[2], f, '1') end
+end
+return {parked, redis.call('HKEYS', KEYS[2])}
+"""
+
+
+INDEX_PAGE = r"""
+-- KEYS: a metadata index zset, [the index marker]; ARGV: escaped field, max, min, count
+-- Returns {the marker's value for the field (standalone; false: not complete), the server's
+-- clock in ms, {member, score, ...}}: up to `count` members from score `max` down to `min`,
+-- highest first, and every other member with the last one's score, so that the caller goes
+-- on below that score.
+local err = check(KEYS[1], 'zset') or (KEYS[2] and check(KEYS[2], 'hash'))
+if err then return err end
+local marked = false
+if KEYS[2] then marked = redis.call('HGET', KEYS[2], ARGV[1]) end
+local count = tonumber(ARGV[4])
+local page = redis.call('ZREVRANGEBYSCORE', KEYS[1], ARGV[2], ARGV[3], 'WITHSCORES', 'LIMIT',
+  0, count)
+if #page >= 2 * count then
+  local last, have = page[#page], {}
+  for i = 1, #page, 2 do have[page[i]] = true end
+  local ties = redis.call('ZREVRANGEBYSCORE', KEYS[1], last, last, 'WITHSCORES')
+  for i = 1, #ties, 2 do
+    if not have[ties[i]] then
+      page[#page + 1] = ties[i]
+      page[#page + 1] = ties[i + 1]
+    end
+  end
+end
+return {marked, now_ms(), page}
+"""
+
+
+INDEX_ADD = r"""
+-- KEYS: a metadata index zset; ARGV: member, score ('' = the server's clock), ...
+-- Adds each member at its score, unless it has a higher one already (ZADD GT is Redis 6.2).
+local err = check(KEYS[1], 'zset')
+if err then return err end
+local now = nil
+for i = 1, #ARGV, 2 do
+  local score = ARGV[i + 1]
+  if score == '' then
+    now = now or now_ms()
+    score = now
+  end
+  local old = redis.call('ZSCORE', KEYS[1], ARGV[i])
+  if not old or tonumber(old) < tonumber(score) then
+    redis.call('ZADD', KEYS[1], score, ARGV[i])
+  end
+end
+return 0
+"""
+
+
+INDEX_DROP = r"""
+-- KEYS: a metadata index zset; ARGV: namespace key head, tail, grace ms, then member, score, ...
+-- Removes members a query found no checkpoint for, whose score is still the one it read (a
+-- put since re-added the member, at a later score: it stays). Grace 0 (a standalone server):
+-- only a member whose thread has no namespace key, `head .. member .. tail`, checked here. A
+-- cluster client checked that key in its own slot before: a put may have come in between,
+-- so only a member whose score is older than `grace` ms goes (a put adds its thread to the
+-- index before it writes, at the clock of the index's node).
+local head, tail, grace = ARGV[1], ARGV[2], tonumber(ARGV[3])
+local err = check(KEYS[1], 'zset')
+if err then return err end
+local oldest = nil
+if grace > 0 then oldest = tonumber(now_ms()) - grace end
+local gone = 0
+for i = 4, #ARGV, 2 do
+  local m = ARGV[i]
+  local score = redis.call('ZSCORE', KEYS[1], m)
+  if score and tonumber(score) == tonumber(ARGV[i + 1]) then
+    local unused
+    if oldest then unused = tonumber(score) < oldest
+    else unused = redis.call('EXISTS', head .. m .. tail) == 0 end
+    if unused then
+      redis.call('ZREM', KEYS[1], m)
+      gone = gone + 1
+    end
+  end
+end
+return gone
+"""
+
+
+INDEX_CLEAR = r"""
+-- KEYS: a metadata index zset of a field no longer indexed: deleted, if it is a zset.
+if redis.call('TYPE', KEYS[1])['ok'] == 'zset' then return redis.call('DEL', KEYS[1]) end
+return 0
+"""
+
+
 @dataclass(frozen=True)
 class Script:
     """A Lua script and its SHA1, for EVALSHA with an EVAL fallback."""
@@ -1749,5 +1864,10 @@ SCRIPTS = {
         _script("run_join", RUN_JOIN),
         _script("run_leave", RUN_LEAVE),
         _script("registry_page", REGISTRY_PAGE),
+        _script("ready", READY),
+        _script("index_page", INDEX_PAGE),
+        _script("index_add", INDEX_ADD),
+        _script("index_drop", INDEX_DROP),
+        _script("index_clear", INDEX_CLEAR),
     )
 }

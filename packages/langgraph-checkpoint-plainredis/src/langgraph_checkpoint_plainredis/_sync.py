@@ -142,6 +142,10 @@ class RedisSaver(SaverCore, BaseCheckpointSaver[str]):
             client when it is a `RedisCluster`.
         protocol: RESP version for a client built from `url`: 2 works on every
             server from Redis 5; 3 needs Redis 6+.
+        index_metadata: Metadata keys (e.g. ``("user_id",)``) whose values each put records
+            in a cross-thread index, so that `list(None, filter=...)` on one of them reads
+            only the threads that had that value, newest first, not every thread. A keyspace
+            with threads already needs `reindex()` once; see docs/plainredis-search.md.
         **connection_kwargs: Passed to `redis.Redis.from_url`; `retry=` replaces the
             default, which reconnects with jittered backoff for a few seconds (every call
             is idempotent).
@@ -167,11 +171,12 @@ class RedisSaver(SaverCore, BaseCheckpointSaver[str]):
         compress: bool = True,
         cluster: bool | None = None,
         protocol: int = 2,
+        index_metadata: Sequence[str] = (),
         **connection_kwargs: Any,
     ) -> None:
         check_serde(serde)
         super().__init__(serde=serde)
-        self._init_core(prefix, ttl, refresh_on_read, compress)
+        self._init_core(prefix, ttl, refresh_on_read, compress, index_metadata)
         self._url = url or ""
         self._detect_lock = threading.Lock()
         self._ready = False  # see _get_ready
@@ -442,6 +447,13 @@ class RedisSaver(SaverCore, BaseCheckpointSaver[str]):
         ancestors, where the default reads each ancestor with a `get_tuple`."""
         return self._drive(self._delta_history_steps(config, channels))
 
+    def reindex(self) -> None:
+        """Builds the metadata index of this saver's `index_metadata` from every thread and
+        marks it complete, so that filtered `list(None)` calls use it; drops the index of
+        any other field. Walks the whole keyspace: run it once, after every writer indexes
+        the fields (see docs/plainredis-search.md)."""
+        self._drive(self._reindex_steps())
+
     # -- the other side ------------------------------------------------------------------
 
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
@@ -492,3 +504,6 @@ class RedisSaver(SaverCore, BaseCheckpointSaver[str]):
         self, *, config: RunnableConfig, channels: Sequence[str]
     ) -> Mapping[str, Any]:
         _use_async("aget_delta_channel_history")
+
+    async def areindex(self) -> None:
+        _use_async("areindex")
