@@ -215,3 +215,35 @@ async def test_the_other_side_names_the_class_to_use(
         await sync_saver.aget_delta_channel_history(config=cfg("t"), channels=["log"])
     with pytest.raises(NotImplementedError, match="Use RedisSaver"):
         async_saver.get_delta_channel_history(config=cfg("t"), channels=["log"])
+
+
+@pytest.mark.parametrize("by", ["a put", "a read with refresh_on_read"])
+def test_with_a_ttl_what_a_delta_channel_is_rebuilt_from_lives_as_long(
+    redis_url: str, prefix: str, client: Any, by: str
+) -> None:
+    """Under a TTL older checkpoints expire one by one, and a DeltaChannel's newest value is
+    rebuilt from those back to its last snapshot: an active thread read back without them.
+    A put refreshes that chain with its checkpoint (in its round trip), and a read with
+    refresh_on_read refreshes it too (the base class's walk did, with a `get_tuple` per
+    ancestor; the first override did not). Keys are aged by hand, not by waiting."""
+    ttl = 600
+    with RedisSaver(redis_url, prefix=prefix, ttl=ttl, refresh_on_read=True) as saver:
+        graph = _graph(saver)
+        for i in range(6):  # runs named, so that the checkpoints are in run sets
+            graph.invoke({"log": [f"in{i}"]}, {**cfg("t"), "metadata": {"run_id": f"r{i}"}})
+        oldest = list(saver.list(cfg("t")))[-1]
+        state = graph.get_state(cfg("t")).values
+        tk = saver.keyspace.thread("t")
+        cid = oldest.config["configurable"]["checkpoint_id"]
+        watched = [tk.cp("", cid), tk.wr("", cid)]
+        watched.append(saver.keyspace.run(oldest.metadata["run_id"]))
+        for key in client.scan_iter(match=f"{prefix}:*", count=1000):
+            client.pexpire(key, 2000)  # as if written `ttl` - 2 s ago
+        if by == "a put":
+            with RedisSaver(redis_url, prefix=prefix, ttl=ttl) as writer:
+                _graph(writer).invoke({"log": ["more"]}, cfg("t"))
+        else:
+            with RedisSaver(redis_url, prefix=prefix, ttl=ttl, refresh_on_read=True) as reader:
+                assert _graph(reader).get_state(cfg("t")).values == state
+        left = {key: client.pttl(key) for key in watched}
+        assert all(ms > (ttl - 60) * 1000 for ms in left.values()), left

@@ -702,12 +702,18 @@ class SaverCore:
             if before:
                 yield before
             index = []
-        replies = yield [self._put_eval(tk, ns, cid, payload, refs, written, run_key, index)]
+        # With a TTL, the older checkpoints its DeltaChannels are rebuilt from live as long as
+        # it does: refreshed by a script sent after the put's, in its round trip.
+        chain = self._refresh_chain(tk, ns, cid, meta.get(_DELTA_COUNTERS))
+        put = self._put_eval(tk, ns, cid, payload, refs, written, run_key, index)
+        replies = yield [put, chain] if chain else [put]
+        chained = replies[1] if chain else None
         versions = checkpoint["channel_versions"]
         while self._resend_lost(replies[0], refs, versions, values, written):
             replies = yield [self._put_eval(tk, ns, cid, payload, refs, written, run_key, index)]
         self._step_ended(thread_id, ns, cid)
-        if follow := self._after_thread_scripts(zip([tk], replies, strict=True)):
+        follow = self._after_thread_scripts(zip([tk], replies[:1], strict=True))
+        if follow := follow + self._chain_runs(tk, ns, chained):
             yield follow
         return {
             "configurable": {
@@ -791,6 +797,38 @@ class SaverCore:
         if index:
             args.append(len(index))
         return Eval("put", tuple(keys), tuple(args))
+
+    def _refresh_chain(
+        self, tk: ThreadKeys, ns: str, cid: str, channels: Any, refresh: bool = True
+    ) -> Eval | None:
+        """With a TTL, the call refreshing the older checkpoints that LangGraph rebuilds
+        checkpoint `cid`'s (``''``: the newest) DeltaChannels `channels` from (the keys of
+        its metadata's ``counters_since_delta_snapshot``, or their names), or None."""
+        if not (self._ttl_ms and refresh and channels and not isinstance(channels, str)):
+            return None
+        if not isinstance(channels, (Mapping, Sequence)):
+            return None
+        args: tuple[str | int, ...] = (
+            cid,
+            escape(ns),
+            tk.cp_prefix,
+            tk.wr_prefix,
+            tk.blob_prefix,
+            self._ttl_ms,
+            tk.component,
+            self.keyspace.run_prefix,
+            *[escape(str(channel)) for channel in channels],
+        )
+        return Eval("refresh_chain", (tk.idx(ns), tk.keys(ns), tk.ns, *self._registry), args)
+
+    def _chain_runs(self, tk: ThreadKeys, ns: str, reply: Any) -> Plan:
+        """On a cluster: the run sets of the checkpoints a REFRESH_CHAIN reply refreshed,
+        which live in other slots, refreshed too (if they are there)."""
+        flat = list(reply or ()) if self._cluster else []
+        return [
+            self._run_join(self.keyspace.run_escaped(_s(run)), tk.run_member(ns, _s(cid)), True)
+            for run, cid in zip(flat[0::2], flat[1::2], strict=True)
+        ]
 
     def _run_plan(self, run_key: str, member: str) -> Plan:
         """A cluster client adds a checkpoint to its run set before the thread script, so
@@ -963,6 +1001,14 @@ class SaverCore:
             if not more:
                 break
             cursor, start = _s(more), "1"
+        # A read with refresh_on_read keeps alive what it read: here the whole chain.
+        chain = self._refresh_chain(
+            tk, ns, get_checkpoint_id(config) or "", names, refresh=self.refresh_on_read
+        )
+        if chain is not None:
+            (chained,) = yield [chain]
+            if follow := self._chain_runs(tk, ns, chained):
+                yield follow
         history: dict[str, Any] = {}
         for ch in channels:
             entry: dict[str, Any] = {"writes": [w for chunk in reversed(chunks[ch]) for w in chunk]}

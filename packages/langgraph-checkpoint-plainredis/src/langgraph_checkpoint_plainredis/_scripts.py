@@ -159,6 +159,42 @@ local function get_hash(key)
   return v, nil
 end
 
+-- Walks what LangGraph reads to rebuild the DeltaChannels `channels` (escaped, as blob refs
+-- name them) of checkpoint `cid` (its payload) of timeline `n` (get_delta_channel_history):
+-- that checkpoint and its ancestors back to the nearest one holding a value of each, that one
+-- included (its writes count too). Calls visit(id, payload) for each. A missing or damaged
+-- ancestor ends the walk, as it ends LangGraph's. Returns an error reply, or nil.
+local function delta_chain(n, cid, payload, channels, cp_prefix, blob_prefix, visit)
+  local open, count = {}, 0
+  for _, ch in ipairs(channels) do
+    if not open[ch] then count = count + 1 end
+    open[ch] = true
+  end
+  while true do
+    visit(cid, payload)
+    local _, refs, intact = header(payload)
+    if not intact then return nil end
+    for _, r in ipairs(refs) do
+      local ch = ref_channel(r)
+      if ch and open[ch] then
+        local key = blob_prefix .. n .. ':' .. r
+        local head = redis.pcall('GETRANGE', key, 0, 1)  -- a value's first bytes say enough
+        if type(head) == 'table' and head.err then return read_error(key, head, 'string') end
+        if head ~= '' and holds_value(head) then
+          open[ch] = nil
+          count = count - 1
+        end
+      end
+    end
+    cid = parent_of(payload)
+    if count == 0 or not cid or cid == '' then return nil end
+    local err
+    payload, err = get_string(cp_prefix .. n .. ':' .. cid)
+    if err then return err end
+    if not payload then return nil end
+  end
+end
+
 -- The newest checkpoint of a timeline whose payload still exists. Reading the timeline is
 -- its type check.
 local function latest(idx, cp_prefix, n)
@@ -1330,6 +1366,48 @@ end
 return {out, false}
 """
 
+REFRESH_CHAIN = r"""
+-- KEYS: idx, keys, ns, [registry]
+-- ARGV: cid ('' = newest), N, cp_prefix, wr_prefix, blob_prefix, ttl_ms, T, run_prefix, then
+--       the escaped DeltaChannels of the checkpoint not snapshotted there
+-- Refreshes, as a read with refresh_on_read refreshes what it reads, the older checkpoints
+-- (payload, writes, blobs) that LangGraph rebuilds the checkpoint's DeltaChannels from: they
+-- live as long as it does. Sent with a put (in its round trip) and by
+-- get_delta_channel_history with refresh_on_read. Returns, on a cluster, {escaped run, id,
+-- ...} of their run sets, which live in other slots, for the client to refresh.
+local cid, n, ttl, t = ARGV[1], ARGV[2], tonumber(ARGV[6]), ARGV[7]
+REGISTRY = KEYS[4]
+local idx_prefix = string.sub(KEYS[1], 1, #KEYS[1] - #n)
+local keys_prefix = string.sub(KEYS[2], 1, #KEYS[2] - #n)
+local err = check(KEYS[1], 'zset') or check(KEYS[2], 'zset') or check(KEYS[3], 'zset')
+  or (REGISTRY and check_registry(REGISTRY))
+  or check_takeover(n, KEYS[2], KEYS[3], idx_prefix, keys_prefix)
+if err then return err end
+local payload
+if cid == '' then
+  cid, payload, err = latest(KEYS[1], ARGV[3], n)
+else
+  payload, err = get_string(ARGV[3] .. n .. ':' .. cid)
+end
+if err then return err end
+if not payload then return {} end
+local now = now_ms()
+local score = expiry(now, ttl)
+local channels, runs = {unpack(ARGV, 9)}, {}
+err = delta_chain(n, cid, payload, channels, ARGV[3], ARGV[5], function(c, found)
+  refresh_checkpoint(n, c, found, ARGV[3], ARGV[4], ARGV[5], KEYS[2], ttl, score,
+    REGISTRY and ARGV[8])
+  local run = header(found)
+  if not REGISTRY and run and run ~= '' then
+    runs[#runs + 1] = run
+    runs[#runs + 1] = c
+  end
+end)
+if err then return err end
+settle(t, n, KEYS[1], KEYS[2], KEYS[3], now)
+return runs
+"""
+
 PRUNE_KEEP_LATEST = (
     _PREFIXES
     + r"""
@@ -1348,41 +1426,6 @@ while i <= #ARGV do
   i = i + 3 + k
 end
 
--- Marks in `kept` checkpoint `cid` (its payload) and the ancestors LangGraph reads to
--- rebuild its DeltaChannels `channels` (get_delta_channel_history): back to the nearest one
--- holding a value of each, that one included (its writes count too); a channel with a value
--- at `cid` itself is read from there. A missing or damaged ancestor ends the chain, as it
--- ends LangGraph's walk.
-local function keep_delta_chain(n, cid, payload, channels, kept)
-  local open, count = {}, 0
-  for _, ch in ipairs(channels) do
-    if not open[ch] then count = count + 1 end
-    open[ch] = true
-  end
-  while true do
-    kept[cid] = true
-    local _, refs, intact = header(payload)
-    if not intact then return nil end
-    for _, r in ipairs(refs) do
-      local ch = ref_channel(r)
-      if ch and open[ch] then
-        local v, gerr = get_string(p.blob .. n .. ':' .. r)
-        if gerr then return gerr end
-        if v and holds_value(v) then
-          open[ch] = nil
-          count = count - 1
-        end
-      end
-    end
-    cid = parent_of(payload)
-    if count == 0 or not cid or cid == '' then return nil end
-    local gerr
-    payload, gerr = get_string(p.cp .. n .. ':' .. cid)
-    if gerr then return gerr end
-    if not payload then return nil end
-  end
-end
-
 -- Each timeline's newest checkpoint, what it needs, and the others, found first: the run sets
 -- the others leave are checked before anything changes.
 local runs, plans = {}, {}
@@ -1394,7 +1437,9 @@ for _, n in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do
   if head and not plan and delta_marked(head) then return {'delta'} end
   local kept = {}
   if keep then kept[keep] = true end
-  if head and plan and #plan[2] > 0 then err = keep_delta_chain(n, keep, head, plan[2], kept) end
+  if head and plan and #plan[2] > 0 then
+    err = delta_chain(n, keep, head, plan[2], p.cp, p.blob, function(c) kept[c] = true end)
+  end
   if err then return err end
   local doomed = {}
   for _, cid in ipairs(redis.call('ZRANGE', p.idx .. n, 0, -1)) do
@@ -1854,6 +1899,7 @@ SCRIPTS = {
         _check_only("delete_thread", DELETE_THREAD),
         _script("heads", HEADS),
         _script("delta_history", DELTA_HISTORY),
+        _script("refresh_chain", REFRESH_CHAIN),
         _script("prune_keep_latest", PRUNE_KEEP_LATEST),
         _check_only("prune_keep_latest", PRUNE_KEEP_LATEST),
         _script("remove_checkpoints", REMOVE_CHECKPOINTS),
