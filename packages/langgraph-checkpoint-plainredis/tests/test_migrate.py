@@ -262,22 +262,10 @@ async def test_a_migration_that_stopped_halfway_is_refused_until_it_ends(
     """The threads it had not reached read as empty, and a graph run on one started it anew
     (a rerun then mixed two timelines): the savers and the commands refuse the keyspace while
     0.1.0's registry is parked, and name the fix."""
-    from langgraph_checkpoint_plainredis import AsyncRedisSaver, _migrate
+    from langgraph_checkpoint_plainredis import AsyncRedisSaver
 
     prefix = restored["lg"]
-    real = _migrate._migrate_timeline
-    done: list[str] = []
-
-    def stop_after_one(*args: Any, **kwargs: Any) -> Any:
-        if done:
-            raise KeyboardInterrupt  # the operator, or a crash
-        done.append(args[4])
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(_migrate, "_migrate_timeline", stop_after_one)
-    with pytest.raises(KeyboardInterrupt):
-        migrate_v010(client, prefix)
-    monkeypatch.undo()
+    done = interrupt_after_one(monkeypatch, client, prefix)
     parked = f"{prefix}:v010:threads"
     expected = [t for t in DUMP["expected"]["threads"] if t["prefix"] == "lg"]
     waiting = next(t for t in expected if t["thread_id"] != done[0])
@@ -568,23 +556,9 @@ def test_an_unfinished_migration_into_another_prefix_is_resumed_only_from_its_so
 ) -> None:
     """The registry is parked under the target prefix, where its savers look; a rerun that
     names the target as the source would read the 0.1.0 keys under the wrong prefix."""
-    from langgraph_checkpoint_plainredis import _migrate
-
     old = restored["lg"]
     new = f"{old}-new"
-    real = _migrate._migrate_timeline
-    done: list[str] = []
-
-    def stop_after_one(*args: Any, **kwargs: Any) -> Any:
-        if done:
-            raise KeyboardInterrupt
-        done.append(args[4])
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(_migrate, "_migrate_timeline", stop_after_one)
-    with pytest.raises(KeyboardInterrupt):
-        migrate_v010(client, old, to_prefix=new)
-    monkeypatch.undo()
+    interrupt_after_one(monkeypatch, client, old, to_prefix=new)
     with RedisSaver(redis_url, prefix=new) as saver:
         with pytest.raises(LegacyKeyspaceError, match="has not finished"):
             saver.get_tuple({"configurable": {"thread_id": "t-fork"}})
@@ -602,9 +576,9 @@ def test_an_unfinished_migration_into_another_prefix_is_resumed_only_from_its_so
 
 def interrupt_after_one(
     monkeypatch: pytest.MonkeyPatch, client: redis.Redis, prefix: str, **kwargs: Any
-) -> None:
-    """`migrate_v010(client, prefix, **kwargs)` stopped (as by Ctrl-C) after its first
-    (thread, namespace): the rest stay parked."""
+) -> list[str]:
+    """`migrate_v010(client, prefix, **kwargs)` stopped (as by Ctrl-C, or a crash) after its
+    first (thread, namespace): the rest stay parked. Returns the thread it migrated."""
     from langgraph_checkpoint_plainredis import _migrate
 
     real = _migrate._migrate_timeline
@@ -621,6 +595,7 @@ def interrupt_after_one(
         with pytest.raises(KeyboardInterrupt):
             migrate_v010(client, prefix, **kwargs)
     assert done
+    return done
 
 
 @pytest.mark.parametrize(

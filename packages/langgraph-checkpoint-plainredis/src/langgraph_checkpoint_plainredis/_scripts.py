@@ -212,6 +212,14 @@ local function latest(idx, cp_prefix, n)
   end
 end
 
+-- Checkpoint `cid` of timeline `n` ('' = the newest whose payload still exists): its id and
+-- payload (nil when there is none), or an error reply.
+local function checkpoint_at(idx, cp_prefix, n, cid)
+  if cid == '' then return latest(idx, cp_prefix, n) end
+  local payload, err = get_string(cp_prefix .. n .. ':' .. cid)
+  return cid, payload, err
+end
+
 -- Gives a run set at least `ttl` ms to live, unless it must live for ever: a run set is shared
 -- by every thread the run wrote, so one kept for ever (a thread without a TTL is in it) stays
 -- so, unless the member just added is its only one. `left`: its PTTL, when already read.
@@ -1100,11 +1108,7 @@ if ttl > 0 then
   if err then return err end
 end
 local payload
-if cid == '' then
-  cid, payload, err = latest(KEYS[1], ARGV[3], n)
-else
-  payload, err = get_string(ARGV[3] .. n .. ':' .. cid)
-end
+cid, payload, err = checkpoint_at(KEYS[1], ARGV[3], n, cid)
 if err then return err end
 if not payload then  -- perhaps a keyspace 0.1.0 wrote, which its registry tells
   if ttl == 0 and REGISTRY then err = check_registry(REGISTRY) end
@@ -1384,11 +1388,7 @@ local err = check(KEYS[1], 'zset') or check(KEYS[2], 'zset') or check(KEYS[3], '
   or check_takeover(n, KEYS[2], KEYS[3], idx_prefix, keys_prefix)
 if err then return err end
 local payload
-if cid == '' then
-  cid, payload, err = latest(KEYS[1], ARGV[3], n)
-else
-  payload, err = get_string(ARGV[3] .. n .. ':' .. cid)
-end
+cid, payload, err = checkpoint_at(KEYS[1], ARGV[3], n, cid)
 if err then return err end
 if not payload then return {} end
 local now = now_ms()
