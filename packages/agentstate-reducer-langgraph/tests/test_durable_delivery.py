@@ -750,14 +750,32 @@ class Tagged(HumanMessage):
     tag: str = ""
 
 
-def strict_saver(client: redis.Redis, prefix: str, hook: Any, mode: str) -> ReducingSaver:
-    """Over a saver whose serializer is as strict as with ``LANGGRAPH_STRICT_MSGPACK=true``."""
-    strict = JsonPlusSerializer(allowed_msgpack_modules=None)
+class Other(HumanMessage):
+    """The message type of another graph compiled on the same saver."""
+
+    kind: str = ""
+
+
+def strict_inner() -> InMemorySaver:
+    """A saver whose serializer is as strict as with ``LANGGRAPH_STRICT_MSGPACK=true``."""
+    return InMemorySaver(serde=JsonPlusSerializer(allowed_msgpack_modules=None))
+
+
+def strict_saver(
+    client: redis.Redis,
+    prefix: str,
+    hook: Any,
+    mode: str,
+    inner: Any = None,
+    outbox_client: Any = None,
+    **options: Any,
+) -> ReducingSaver:
+    """Over `inner`, a new `strict_inner()` by default."""
     return ReducingSaver(
-        InMemorySaver(serde=strict),
+        inner if inner is not None else strict_inner(),
         reducer(RedisDeliveryLedger(client, prefix=prefix), hook, window=3, keep=2),
-        outbox=RedisOutbox(client, prefix=prefix),
-        delivery=Delivery(mode, poll_interval=0.05),  # type: ignore[arg-type]
+        outbox=RedisOutbox(outbox_client or client, prefix=prefix),
+        delivery=Delivery(mode, poll_interval=0.05, **options),  # type: ignore[arg-type]
     )
 
 
@@ -768,6 +786,19 @@ def tagged_checkpoint() -> Any:
     }
     cp["channel_versions"] = {"messages": 1}
     return cp
+
+
+def other_checkpoint() -> Any:
+    cp = empty_checkpoint()
+    cp["channel_values"] = {
+        "messages": [Other(content=f"o{i}", id=f"o{i}", kind="y") for i in range(5)]
+    }
+    cp["channel_versions"] = {"messages": 1}
+    return cp
+
+
+TAGGED = [(Tagged.__module__, "Tagged")]
+OTHER = [(Other.__module__, "Other")]
 
 
 def test_an_allowlisted_clone_decodes_its_staged_batches_with_the_allowlist(
@@ -799,6 +830,100 @@ def test_closing_the_saver_flushes_what_its_allowlisted_clone_delivers_in_backgr
     saver.delivery.close()  # what the README says to call: the clone's worker is the saver's
     assert [m.id for m in got] == ["m1", "m2", "m3"]
     assert saver.delivery_stats().backlog == 0
+
+
+def test_the_saver_the_app_holds_drains_its_clones_batches_with_their_allowlist(
+    client: redis.Redis, prefix: str
+) -> None:
+    """Manual mode: the compiled graph holds the clone and stages, the app drains through
+    the saver it built, as the README says; that drain decoded with the serializer without
+    the allowlist: the hook got plain dicts, recorded delivered."""
+    got: list[Any] = []
+    saver = strict_saver(client, prefix, lambda pruned, namespace: got.extend(pruned), "manual")
+    clone = saver.with_allowlist(TAGGED)
+    clone.put(cfg("t"), tagged_checkpoint(), {}, {"messages": 1})
+    assert saver.drain().delivered == 1
+    assert [type(m) for m in got] == [Tagged, Tagged, Tagged] and got[0].tag == "x"
+
+
+def test_two_graphs_clones_drain_each_others_batches(client: redis.Redis, prefix: str) -> None:
+    """Two graphs compiled on one saver make two clones with different allowlists and one
+    outbox: either drains the other's batches, and decoded them with its own allowlist."""
+    got: list[Any] = []
+    saver = strict_saver(client, prefix, lambda pruned, namespace: got.extend(pruned), "manual")
+    a = saver.with_allowlist(TAGGED)
+    b = saver.with_allowlist(OTHER)
+    b.put(cfg("tb"), other_checkpoint(), {}, {"messages": 1})
+    assert a.drain().delivered == 1
+    assert [type(m) for m in got] == [Other, Other, Other] and got[0].kind == "y"
+    a.put(cfg("ta"), tagged_checkpoint(), {}, {"messages": 1})
+    assert b.drain().delivered == 1
+    assert [type(m) for m in got[3:]] == [Tagged, Tagged, Tagged]
+
+
+def test_a_batch_holding_a_type_no_clone_allows_stays_in_the_outbox(
+    client: redis.Redis, prefix: str
+) -> None:
+    """Another process (its own graph, over the same stores) staged a batch of a type no
+    graph of this one allows: the serializer gave its fields as dicts, which the hook got and
+    the ledger recorded delivered. It is now kept for retry, and delivered once a graph that
+    allows the type is compiled here."""
+    got: list[Any] = []
+    inner = strict_inner()
+    elsewhere = strict_saver(client, prefix, lambda pruned, namespace: None, "manual", inner)
+    elsewhere.with_allowlist(OTHER).put(cfg("tb"), other_checkpoint(), {}, {"messages": 1})
+    saver = strict_saver(
+        client, prefix, lambda pruned, ns: got.extend(pruned), "manual", inner, retry_after=0
+    )
+    a = saver.with_allowlist(TAGGED)
+    report = a.drain()
+    assert (report.claimed, report.delivered, report.failed) == (1, 0, 1)
+    assert got == [] and saver.delivery_stats().backlog == 1
+    saver.with_allowlist(OTHER)  # a second graph compiled on the saver
+    assert a.drain().delivered == 1
+    assert [type(m) for m in got] == [Other, Other, Other]
+    assert saver.delivery_stats().backlog == 0
+
+
+def test_the_background_worker_decodes_with_every_clones_allowlist(
+    client: redis.Redis, prefix: str
+) -> None:
+    """The one background worker drains through the runner that made it (here graph A's
+    clone), and decoded with that runner's allowlist what graph B's clone allows."""
+    got: list[Any] = []
+    inner = strict_inner()
+    saver = strict_saver(
+        client, prefix, lambda pruned, namespace: got.extend(pruned), "background", inner
+    )
+    a = saver.with_allowlist(TAGGED)
+    saver.with_allowlist(OTHER)  # graph B, whose turns run in another process too
+    a.put(cfg("ta"), tagged_checkpoint(), {}, {"messages": 1})  # makes the worker
+    assert saver.delivery is not None and saver.delivery.flush(10)
+    elsewhere = strict_saver(client, prefix, lambda pruned, namespace: None, "manual", inner)
+    elsewhere.with_allowlist(OTHER).put(cfg("tb"), other_checkpoint(), {}, {"messages": 1})
+    deadline = time.monotonic() + 20
+    while len(got) < 6 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    saver.delivery.close()
+    assert [type(m) for m in got] == [Tagged] * 3 + [Other] * 3
+    assert saver.delivery_stats().backlog == 0
+
+
+async def test_adrain_decodes_every_clones_batches(
+    client: redis.Redis, server_url: str, prefix: str
+) -> None:
+    got: list[Any] = []
+    aclient = aioredis.Redis.from_url(server_url, protocol=2)
+    saver = strict_saver(
+        client, prefix, lambda pruned, ns: got.extend(pruned), "manual", outbox_client=aclient
+    )
+    a = saver.with_allowlist(TAGGED)
+    b = saver.with_allowlist(OTHER)
+    await a.aput(cfg("ta"), tagged_checkpoint(), {}, {"messages": 1})
+    await b.aput(cfg("tb"), other_checkpoint(), {}, {"messages": 1})
+    assert (await saver.adrain()).delivered == 2
+    assert sorted(type(m).__name__ for m in got) == ["Other"] * 3 + ["Tagged"] * 3
+    await aclient.aclose()
 
 
 def test_async_clients_are_refused_where_a_blocking_one_is_needed(

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import contextvars
 import copy
 import logging
 import secrets
@@ -16,7 +17,7 @@ import threading
 import time
 import weakref
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -60,9 +61,14 @@ class _Outcome:
 
 class _Shared:
     """What a runner shares with those `DeliveryRunner.with_inner` derives from it: one
-    saver's delivery, whichever of its allowlisted clones stores."""
+    saver's delivery, whichever of its allowlisted clones stores.
 
-    def __init__(self) -> None:
+    Any of them drains batches any other staged (one outbox, one background worker), so
+    they read with one saver: the original inner saver allowing every type any clone was
+    given (`allow`); it decodes the batches and tells whether their checkpoints are stored.
+    """
+
+    def __init__(self, inner: BaseCheckpointSaver[Any]) -> None:
         self.lock = threading.Lock()
         self.acks: list[Settlement] = []
         self.delivered = 0
@@ -70,6 +76,67 @@ class _Shared:
         self.discarded = 0
         self.thread: _ThreadWorker | None = None
         self.task: _TaskWorker | None = None
+        self.root = inner
+        self.allowlist: dict[Any, None] = {}  # in registration order: a set that keeps it
+        self.reader = inner
+
+    def allow(self, extra_allowlist: Collection[Any]) -> None:
+        """Adds `extra_allowlist` to what staged batches decode with."""
+        entries = [tuple(e) if isinstance(e, list) else e for e in extra_allowlist]
+        with self.lock:
+            added = [entry for entry in entries if entry not in self.allowlist]
+            if not added:
+                return
+            self.allowlist.update(dict.fromkeys(added))
+            # Built from the original inner saver as `with_allowlist` built each clone's.
+            self.reader = self.root.with_allowlist(list(self.allowlist))
+
+
+# While `_decode` runs in this context: the types the serializer refused to revive.
+_blocked: contextvars.ContextVar[list[tuple[str, str]] | None] = contextvars.ContextVar(
+    "agentstate_reducer_langgraph_blocked", default=None
+)
+
+
+def _on_serde_event(event: Any) -> None:
+    """LangGraph's serializer reports each type its msgpack allowlist blocks (and returns
+    the type's raw fields in its place) to listeners, in the thread that decodes."""
+    seen = _blocked.get()
+    if seen is not None and event.get("kind") == "msgpack_blocked":
+        seen.append((str(event.get("module")), str(event.get("name"))))
+
+
+try:
+    from langgraph.checkpoint.serde.event_hooks import register_serde_event_listener
+except ImportError:  # pragma: no cover - a langgraph-checkpoint without serde events:
+    pass  # blocked types go unnoticed, as before
+else:
+    register_serde_event_listener(_on_serde_event)
+
+
+class _BlockedTypesError(ValueError):
+    """A staged batch holds types the serializer's msgpack allowlist blocks."""
+
+
+def _decode(serde: Any, payload: tuple[str, bytes]) -> tuple[list[Any], Any]:
+    """`decode_payload`, refusing a payload in which the serializer blocked a type: it
+    would give the hooks that type's fields as a plain dict, and the ledger would record
+    the message delivered. Kept for retry, it is delivered once a graph whose state allows
+    the type is compiled (here or in another process draining the same outbox)."""
+    seen: list[tuple[str, str]] = []
+    token = _blocked.set(seen)
+    try:
+        decoded = decode_payload(serde, payload)
+    finally:
+        _blocked.reset(token)
+    if seen:
+        blocked = sorted(set(seen))
+        raise _BlockedTypesError(
+            f"the serializer's msgpack allowlist blocks {', '.join(map('.'.join, blocked))}: "
+            "compile the graph whose state holds them on this saver, or allow them with "
+            f"saver.with_allowlist({blocked!r})"
+        )
+    return decoded
 
 
 _live: weakref.WeakSet[DeliveryRunner] = weakref.WeakSet()
@@ -111,16 +178,24 @@ class DeliveryRunner:
         self.reducer = reducer
         self.outbox = outbox
         self.options = options
-        self._shared = _Shared()
+        self._shared = _Shared(inner)
         self._lock = self._shared.lock
         self._acks = self._shared.acks
         _live.add(self)
 
-    def with_inner(self, inner: BaseCheckpointSaver[Any]) -> DeliveryRunner:
-        """This runner over `inner` (a `with_allowlist` clone of its inner saver): batches
-        are encoded and decoded with `inner`'s serializer and checked against `inner`, while
-        the counters, the acks waiting to be sent and the background worker stay shared, so
-        closing or flushing either runner covers both."""
+    def with_inner(
+        self, inner: BaseCheckpointSaver[Any], extra_allowlist: Collection[Any] = ()
+    ) -> DeliveryRunner:
+        """This runner over `inner`, the inner saver's ``with_allowlist(extra_allowlist)``
+        clone: batches are encoded with `inner`'s serializer, while the counters, the acks
+        waiting to be sent and the background worker stay shared, so closing or flushing
+        either runner covers both.
+
+        `extra_allowlist` joins what every runner sharing this delivery decodes with: any
+        of them may drain the batches the others staged (the saver the app holds, each
+        graph's clone, the one background worker).
+        """
+        self._shared.allow(extra_allowlist)
         runner = copy.copy(self)
         runner.inner = inner
         _live.add(runner)  # a compiled graph may keep only the clone
@@ -357,11 +432,11 @@ class DeliveryRunner:
     def _process(self, batch: StagedBatch, now: int) -> _Outcome:
         committed = batch.committed
         if committed is None:
-            committed = self.inner.get_tuple(self._config(batch)) is not None
+            committed = self._shared.reader.get_tuple(self._config(batch)) is not None
         if not committed:
             return self._uncommitted(batch, now)
         try:
-            messages, namespace = decode_payload(self.inner.serde, batch.payload)
+            messages, namespace = _decode(self._shared.reader.serde, batch.payload)
         except Exception as exc:
             return self._undecodable(batch, exc)
         return self._outcome(batch, self.reducer.deliver(messages, namespace))
@@ -464,11 +539,11 @@ class DeliveryRunner:
     async def _aprocess(self, batch: StagedBatch, now: int) -> _Outcome:
         committed = batch.committed
         if committed is None:
-            committed = await self.inner.aget_tuple(self._config(batch)) is not None
+            committed = await self._shared.reader.aget_tuple(self._config(batch)) is not None
         if not committed:
             return self._uncommitted(batch, now)
         try:
-            messages, namespace = decode_payload(self.inner.serde, batch.payload)
+            messages, namespace = _decode(self._shared.reader.serde, batch.payload)
         except Exception as exc:
             return self._undecodable(batch, exc)
         return self._outcome(batch, await self.reducer.adeliver(messages, namespace))

@@ -457,10 +457,15 @@ class ReducingSaver(BaseCheckpointSaver[Any]):
     def with_allowlist(self, extra_allowlist: Collection[tuple[str, ...]]) -> ReducingSaver:
         """A clone whose inner saver carries the derived msgpack allowlist.
 
-        With an outbox, the clone's delivery encodes and decodes staged batches with that
-        serializer too; it shares the counters, pending acks and background worker of this
-        saver's delivery, so `saver.delivery.close()` also covers what the clone staged.
+        With an outbox, the clone's delivery encodes staged batches with that serializer
+        too; it shares the counters, pending acks and background worker of this saver's
+        delivery, so `saver.delivery.close()` also covers what the clone staged. Every drain
+        of that delivery (this saver's `drain`, any clone's, the background worker) decodes
+        with the original serializer allowing what all its clones allow, so a graph's
+        batches decode whoever drains them; a batch holding a type none allows stays in the
+        outbox, as one that does not decode.
         """
+        extra_allowlist = tuple(extra_allowlist)  # read twice: by the inner saver and here
         inner = self.inner.with_allowlist(extra_allowlist)
         if inner is self.inner:
             return self
@@ -468,7 +473,7 @@ class ReducingSaver(BaseCheckpointSaver[Any]):
         clone.inner = inner
         clone.serde = inner.serde
         if self.delivery is not None:
-            clone.delivery = self.delivery.with_inner(inner)
+            clone.delivery = self.delivery.with_inner(inner, extra_allowlist)
         return clone
 
     def __repr__(self) -> str:
