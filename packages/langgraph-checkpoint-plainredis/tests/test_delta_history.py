@@ -217,7 +217,16 @@ async def test_the_other_side_names_the_class_to_use(
         async_saver.get_delta_channel_history(config=cfg("t"), channels=["log"])
 
 
-@pytest.mark.parametrize("by", ["a put", "a read with refresh_on_read"])
+@pytest.mark.parametrize(
+    "by",
+    [
+        "a put",
+        "a read with refresh_on_read",
+        "put_writes",
+        "a read by id with refresh_on_read",
+        "the history of an older checkpoint",
+    ],
+)
 def test_with_a_ttl_what_a_delta_channel_is_rebuilt_from_lives_as_long(
     redis_url: str, prefix: str, client: Any, by: str
 ) -> None:
@@ -231,19 +240,67 @@ def test_with_a_ttl_what_a_delta_channel_is_rebuilt_from_lives_as_long(
         graph = _graph(saver)
         for i in range(6):  # runs named, so that the checkpoints are in run sets
             graph.invoke({"log": [f"in{i}"]}, {**cfg("t"), "metadata": {"run_id": f"r{i}"}})
-        oldest = list(saver.list(cfg("t")))[-1]
+        history = list(saver.list(cfg("t")))
+        oldest, newest = history[-1], history[0]
         state = graph.get_state(cfg("t")).values
         tk = saver.keyspace.thread("t")
         cid = oldest.config["configurable"]["checkpoint_id"]
-        watched = [tk.cp("", cid), tk.wr("", cid)]
+        watched = [tk.cp("", cid), tk.wr("", cid), tk.cp("", newest.checkpoint["id"])]
         watched.append(saver.keyspace.run(oldest.metadata["run_id"]))
         for key in client.scan_iter(match=f"{prefix}:*", count=1000):
             client.pexpire(key, 2000)  # as if written `ttl` - 2 s ago
-        if by == "a put":
-            with RedisSaver(redis_url, prefix=prefix, ttl=ttl) as writer:
+        older = history[3].config  # neither the newest nor the oldest
+        with (
+            RedisSaver(redis_url, prefix=prefix, ttl=ttl) as writer,
+            RedisSaver(redis_url, prefix=prefix, ttl=ttl, refresh_on_read=True) as reader,
+        ):
+            if by == "a put":
                 _graph(writer).invoke({"log": ["more"]}, cfg("t"))
-        else:
-            with RedisSaver(redis_url, prefix=prefix, ttl=ttl, refresh_on_read=True) as reader:
+            elif by == "a read with refresh_on_read":
                 assert _graph(reader).get_state(cfg("t")).values == state
+            elif by == "put_writes":  # a resumed run reads the checkpoint first
+                assert writer.get_tuple(newest.config) is not None
+                writer.put_writes(newest.config, [("log", ["w"])], "task")
+            elif by == "a read by id with refresh_on_read":  # time travel: the newest too
+                assert reader.get_tuple(older) is not None
+            else:  # get_state_history reads each checkpoint's DeltaChannels by id
+                reader.get_delta_channel_history(config=older, channels=["log", "rare"])
         left = {key: client.pttl(key) for key in watched}
         assert all(ms > (ttl - 60) * 1000 for ms in left.values()), left
+
+
+if DeltaChannel is not None:
+
+    class Unwritten(TypedDict, total=False):
+        log: Annotated[list[str], DeltaChannel(_extend, snapshot_frequency=3)]
+        extra: Annotated[list[str], DeltaChannel(_extend)]  # declared, never written
+
+
+def test_a_delta_channel_never_written_has_nothing_to_rebuild(
+    redis_url: str, prefix: str, client: Any
+) -> None:
+    """LangGraph counts supersteps for every DeltaChannel, one never written too, but has no
+    version of it and rebuilds nothing: following it made every put (with a TTL) refresh,
+    and prune keep, the whole thread back to its first checkpoint."""
+
+    def step(state: Unwritten) -> dict[str, Any]:
+        return {"log": [f"n{len(state.get('log', []))}"]}
+
+    builder = StateGraph(Unwritten)
+    builder.add_node("step", step)
+    builder.add_edge(START, "step")
+    with RedisSaver(redis_url, prefix=prefix, ttl=600) as saver:
+        graph = builder.compile(checkpointer=saver)
+        for i in range(8):
+            graph.invoke({"log": [f"in{i}"]}, cfg("t"))
+        history = list(saver.list(cfg("t")))
+        assert "extra" in history[0].metadata["counters_since_delta_snapshot"]
+        oldest = saver.keyspace.thread("t").cp("", history[-1].checkpoint["id"])
+        client.pexpire(oldest, 2000)
+        graph.invoke({"log": ["more"]}, cfg("t"))
+        assert client.pttl(oldest) <= 2000  # 'log' snapshots every 3 updates: not its chain
+        state = graph.get_state(cfg("t")).values
+        before = len(list(saver.list(cfg("t"))))
+        saver.prune(["t"], strategy="keep_latest")
+        assert 1 <= len(list(saver.list(cfg("t")))) < before // 2
+        assert graph.get_state(cfg("t")).values == state

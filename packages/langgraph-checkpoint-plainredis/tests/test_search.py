@@ -7,6 +7,7 @@ import math
 import time
 import uuid
 from collections.abc import Iterator
+from decimal import Decimal
 from typing import Any
 
 import pytest
@@ -28,6 +29,7 @@ scalars = st.one_of(
     st.floats(allow_nan=True, allow_infinity=True),
     st.sampled_from([0, 1, -1, 0.0, -0.0, 1.0, 2.5, True, False, "1", "", "a:b", "%41"]),
     st.text(max_size=6),
+    st.decimals(allow_nan=False, places=2, min_value=-(10**6), max_value=10**6),
 )
 
 
@@ -38,9 +40,23 @@ def test_equal_values_get_equal_tags_and_unequal_ones_unequal(a: Any, b: Any) ->
     if isinstance(a, float) and math.isnan(a):
         assert ta is None
         return
-    assert ta is not None and tb is not None or isinstance(b, float) and math.isnan(b)
-    if tb is not None:
-        assert (ta == tb) == (a == b), (a, b, ta, tb)
+    if ta is None or tb is None:  # a Decimal equal to no float (0.01): no tag, no index
+        assert any(isinstance(v, Decimal) and t is None for v, t in ((a, ta), (b, tb)))
+        assert isinstance(b, float) and math.isnan(b) or a != b or ta == tb
+        return
+    assert (ta == tb) == (a == b), (a, b, ta, tb)
+
+
+def test_a_decimal_finds_the_threads_of_the_number_it_equals(indexed: RedisSaver) -> None:
+    """A Decimal in metadata equals the int or float of the same value, as the filter
+    compares them: it had no tag, so its thread was missing from the index."""
+    indexed.reindex()
+    put(indexed, "d1", "c1", {"user_id": Decimal(1)})
+    put(indexed, "d2", "c1", {"user_id": Decimal("2.5")})
+    put(indexed, "d3", "c1", {"user_id": Decimal("0.1")})  # equal to no float: not indexed
+    for value in (1, 1.0, Decimal(1), 2.5, Decimal("2.50"), 0.1, Decimal("0.1")):
+        assert listed(indexed, {"user_id": value}) == walked(indexed, {"user_id": value}), value
+    assert [t for t, _, _ in listed(indexed, {"user_id": 1})] == ["d1"]
 
 
 def test_unindexable_values_have_no_tag() -> None:
@@ -134,12 +150,24 @@ def index_members(client: Any, prefix: str, field: str, value: Any) -> list[str]
 # -- behaviour -----------------------------------------------------------------------------
 
 
-def test_an_empty_keyspace_is_indexed_from_the_start(indexed: RedisSaver, redis_kind: str) -> None:
-    put(indexed, "t1", "c1", {"user_id": "u1"})
-    put(indexed, "t2", "c1", {"user_id": "u2"})
-    if redis_kind.endswith("-cluster"):  # a cluster keeps no registry: reindex() marks it
+def test_the_index_is_used_once_reindex_marked_it(
+    indexed: RedisSaver, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Marking an empty keyspace complete by itself missed the puts of a saver without
+    `index_metadata` that had started before (its guard read no mark): reindex() marks it,
+    instantly on an empty keyspace; until then a query walks, and says so once."""
+    with caplog.at_level("WARNING", logger="langgraph_checkpoint_plainredis"):
+        put(indexed, "t1", "c1", {"user_id": "u1"})
+        put(indexed, "t2", "c1", {"user_id": "u2"})
         assert indexed._indexed == frozenset()
-        indexed.reindex()
+        for _ in range(2):
+            assert listed(indexed, {"user_id": "u1"}) == [("t1", "", "c1")]
+    assert [r.getMessage() for r in caplog.records].count(
+        f"the metadata index of 'user_id' under prefix {indexed.prefix!r} is not marked "
+        "complete: filtered list(None) calls walk every thread until reindex() runs once "
+        "(instant on an empty keyspace)"
+    ) == 1
+    indexed.reindex()
     assert indexed._indexed == {"user_id", "source"}
     assert listed(indexed, {"user_id": "u1"}) == [("t1", "", "c1")]
 
@@ -296,6 +324,7 @@ def test_round_trips(redis_url: str, prefix: str) -> None:
     client, counter = counting_client(redis_url)
     plain = RedisSaver(client=client, prefix=prefix + "p")
     saver = RedisSaver(client=client, prefix=prefix, index_metadata=("user_id", "source"))
+    saver.reindex()
     for s in (plain, saver):
         put(s, "warm", "c0", {"user_id": "w"})
         listed(s, {"user_id": "w"})
@@ -393,6 +422,7 @@ def _prune_reference(ref: InMemorySaver, thread: str) -> None:
 @pytest.mark.standalone
 def test_expired_threads_leave_the_index_when_met(redis_url: str, prefix: str, client: Any) -> None:
     with RedisSaver(redis_url, prefix=prefix, ttl=0.2, index_metadata=("user_id",)) as saver:
+        saver.reindex()
         put(saver, "gone", "c1", {"user_id": "u"})
         time.sleep(0.4)
         assert listed(saver, {"user_id": "u"}) == walked(saver, {"user_id": "u"}) == []

@@ -9,6 +9,7 @@ shells only run plans (one round trip each) and feed the replies back.
 from __future__ import annotations
 
 import functools
+import logging
 import math
 import random
 import threading
@@ -120,6 +121,7 @@ VERSION_DIGITS = 10
 # script is idempotent, so the shells retry a refused plan after these pauses (seconds).
 CLUSTER_RETRY_DELAYS = (0.05, 0.1, 0.2, 0.4, 0.8, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
 _REGISTRY_PAGE = 500  # threads per ZSCAN call of list(None)
+_log = logging.getLogger("langgraph_checkpoint_plainredis")
 _LIST_PAGE = 128
 _DECODE_AHEAD = 16  # list entries whose blobs are decoded together, ahead of their tuples
 _BATCH_THREADS = 64
@@ -135,6 +137,7 @@ _INDEX_PAGE = 128  # threads per page of an indexed list(None)
 _INDEX_GRACE_MS = 60_000
 _REINDEX_PAGE = 1024  # checkpoints per light list call of reindex
 _UUID_EPOCH = 0x01B21DD213814000  # 100 ns steps from 1582-10-15 to 1970-01-01
+_DELTA_SEEN = 4096  # (thread, namespace) pairs whose DeltaChannels a saver remembers
 _PAUSED_THREADS = 1024  # threads whose paused subgraphs a saver remembers, at most
 _NS_SEP = "|"  # LangGraph joins a subgraph's namespace to its parent's with it
 
@@ -360,6 +363,9 @@ class SaverCore:
         self._state: dict[str, Any] = {}  # see Shared
         self.index_metadata = _index_fields(index_metadata)
         self._indexed = frozenset()
+        self._unmarked_seen: set[str] = set()  # fields whose incomplete index it logged
+        # per (thread, namespace), the DeltaChannels of the last checkpoint it put or read
+        self._delta_seen: dict[tuple[str, str], tuple[str, ...]] = {}
         self.keyspace = KeySpace(prefix)
         self.prefix = prefix
         self.ttl = ttl
@@ -430,16 +436,12 @@ class SaverCore:
         """What the first call reads once the topology is known: whether a migration from
         0.1.0 was left unfinished (it parks 0.1.0's registry while it works; the threads it
         has not reached yet would read as empty; a cluster keeps no registry), and which
-        metadata fields have a complete index (on a standalone server without threads, this
-        saver's `index_metadata` are marked complete first: see the READY script)."""
+        metadata fields have a complete index (`reindex` marks them)."""
         if self._migrating:
             return []
         if self._cluster:
             return [("HKEYS", self.keyspace.index_marker)]
-        if not self.index_metadata:  # nothing to mark: plain reads
-            return [parked_check(self.prefix), ("HKEYS", self.keyspace.index_marker)]
-        keys = (LegacyKeys(self.prefix).stash, self.keyspace.index_marker, self.keyspace.threads)
-        return [Eval("ready", keys, self.index_metadata)]
+        return [parked_check(self.prefix), ("HKEYS", self.keyspace.index_marker)]
 
     def _check_ready(self, replies: list[Any]) -> None:
         if not replies:
@@ -447,7 +449,7 @@ class SaverCore:
         if self._cluster:
             fields = replies[0]
         else:
-            parked, fields = replies if len(replies) == 2 else replies[0]
+            parked, fields = replies
             refuse_parked(self.prefix, parked)
         self._indexed = frozenset(_s(f) for f in fields or ())
 
@@ -704,7 +706,7 @@ class SaverCore:
             index = []
         # With a TTL, the older checkpoints its DeltaChannels are rebuilt from live as long as
         # it does: refreshed by a script sent after the put's, in its round trip.
-        chain = self._refresh_chain(tk, ns, cid, meta.get(_DELTA_COUNTERS))
+        chain = self._refresh_chain(tk, ns, cid, self._remember_delta(thread_id, ns, meta))
         put = self._put_eval(tk, ns, cid, payload, refs, written, run_key, index)
         replies = yield [put, chain] if chain else [put]
         chained = replies[1] if chain else None
@@ -799,14 +801,11 @@ class SaverCore:
         return Eval("put", tuple(keys), tuple(args))
 
     def _refresh_chain(
-        self, tk: ThreadKeys, ns: str, cid: str, channels: Any, refresh: bool = True
+        self, tk: ThreadKeys, ns: str, cid: str, channels: Sequence[str] | None
     ) -> Eval | None:
-        """With a TTL, the call refreshing the older checkpoints that LangGraph rebuilds
-        checkpoint `cid`'s (``''``: the newest) DeltaChannels `channels` from (the keys of
-        its metadata's ``counters_since_delta_snapshot``, or their names), or None."""
-        if not (self._ttl_ms and refresh and channels and not isinstance(channels, str)):
-            return None
-        if not isinstance(channels, (Mapping, Sequence)):
+        """With a TTL, the call refreshing the older checkpoints that LangGraph rebuilds the
+        DeltaChannels `channels` of checkpoint `cid` (``''``: the newest) from, or None."""
+        if not (self._ttl_ms and channels):
             return None
         args: tuple[str | int, ...] = (
             cid,
@@ -820,6 +819,33 @@ class SaverCore:
             *[escape(str(channel)) for channel in channels],
         )
         return Eval("refresh_chain", (tk.idx(ns), tk.keys(ns), tk.ns, *self._registry), args)
+
+    def _chain_refreshes(
+        self, tk: ThreadKeys, ns: str, cid: str, channels: Sequence[str] | None
+    ) -> Plan:
+        """With a TTL, the calls refreshing the chains of DeltaChannels `channels` of
+        checkpoint `cid` (``''``: the newest) and, for one named by id, of the timeline's
+        newest too: refreshed alone, an older checkpoint would outlive it, and read as the
+        newest once it expired (as GET refreshes both)."""
+        first = self._refresh_chain(tk, ns, cid, channels)
+        if first is None:
+            return []
+        newest = self._refresh_chain(tk, ns, "", channels) if cid else None
+        return [first, newest] if newest is not None else [first]
+
+    def _remember_delta(self, thread_id: str, ns: str, metadata: Any) -> list[str]:
+        """The DeltaChannels a checkpoint's metadata counts updates of, remembered per thread
+        and namespace: `put_writes` refreshes their chains with a TTL (it reads no metadata)."""
+        counters = metadata.get(_DELTA_COUNTERS) if isinstance(metadata, Mapping) else None
+        channels = [str(c) for c in counters] if isinstance(counters, Mapping) else []
+        slot = (thread_id, ns)
+        if channels:
+            self._delta_seen[slot] = tuple(channels)
+            while len(self._delta_seen) > _DELTA_SEEN:
+                self._delta_seen.pop(next(iter(self._delta_seen)), None)
+        else:
+            self._delta_seen.pop(slot, None)
+        return channels
 
     def _chain_runs(self, tk: ThreadKeys, ns: str, reply: Any) -> Plan:
         """On a cluster: the run sets of the checkpoints a REFRESH_CHAIN reply refreshed,
@@ -889,7 +915,12 @@ class SaverCore:
                 1 if idx < 0 else 0,
             ]
         keys = (tk.wr(ns, cid), tk.keys(ns), tk.ns, tk.cp(ns, cid), tk.idx(ns), *self._registry)
-        (reply,) = yield [Eval("put_writes", keys, tuple(args))]
+        # It keeps the checkpoint and the newest alive: with a TTL, the chains their
+        # DeltaChannels are rebuilt from too, in its round trip (those this saver last saw).
+        chains = self._chain_refreshes(tk, ns, cid, self._delta_seen.get((thread_id, ns)))
+        reply, *chained = yield [Eval("put_writes", keys, tuple(args)), *chains]
+        if follow := [r for c in chained for r in self._chain_runs(tk, ns, c)]:
+            yield follow
         if self._ttl_ms and ns and any(channel == INTERRUPT for channel, _ in writes):
             self._pause(thread_id, ns, cid, conf)
         if isinstance(reply, list) and reply:
@@ -940,9 +971,15 @@ class SaverCore:
                     for run, cid_ in runs
                 ]
         asked = config if cid else None
-        return self._tuple(
-            tk, ns, found, entry, asked=asked, stored=stored, shown=conf["thread_id"]
-        )
+        tup = self._tuple(tk, ns, found, entry, asked=asked, stored=stored, shown=conf["thread_id"])
+        channels = self._remember_delta(thread_id, ns, tup.metadata)
+        if refresh and (chains := self._chain_refreshes(tk, ns, cid and found, channels)):
+            # the DeltaChannels of what it read (and of the newest) are rebuilt from older
+            # checkpoints: kept alive with it, one more round trip for such a graph
+            replies = yield chains
+            if follow := [r for reply in replies for r in self._chain_runs(tk, ns, reply)]:
+                yield follow
+        return tup
 
     # -- DeltaChannel history ------------------------------------------------------------
 
@@ -1002,12 +1039,11 @@ class SaverCore:
                 break
             cursor, start = _s(more), "1"
         # A read with refresh_on_read keeps alive what it read: here the whole chain.
-        chain = self._refresh_chain(
-            tk, ns, get_checkpoint_id(config) or "", names, refresh=self.refresh_on_read
-        )
-        if chain is not None:
-            (chained,) = yield [chain]
-            if follow := self._chain_runs(tk, ns, chained):
+        if self.refresh_on_read and (
+            chains := self._chain_refreshes(tk, ns, get_checkpoint_id(config) or "", names)
+        ):
+            replies = yield chains
+            if follow := [r for reply in replies for r in self._chain_runs(tk, ns, reply)]:
                 yield follow
         history: dict[str, Any] = {}
         for ch in channels:
@@ -1230,6 +1266,15 @@ class SaverCore:
                     marked = reply[0]
                 if first:
                     if not marked:
+                        if field in self.index_metadata and field not in self._unmarked_seen:
+                            self._unmarked_seen.add(field)
+                            _log.warning(
+                                "the metadata index of %r under prefix %r is not marked "
+                                "complete: filtered list(None) calls walk every thread until "
+                                "reindex() runs once (instant on an empty keyspace)",
+                                field,
+                                self.prefix,
+                            )
                         return False
                     first = False
                 now = int(_s(reply[1]))

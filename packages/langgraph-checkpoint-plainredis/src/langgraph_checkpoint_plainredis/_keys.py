@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import functools
 import math
+import numbers
 import re
 from dataclasses import dataclass
 
@@ -125,7 +126,8 @@ def index_tag(value: object) -> str | None:
     integer-valued float, ``f<repr>`` for another float (infinities too), ``s<escaped
     text>`` for a str (a subclass by its text), ``n`` for None. NaN equals nothing, other
     types (lists, dicts, ...) equal no value of these: None for them, and for text UTF-8
-    cannot encode (no key can hold it).
+    cannot encode (no key can hold it). Another number (a `Decimal`) gets the tag of the int
+    or float it equals, or None when it equals neither.
     """
     if value is None:
         return "n"
@@ -145,6 +147,14 @@ def index_tag(value: object) -> str | None:
         if value.is_integer():
             return f"i{int(value)}"
         return f"f{float(value)!r}"
+    if isinstance(value, numbers.Number):  # a Decimal, say: the int or float it equals
+        for convert in (int, float):
+            try:
+                equal = convert(value)  # type: ignore[call-overload,arg-type]
+            except (TypeError, ValueError, OverflowError, ArithmeticError):
+                continue
+            if equal == value:
+                return index_tag(equal)
     return None
 
 

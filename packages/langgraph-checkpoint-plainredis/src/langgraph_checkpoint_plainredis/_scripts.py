@@ -162,17 +162,24 @@ end
 -- Walks what LangGraph reads to rebuild the DeltaChannels `channels` (escaped, as blob refs
 -- name them) of checkpoint `cid` (its payload) of timeline `n` (get_delta_channel_history):
 -- that checkpoint and its ancestors back to the nearest one holding a value of each, that one
--- included (its writes count too). Calls visit(id, payload) for each. A missing or damaged
--- ancestor ends the walk, as it ends LangGraph's. Returns an error reply, or nil.
+-- included (its writes count too). A channel the checkpoint has no version of is none to
+-- rebuild (LangGraph replays only those it has: one never written would never find a value,
+-- and the walk would read every ancestor). Calls visit(id, payload) for each. A missing or
+-- damaged ancestor ends the walk, as it ends LangGraph's. Returns an error reply, or nil.
 local function delta_chain(n, cid, payload, channels, cp_prefix, blob_prefix, visit)
-  local open, count = {}, 0
-  for _, ch in ipairs(channels) do
-    if not open[ch] then count = count + 1 end
-    open[ch] = true
+  local wanted, open, count = {}, {}, 0
+  for _, ch in ipairs(channels) do wanted[ch] = true end
+  local _, refs, intact = header(payload)
+  for _, r in ipairs(refs) do
+    local ch = ref_channel(r)
+    if ch and wanted[ch] and not open[ch] then
+      open[ch] = true
+      count = count + 1
+    end
   end
   while true do
     visit(cid, payload)
-    local _, refs, intact = header(payload)
+    _, refs, intact = header(payload)
     if not intact then return nil end
     for _, r in ipairs(refs) do
       local ch = ref_channel(r)
@@ -1696,22 +1703,6 @@ return page
 """
 
 
-READY = r"""
--- KEYS: the parked 0.1.0 registry (see the migration), metadata index marker, registry
--- ARGV: the metadata fields the saver indexes
--- Returns {whether the 0.1.0 registry is parked, the fields the marker names complete}. On a
--- keyspace without threads the saver's fields are marked complete first (an empty index
--- misses nothing): in this script, so that no put of another saver comes in between.
-local parked = redis.call('EXISTS', KEYS[1])
-local err = check(KEYS[2], 'hash')
-if err then return err end
-if #ARGV > 0 and parked == 0 and redis.call('EXISTS', KEYS[3]) == 0 then
-  for _, f in ipairs(ARGV) do redis.call('HSET', KEYS[2], f, '1') end
-end
-return {parked, redis.call('HKEYS', KEYS[2])}
-"""
-
-
 INDEX_PAGE = r"""
 -- KEYS: a metadata index zset, [the index marker]; ARGV: escaped field, max, min, count
 -- Returns {the marker's value for the field (standalone; false: not complete), the server's
@@ -1910,7 +1901,6 @@ SCRIPTS = {
         _script("run_join", RUN_JOIN),
         _script("run_leave", RUN_LEAVE),
         _script("registry_page", REGISTRY_PAGE),
-        _script("ready", READY),
         _script("index_page", INDEX_PAGE),
         _script("index_add", INDEX_ADD),
         _script("index_drop", INDEX_DROP),
