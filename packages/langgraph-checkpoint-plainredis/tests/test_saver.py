@@ -1972,6 +1972,7 @@ def test_sync_and_async_classes_stay_parallel() -> None:
         "delete_for_runs",
         "copy_thread",
         "prune",
+        "get_delta_channel_history",
         "reindex",
         "close",
         "setup",
