@@ -14,6 +14,7 @@ from langgraph.graph import START, StateGraph
 
 from agentstate_testkit.savers import counting_async_client, counting_client
 from langgraph_checkpoint_plainredis import AsyncRedisSaver, CorruptDataError, RedisSaver, _core
+from langgraph_checkpoint_plainredis._keys import KeySpace
 
 try:
     from langgraph.channels.delta import DeltaChannel
@@ -304,3 +305,61 @@ def test_a_delta_channel_never_written_has_nothing_to_rebuild(
         saver.prune(["t"], strategy="keep_latest")
         assert 1 <= len(list(saver.list(cfg("t")))) < before // 2
         assert graph.get_state(cfg("t")).values == state
+
+
+if DeltaChannel is not None:
+
+    class Snapshots(TypedDict, total=False):
+        log: Annotated[list[str], DeltaChannel(_extend, snapshot_frequency=3)]
+
+
+def test_a_read_by_id_of_a_snapshot_refreshes_the_newest_chain(
+    redis_url: str, prefix: str, client: Any
+) -> None:
+    """A checkpoint where every DeltaChannel snapshotted counts none in its metadata: a read
+    of it by id with refresh_on_read refreshed the newest (the GET script does) but no chain,
+    and the newest read back with the channel empty once its chain expired. The newest's own
+    metadata names its channels now; a put_writes refreshes both chains in one script."""
+
+    def step(state: Snapshots) -> dict[str, Any]:
+        return {"log": [f"n{len(state.get('log', []))}"]}
+
+    builder = StateGraph(Snapshots)
+    builder.add_node("step", step)
+    builder.add_edge(START, "step")
+    ttl = 600
+    with RedisSaver(redis_url, prefix=prefix, ttl=ttl) as saver:
+        graph = builder.compile(checkpointer=saver)
+        for i in range(7):
+            graph.invoke({"log": [f"in{i}"]}, cfg("t"))
+        history = list(saver.list(cfg("t")))
+        assert history[0].metadata.get("counters_since_delta_snapshot")
+        snapshot = next(t for t in history[1:] if "counters_since_delta_snapshot" not in t.metadata)
+        state = graph.get_state(cfg("t")).values
+    tk = KeySpace(prefix).thread("t")
+    chain = [tk.cp("", t.checkpoint["id"]) for t in history[:3]]  # the newest's, back to 'log'
+    for key in client.scan_iter(match=f"{prefix}:*", count=1000):
+        client.pexpire(key, 2000)
+    with RedisSaver(redis_url, prefix=prefix, ttl=ttl, refresh_on_read=True) as reader:
+        assert reader.get_tuple(snapshot.config) is not None
+    assert all(client.pttl(key) > (ttl - 60) * 1000 for key in chain), chain
+    with RedisSaver(redis_url, prefix=prefix, ttl=ttl) as saver:
+        assert builder.compile(checkpointer=saver).get_state(cfg("t")).values == state
+
+
+@pytest.mark.standalone
+def test_put_writes_refreshes_the_chains_in_one_script(redis_url: str, prefix: str) -> None:
+    client, counter = counting_client(redis_url)
+    try:
+        saver = RedisSaver(client=client, prefix=prefix, ttl=600)
+        graph = _graph(saver)
+        for i in range(4):
+            graph.invoke({"log": [f"in{i}"]}, cfg("t"))
+        newest = saver.get_tuple(cfg("t"))
+        assert newest is not None
+        with counter.measure():
+            saver.put_writes(newest.config, [("log", ["w"])], "task")
+        scripts = [c[1] for c in counter.commands if c[0] in ("EVALSHA", "EVAL")]
+        assert counter.round_trips == 1 and len(scripts) == 2, counter.commands
+    finally:
+        client.close()

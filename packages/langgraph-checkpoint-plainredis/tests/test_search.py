@@ -54,7 +54,17 @@ def test_a_decimal_finds_the_threads_of_the_number_it_equals(indexed: RedisSaver
     put(indexed, "d1", "c1", {"user_id": Decimal(1)})
     put(indexed, "d2", "c1", {"user_id": Decimal("2.5")})
     put(indexed, "d3", "c1", {"user_id": Decimal("0.1")})  # equal to no float: not indexed
-    for value in (1, 1.0, Decimal(1), 2.5, Decimal("2.50"), 0.1, Decimal("0.1")):
+    put(indexed, "d4", "c1", {"user_id": Decimal("1E+5000")})  # equal to no float: walked
+    for value in (
+        1,
+        1.0,
+        Decimal(1),
+        2.5,
+        Decimal("2.50"),
+        0.1,
+        Decimal("0.1"),
+        Decimal("1E+5000"),
+    ):
         assert listed(indexed, {"user_id": value}) == walked(indexed, {"user_id": value}), value
     assert [t for t, _, _ in listed(indexed, {"user_id": 1})] == ["d1"]
 
@@ -165,7 +175,7 @@ def test_the_index_is_used_once_reindex_marked_it(
     assert [r.getMessage() for r in caplog.records].count(
         f"the metadata index of 'user_id' under prefix {indexed.prefix!r} is not marked "
         "complete: filtered list(None) calls walk every thread until reindex() runs once "
-        "(instant on an empty keyspace)"
+        "(cheap while the prefix is empty)"
     ) == 1
     indexed.reindex()
     assert indexed._indexed == {"user_id", "source"}

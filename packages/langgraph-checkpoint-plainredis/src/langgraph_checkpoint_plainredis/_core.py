@@ -801,10 +801,18 @@ class SaverCore:
         return Eval("put", tuple(keys), tuple(args))
 
     def _refresh_chain(
-        self, tk: ThreadKeys, ns: str, cid: str, channels: Sequence[str] | None
+        self,
+        tk: ThreadKeys,
+        ns: str,
+        cid: str,
+        channels: Sequence[str] | None,
+        newest_too: bool = False,
     ) -> Eval | None:
         """With a TTL, the call refreshing the older checkpoints that LangGraph rebuilds the
-        DeltaChannels `channels` of checkpoint `cid` (``''``: the newest) from, or None."""
+        DeltaChannels `channels` (a superset will do) of checkpoint `cid` (``''``: the
+        newest) from, and with `newest_too` those of the timeline's newest when that is
+        another (refreshed alone, an older checkpoint would outlive it, and read as the
+        newest once it expired, as GET refreshes both); or None."""
         if not (self._ttl_ms and channels):
             return None
         args: tuple[str | int, ...] = (
@@ -816,6 +824,7 @@ class SaverCore:
             self._ttl_ms,
             tk.component,
             self.keyspace.run_prefix,
+            1 if newest_too else 0,
             *[escape(str(channel)) for channel in channels],
         )
         return Eval("refresh_chain", (tk.idx(ns), tk.keys(ns), tk.ns, *self._registry), args)
@@ -823,29 +832,27 @@ class SaverCore:
     def _chain_refreshes(
         self, tk: ThreadKeys, ns: str, cid: str, channels: Sequence[str] | None
     ) -> Plan:
-        """With a TTL, the calls refreshing the chains of DeltaChannels `channels` of
-        checkpoint `cid` (``''``: the newest) and, for one named by id, of the timeline's
-        newest too: refreshed alone, an older checkpoint would outlive it, and read as the
-        newest once it expired (as GET refreshes both)."""
-        first = self._refresh_chain(tk, ns, cid, channels)
-        if first is None:
-            return []
-        newest = self._refresh_chain(tk, ns, "", channels) if cid else None
-        return [first, newest] if newest is not None else [first]
+        """With a TTL, the call refreshing the chains of DeltaChannels `channels` of
+        checkpoint `cid` (``''``: the newest) and of the timeline's newest (see
+        `_refresh_chain`), as a plan: empty when there is nothing to refresh."""
+        chain = self._refresh_chain(tk, ns, cid, channels, newest_too=bool(cid))
+        return [chain] if chain is not None else []
 
     def _remember_delta(self, thread_id: str, ns: str, metadata: Any) -> list[str]:
-        """The DeltaChannels a checkpoint's metadata counts updates of, remembered per thread
-        and namespace: `put_writes` refreshes their chains with a TTL (it reads no metadata)."""
+        """Every DeltaChannel this saver saw counted in the metadata of a checkpoint of the
+        thread's namespace (one that snapshotted them all counts none): `put_writes`, which
+        reads no metadata, and the refresh of a timeline's newest follow them. Kept for the
+        last `_DELTA_SEEN` (thread, namespace) pairs used."""
         counters = metadata.get(_DELTA_COUNTERS) if isinstance(metadata, Mapping) else None
-        channels = [str(c) for c in counters] if isinstance(counters, Mapping) else []
         slot = (thread_id, ns)
-        if channels:
-            self._delta_seen[slot] = tuple(channels)
+        known = self._delta_seen.pop(slot, ())
+        if isinstance(counters, Mapping):
+            known = tuple(dict.fromkeys([*known, *(str(c) for c in counters)]))
+        if known:
+            self._delta_seen[slot] = known  # last used last
             while len(self._delta_seen) > _DELTA_SEEN:
-                self._delta_seen.pop(next(iter(self._delta_seen)), None)
-        else:
-            self._delta_seen.pop(slot, None)
-        return channels
+                self._delta_seen.pop(next(iter(self._delta_seen), slot), None)
+        return list(known)
 
     def _chain_runs(self, tk: ThreadKeys, ns: str, reply: Any) -> Plan:
         """On a cluster: the run sets of the checkpoints a REFRESH_CHAIN reply refreshed,
@@ -973,6 +980,10 @@ class SaverCore:
         asked = config if cid else None
         tup = self._tuple(tk, ns, found, entry, asked=asked, stored=stored, shown=conf["thread_id"])
         channels = self._remember_delta(thread_id, ns, tup.metadata)
+        if len(entry) > 5 and entry[5]:  # the newest, refreshed with one read by id
+            newest_key = tk.cp(ns, _s(entry[5][0]))
+            newest = decode_checkpoint(_b(entry[5][1]), newest_key)
+            channels = self._remember_delta(thread_id, ns, self._loads(newest.metadata, newest_key))
         if refresh and (chains := self._chain_refreshes(tk, ns, cid and found, channels)):
             # the DeltaChannels of what it read (and of the newest) are rebuilt from older
             # checkpoints: kept alive with it, one more round trip for such a graph
@@ -1039,8 +1050,11 @@ class SaverCore:
                 break
             cursor, start = _s(more), "1"
         # A read with refresh_on_read keeps alive what it read: here the whole chain.
+        followed = [*names, *self._remember_delta(tk.thread_id, ns, None)]
         if self.refresh_on_read and (
-            chains := self._chain_refreshes(tk, ns, get_checkpoint_id(config) or "", names)
+            chains := self._chain_refreshes(
+                tk, ns, get_checkpoint_id(config) or "", list(dict.fromkeys(followed))
+            )
         ):
             replies = yield chains
             if follow := [r for reply in replies for r in self._chain_runs(tk, ns, reply)]:
@@ -1271,7 +1285,7 @@ class SaverCore:
                             _log.warning(
                                 "the metadata index of %r under prefix %r is not marked "
                                 "complete: filtered list(None) calls walk every thread until "
-                                "reindex() runs once (instant on an empty keyspace)",
+                                "reindex() runs once (cheap while the prefix is empty)",
                                 field,
                                 self.prefix,
                             )

@@ -44,6 +44,7 @@ import math
 import numbers
 import re
 from dataclasses import dataclass
+from typing import Any
 
 from ._errors import ArgumentTypeError, CorruptDataError
 
@@ -140,6 +141,8 @@ def index_tag(value: object) -> str | None:
                 return None
         return "s" + escape(text)
     if isinstance(value, int):
+        if value.bit_length() > _INT_BITS:  # its digits are no key's (and slow to write)
+            return None
         return f"i{int(value)}"  # int(): a bool is the int it equals
     if isinstance(value, float):
         if math.isnan(value):
@@ -147,15 +150,22 @@ def index_tag(value: object) -> str | None:
         if value.is_integer():
             return f"i{int(value)}"
         return f"f{float(value)!r}"
-    if isinstance(value, numbers.Number):  # a Decimal, say: the int or float it equals
-        for convert in (int, float):
-            try:
-                equal = convert(value)  # type: ignore[call-overload,arg-type]
-            except (TypeError, ValueError, OverflowError, ArithmeticError):
-                continue
-            if equal == value:
-                return index_tag(equal)
+    if isinstance(value, numbers.Number):  # a Decimal, say: the float or int it equals
+        number: Any = value
+        try:
+            near = float(number)
+        except (TypeError, ValueError, OverflowError, ArithmeticError):
+            return None
+        if near == number:
+            return index_tag(near)
+        if not math.isfinite(near):  # 1E+5000: no int of it is cheap, nor any key's
+            return None
+        whole = int(number)
+        return index_tag(whole) if whole == number else None
     return None
+
+
+_INT_BITS = 13_000  # about 3,900 digits: below Python's limit on int-to-text conversions
 
 
 def _thread_component(thread_id: str) -> str:

@@ -1146,7 +1146,9 @@ if ttl > 0 then
       score, REGISTRY and ARGV[8])
     -- on a cluster its run set is in another slot: the client refreshes it
     local run = header(newest_payload)
-    if not REGISTRY and run and run ~= '' then entry[5] = {run, newest} end
+    entry[5] = (not REGISTRY and run and run ~= '') and {run, newest} or false
+    -- its metadata names its DeltaChannels, whose chain the client refreshes too
+    entry[6] = {newest, newest_payload}
   end
   settle(ARGV[7], n, KEYS[1], KEYS[2], KEYS[3], now)
 end
@@ -1379,13 +1381,15 @@ return {out, false}
 
 REFRESH_CHAIN = r"""
 -- KEYS: idx, keys, ns, [registry]
--- ARGV: cid ('' = newest), N, cp_prefix, wr_prefix, blob_prefix, ttl_ms, T, run_prefix, then
---       the escaped DeltaChannels of the checkpoint not snapshotted there
+-- ARGV: cid ('' = newest), N, cp_prefix, wr_prefix, blob_prefix, ttl_ms, T, run_prefix,
+--       newest too ('1': and the timeline's newest checkpoint, when another), then the
+--       escaped DeltaChannels to follow (a superset will do: a channel closes at the first
+--       checkpoint holding its value, and one the checkpoint has no version of is dropped)
 -- Refreshes, as a read with refresh_on_read refreshes what it reads, the older checkpoints
 -- (payload, writes, blobs) that LangGraph rebuilds the checkpoint's DeltaChannels from: they
--- live as long as it does. Sent with a put (in its round trip) and by
--- get_delta_channel_history with refresh_on_read. Returns, on a cluster, {escaped run, id,
--- ...} of their run sets, which live in other slots, for the client to refresh.
+-- live as long as it does. Sent with a put or put_writes (in its round trip), and by reads
+-- with refresh_on_read. Returns, on a cluster, {escaped run, id, ...} of their run sets,
+-- which live in other slots, for the client to refresh.
 local cid, n, ttl, t = ARGV[1], ARGV[2], tonumber(ARGV[6]), ARGV[7]
 REGISTRY = KEYS[4]
 local idx_prefix = string.sub(KEYS[1], 1, #KEYS[1] - #n)
@@ -1394,23 +1398,35 @@ local err = check(KEYS[1], 'zset') or check(KEYS[2], 'zset') or check(KEYS[3], '
   or (REGISTRY and check_registry(REGISTRY))
   or check_takeover(n, KEYS[2], KEYS[3], idx_prefix, keys_prefix)
 if err then return err end
+local starts = {}
 local payload
 cid, payload, err = checkpoint_at(KEYS[1], ARGV[3], n, cid)
 if err then return err end
-if not payload then return {} end
+if payload then starts[1] = {cid, payload} end
+if ARGV[9] == '1' and ARGV[1] ~= '' then  -- refreshed alone, it would outlive the newest
+  local newest, newest_payload
+  newest, newest_payload, err = latest(KEYS[1], ARGV[3], n)
+  if err then return err end
+  if newest and newest ~= cid then starts[#starts + 1] = {newest, newest_payload} end
+end
+if #starts == 0 then return {} end
 local now = now_ms()
 local score = expiry(now, ttl)
-local channels, runs = {unpack(ARGV, 9)}, {}
-err = delta_chain(n, cid, payload, channels, ARGV[3], ARGV[5], function(c, found)
-  refresh_checkpoint(n, c, found, ARGV[3], ARGV[4], ARGV[5], KEYS[2], ttl, score,
-    REGISTRY and ARGV[8])
-  local run = header(found)
-  if not REGISTRY and run and run ~= '' then
-    runs[#runs + 1] = run
-    runs[#runs + 1] = c
-  end
-end)
-if err then return err end
+local channels, runs, done = {unpack(ARGV, 10)}, {}, {}
+for _, start in ipairs(starts) do
+  err = delta_chain(n, start[1], start[2], channels, ARGV[3], ARGV[5], function(c, found)
+    if done[c] then return end
+    done[c] = true
+    refresh_checkpoint(n, c, found, ARGV[3], ARGV[4], ARGV[5], KEYS[2], ttl, score,
+      REGISTRY and ARGV[8])
+    local run = header(found)
+    if not REGISTRY and run and run ~= '' then
+      runs[#runs + 1] = run
+      runs[#runs + 1] = c
+    end
+  end)
+  if err then return err end
+end
 settle(t, n, KEYS[1], KEYS[2], KEYS[3], now)
 return runs
 """
