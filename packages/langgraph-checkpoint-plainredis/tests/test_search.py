@@ -40,9 +40,11 @@ def test_equal_values_get_equal_tags_and_unequal_ones_unequal(a: Any, b: Any) ->
     if isinstance(a, float) and math.isnan(a):
         assert ta is None
         return
-    if ta is None or tb is None:  # a Decimal equal to no float (0.01): no tag, no index
-        assert any(isinstance(v, Decimal) and t is None for v, t in ((a, ta), (b, tb)))
-        assert isinstance(b, float) and math.isnan(b) or a != b or ta == tb
+    if ta is None or tb is None:  # NaN, or a Decimal equal to no float (0.01): no index
+        for value, tag in ((a, ta), (b, tb)):
+            nan = isinstance(value, float) and math.isnan(value)
+            assert tag is not None or nan or isinstance(value, Decimal), value
+        assert a != b or ta == tb
         return
     assert (ta == tb) == (a == b), (a, b, ta, tb)
 
