@@ -58,7 +58,8 @@ def conversation(turns: int, *, calls: int = 2, system: bool = True) -> list[dic
 @st.composite
 def conversations(draw: st.DrawFn, max_turns: int = 10) -> list[dict[str, Any]]:
     """Random conversations with tool calls, aliases, mid-list system messages, id-less
-    messages and a possibly pending final tool call. Contents are unique."""
+    messages and a possibly pending final tool call, some of them agent loops without human
+    messages after the opening. Contents are unique."""
     counter = itertools.count()
     messages: list[dict[str, Any]] = []
 
@@ -78,10 +79,12 @@ def conversations(draw: st.DrawFn, max_turns: int = 10) -> list[dict[str, Any]]:
     elif opening == "human":
         add({"role": draw(st.sampled_from(HUMAN_ROLES))})
     turns = draw(st.integers(0, max_turns))
+    agent_loop = draw(st.integers(0, 4)) == 0
     for t in range(turns):
         if draw(st.integers(0, 5)) == 0:
             add({"role": "system", "content": "note"})
-        add({"role": draw(st.sampled_from(HUMAN_ROLES))})
+        if not agent_loop:
+            add({"role": draw(st.sampled_from(HUMAN_ROLES))})
         steps = draw(st.integers(0, 3))
         for s in range(steps):
             width = draw(st.integers(0, 3))
@@ -93,7 +96,7 @@ def conversations(draw: st.DrawFn, max_turns: int = 10) -> list[dict[str, Any]]:
             pending = t == turns - 1 and s == steps - 1 and draw(st.booleans())
             if not pending:
                 results = draw(st.permutations(ids))
-                if draw(st.integers(0, 9)) == 0:  # a human interjects before the results
+                if not agent_loop and draw(st.integers(0, 9)) == 0:  # a human interjects
                     add({"role": draw(st.sampled_from(HUMAN_ROLES))})
                 for i in results:
                     add({"role": "tool", "tool_call_id": i})

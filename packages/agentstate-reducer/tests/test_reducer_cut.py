@@ -133,11 +133,37 @@ def test_a_preserved_human_first_message_makes_the_whole_list_the_newest_turn() 
     assert result.pruned == [] and result.surviving == messages
 
 
-def test_without_any_human_message_the_cut_keeps_only_the_preserved_one() -> None:
+def test_without_any_human_message_the_cut_falls_between_steps() -> None:
     messages = [{"role": "system", "content": "s", "id": "s"}]
     messages += [{"role": "ai", "content": str(n), "id": f"a{n}"} for n in range(5)]
     result = MessageReducer(min_messages=2, max_messages=3).reduce(messages)
-    assert ids(result.surviving) == ["s"]
+    assert ids(result.surviving) == ["s", "a4"]
+
+
+def agent_loop(steps: int, *, answered: bool) -> list[dict[str, Any]]:
+    """A system prompt and tool-calling steps, no human message; the last call's result
+    has arrived only when `answered`."""
+    messages: list[dict[str, Any]] = [{"role": "system", "content": "s", "id": "s"}]
+    for n in range(steps):
+        call = {"role": "ai", "content": "", "id": f"a{n}", "tool_calls": [{"id": f"c{n}"}]}
+        messages.append(call)
+        if answered or n < steps - 1:
+            messages.append({"role": "tool", "content": "", "id": f"t{n}", "tool_call_id": f"c{n}"})
+    return messages
+
+
+@pytest.mark.parametrize("human_first", [True, False])
+@pytest.mark.parametrize("min_messages", [0, 3])
+@pytest.mark.parametrize(("answered", "kept"), [(False, ["s", "a2"]), (True, ["s", "a2", "t2"])])
+def test_without_any_human_message_the_newest_call_survives_a_cut(
+    human_first: bool, min_messages: int, answered: bool, kept: list[str]
+) -> None:
+    # A graph paused before its tools node resumes from the last call; the cut pruned it.
+    config = ReducerConfig(
+        min_messages=min_messages, max_messages=5, require_human_first=human_first
+    )
+    result = MessageReducer(config=config).reduce(agent_loop(3, answered=answered))
+    assert ids(result.surviving) == kept
 
 
 def test_require_human_first_off_cuts_anywhere_that_splits_no_call() -> None:

@@ -61,6 +61,41 @@ def test_a_graph_keeps_a_bounded_valid_history_and_delivers_each_message_once() 
     assert {ns for _, ns in hook.calls} == {("memories", "u1")}
 
 
+def test_an_agent_loop_without_human_messages_resumes_into_its_pending_call() -> None:
+    # Cutting the call a graph paused before its tools node crashed the resume.
+    reducer = MessageReducer(min_messages=3, max_messages=5)
+
+    class State(TypedDict):
+        messages: Annotated[list[BaseMessage], reducer.as_langgraph_reducer()]
+
+    def agent(state: Any) -> dict[str, Any]:
+        call = f"call-{uuid.uuid4().hex[:8]}"
+        return {"messages": [AIMessage("", tool_calls=[{"id": call, "name": "t", "args": {}}])]}
+
+    def tools(state: Any) -> dict[str, Any]:
+        last = state["messages"][-1]
+        assert isinstance(last, AIMessage) and last.tool_calls, last
+        return {"messages": [ToolMessage("r", tool_call_id=c["id"]) for c in last.tool_calls]}
+
+    builder = StateGraph(State)
+    builder.add_node("agent", agent)
+    builder.add_node("tools", tools)
+    builder.add_edge(START, "agent")
+    builder.add_edge("agent", "tools")
+    builder.add_edge("tools", "agent")
+    graph = builder.compile(checkpointer=InMemorySaver(), interrupt_before=["tools"])
+    config: Any = {"configurable": {"thread_id": uuid.uuid4().hex}}
+    graph.invoke({"messages": [SystemMessage("you act alone", id="sys")]}, config)
+    for _ in range(6):
+        graph.invoke(None, config)
+        state = graph.get_state(config)
+        messages = state.values["messages"]
+        assert state.next == ("tools",)
+        assert len(messages) <= 5 and messages[0].id == "sys"
+        assert isinstance(messages[-1], AIMessage) and messages[-1].tool_calls
+        check_valid(messages, messages, preserved=1, human_first=False)
+
+
 async def test_an_async_graph_schedules_coroutine_hooks() -> None:
     got: list[str] = []
 

@@ -8,6 +8,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from reducer_helpers import (
     Recorder,
+    call_ids,
     check_partition,
     check_valid,
     conversations,
@@ -59,29 +60,38 @@ def check_cut(source: list[Any], config: ReducerConfig) -> None:
         return
     check_partition(source, result.surviving, result.pruned)
     preserved = preserved_count(source, config.preserve_first)
+    newest = last_human(source)
     check_valid(
         source,
         result.surviving,
         preserved=preserved,
-        human_first=config.require_human_first,
+        human_first=config.require_human_first and newest >= 0,
     )
-    newest = last_human(source)
     if newest >= 0:
         assert any(m is source[newest] for m in result.surviving), "newest human turn pruned"
+    call = newest_call(source)
+    if newest < 0 and call is not None:
+        assert any(m is source[call] for m in result.surviving), "newest call pruned"
     kept = [m for m in result.surviving if any(m is s for s in source)]
     protected: list[Any] = []
-    if newest >= preserved:
-        start = newest
-        if not config.require_human_first:  # the turn may begin earlier, at a clean split
-            start = max(i for i in range(preserved, newest + 1) if splits_no_call(source, i))
+    start = newest if newest >= preserved else call
+    if start is not None:
+        if not config.require_human_first or newest < 0:  # may begin earlier, at a clean split
+            start = max(i for i in range(preserved, start + 1) if splits_no_call(source, i))
         protected = source[start:]
     if config.max_tokens is None:
         assert len(kept) <= max(config.min_messages, preserved + len(protected))
-        assert len(kept) <= max(config.max_messages or 0, preserved + len(protected))
+        assert len(result.surviving) <= max(config.max_messages or 0, preserved + len(protected))
     else:
         target = config.target_tokens if config.target_tokens is not None else config.max_tokens
         floor = sum(map(tokens, source[:preserved] + protected))
         assert sum(map(tokens, kept)) <= max(target, floor)
+
+
+def newest_call(messages: list[Any]) -> int | None:
+    """The newest AI message when it calls tools: an agent loop resumes from it."""
+    newest = max((i for i, m in enumerate(messages) if role(m) == "ai"), default=None)
+    return newest if newest is not None and call_ids(messages[newest]) else None
 
 
 @PROPERTY

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
-from reducer_helpers import conversation
+from reducer_helpers import conversation, is_injected
 
 from agentstate_reducer import MessageReducer, ReducerConfig, default_summary_messages_factory
 
@@ -16,10 +16,13 @@ def summarize(pruned: list[Any]) -> str:
 
 
 def injecting(**extra: Any) -> MessageReducer:
-    settings: dict[str, Any] = {"summarize_fn": summarize, **extra}
-    return MessageReducer(
-        config=ReducerConfig(min_messages=3, max_messages=5, inject_summary=True, **settings)
-    )
+    settings: dict[str, Any] = {
+        "summarize_fn": summarize,
+        "min_messages": 3,
+        "max_messages": 5,
+        **extra,
+    }
+    return MessageReducer(config=ReducerConfig(inject_summary=True, **settings))
 
 
 def test_summary_is_returned_without_injection() -> None:
@@ -63,6 +66,31 @@ def test_the_next_cut_rolls_the_injected_block_into_the_new_summary() -> None:
     state = reducer.reduce(state, conversation(2, calls=0, system=False)).surviving
     assert any(str(m.get("id", "")).startswith("summary-") for m in seen[1])
     assert sum(str(m.get("id", "")).startswith("summary-") for m in state) == 2
+
+
+@pytest.mark.parametrize(
+    ("min_messages", "max_messages", "injects"),
+    [(4, 4, False), (5, 6, True), (6, 6, True), (3, 5, True)],
+)
+def test_the_injected_block_counts_against_the_window(
+    min_messages: int, max_messages: int, injects: bool
+) -> None:
+    # The block came on top of min_messages: min=max=4 stored 5 and 6 messages. There, a
+    # turn of two beside the system prompt leaves no room for it: the summary is returned.
+    reducer = injecting(min_messages=min_messages, max_messages=max_messages)
+    state: list[Any] = [{"role": "system", "content": "s", "id": "s"}]
+    injected = False
+    for n in range(20):
+        for message in (
+            {"role": "human", "content": f"q{n}", "id": f"h{n}"},
+            {"role": "ai", "content": f"a{n}", "id": f"a{n}"},
+        ):
+            result = reducer.reduce(state, message)
+            state = result.surviving
+            assert len(state) <= max_messages
+            assert not result.pruned or result.summary is not None
+            injected = injected or any(is_injected(m) for m in state)
+    assert injected == injects
 
 
 def test_the_same_cut_injects_the_same_ids() -> None:

@@ -62,7 +62,9 @@ class ReducerConfig:
             AI message that called them, because providers reject orphans.
         summarize_fn: `(pruned) -> str`, called on each cut; its text is
             `ReducerResult.summary`.
-        inject_summary: Also insert the summary messages where the pruned ones were.
+        inject_summary: Also insert the summary messages where the pruned ones were. In
+            count mode they count against `min_messages` and never take the window over
+            `max_messages`.
         summary_message_factory: `(summary, pruned_count) -> messages` to inject; None uses
             `default_summary_messages_factory`.
         on_prune: Hooks `(pruned, namespace)`, run on every cut by `reduce`.

@@ -34,7 +34,10 @@ class Cut:
 
 
 def plan_cut(
-    messages: Sequence[Any], config: ReducerConfig, count_tokens: TokenCounter | None
+    messages: Sequence[Any],
+    config: ReducerConfig,
+    count_tokens: TokenCounter | None,
+    reserve: int = 0,
 ) -> Cut | None:
     """Return the cut `messages` needs under `config`, or None when it is within bounds.
 
@@ -42,12 +45,17 @@ def plan_cut(
         messages: The whole list, oldest first.
         config: Window sizes and rules.
         count_tokens: The token counter; only used in token mode.
+        reserve: Count mode: messages the cut leaves room for, the summary block injected
+            after it, so that the stored window stays within `min_messages`.
 
     Returns:
         None when the list does not exceed `max_messages` or `max_tokens`. Otherwise the cut
         keeping the most recent messages within budget such that the kept tail starts a
         human turn (or, with `require_human_first` off, splits no tool call from its
-        results), never starting after the newest human message.
+        results), never starting after the newest human message. With no human message
+        after the preserved one (an agent loop) the kept tail starts where it splits no
+        tool call, never after the newest AI message when that calls tools: a graph paused
+        before its tools, or just after them, resumes from that message.
     """
     n = len(messages)
     roles = [role_of(m) for m in messages]
@@ -64,28 +72,35 @@ def plan_cut(
     last_human = max((i for i in range(n) if roles[i] == HUMAN), default=-1)
     if 0 <= last_human < preserved:
         return None  # The newest human turn is the whole list: it is never pruned.
-    limit = last_human if last_human >= preserved else n
 
     # parent[i]: index of the AI message whose tool call the tool result at i answers,
     # -1 for an orphan. Only tool results have entries.
     parent: dict[int, int] = {}
     callers: dict[str, int] = {}
+    newest_call = n  # the newest AI message when it calls tools, else n
     for i, message in enumerate(messages):
         if roles[i] == AI:
-            for call_id in tool_call_ids(message):
+            call_ids = tool_call_ids(message)
+            newest_call = i if call_ids else n
+            for call_id in call_ids:
                 callers[call_id] = i
         elif roles[i] == TOOL:
             call = tool_call_id_of(message)
             parent[i] = callers.get(call, -1) if call is not None else -1
 
-    if config.require_human_first:
-        candidates = [i for i in range(preserved, n) if roles[i] == HUMAN]
+    if last_human >= preserved:
+        limit = last_human
+        if config.require_human_first:
+            candidates = [i for i in range(preserved, n) if roles[i] == HUMAN]
+        else:
+            candidates = _clean_boundaries(n, preserved, parent)
     else:
+        limit = newest_call
         candidates = _clean_boundaries(n, preserved, parent)
     candidates.append(n)
 
     if tokens is None:
-        budget = config.min_messages - preserved
+        budget = config.min_messages - preserved - reserve
     else:
         target = config.target_tokens if config.target_tokens is not None else config.max_tokens
         assert target is not None

@@ -18,7 +18,7 @@ from ._ledger import AsyncDeliveryLedger, DeliveryLedger, InMemoryLedger
 from ._merge import merge_messages
 from ._messages import is_langchain_message, message_identity
 from ._report import DeliveryReport
-from ._summary import summary_block
+from ._summary import summary_block, summary_size
 from ._tokens import resolve_token_counter
 
 logger = logging.getLogger("agentstate_reducer")
@@ -303,10 +303,19 @@ class MessageReducer:
 
     def _cut(self, existing: Any, new: Any) -> tuple[list[Any], Cut | None, list[Any]]:
         messages = [*_listify(existing), *_listify(new)]
+        c = self.config
         counter = None
-        if self.config.max_tokens is not None:
-            counter = resolve_token_counter(self.config.token_counter)
-        cut = plan_cut(messages, self.config, counter)
+        reserve = 0
+        if c.max_tokens is not None:
+            counter = resolve_token_counter(c.token_counter)
+        elif (
+            c.inject_summary
+            and c.summarize_fn is not None
+            and c.max_messages is not None
+            and len(messages) > c.max_messages
+        ):
+            reserve = summary_size(c.summary_message_factory)
+        cut = plan_cut(messages, c, counter, reserve)
         if cut is None:
             return messages, None, []
         pruned = [messages[i] for i in cut.pruned_indices()]
@@ -324,9 +333,26 @@ class MessageReducer:
         block: list[Any] = []
         if summary is not None and self.config.inject_summary:
             block = summary_block(summary, pruned, messages, self.config.summary_message_factory)
+            if not self._block_fits(cut.preserved + len(block) + len(tail)):
+                logger.info(
+                    "summary not injected: with it the window would hold %d messages, over "
+                    "max_messages=%s, as the newest turn, never pruned, fills the window",
+                    cut.preserved + len(block) + len(tail),
+                    self.config.max_messages,
+                )
+                block = []
         surviving = [*messages[: cut.preserved], *block, *tail]
         logger.debug("cut %d messages to %d", len(messages), len(surviving))
         return ReducerResult(surviving=surviving, pruned=pruned, summary=summary)
+
+    def _block_fits(self, size: int) -> bool:
+        """Whether a window of `size` messages, the summary block included, stays within
+        `max_messages`. The cut left room for the block within `min_messages`, so it only
+        does not fit when the newest turn, which is never pruned, overflows that room;
+        injecting the block anyway would store more than `max_messages`. Token mode does
+        not count the block."""
+        c = self.config
+        return c.max_tokens is not None or c.max_messages is None or size <= c.max_messages
 
     def _hand_off(
         self, job: Job, hook: Background | AsyncBackground, report: ReportBuilder

@@ -35,6 +35,12 @@ def default_summary_messages_factory(summary: str, pruned_count: int) -> list[An
     ]
 
 
+def summary_size(factory: SummaryMessageFactory | None) -> int:
+    """How many messages `factory` injects, so a cut can leave room for them before
+    `summarize_fn` has run: the block is built from an empty summary of nothing."""
+    return len((factory or default_summary_messages_factory)("", 0))
+
+
 def summary_block(
     summary: str,
     pruned: Sequence[Any],
