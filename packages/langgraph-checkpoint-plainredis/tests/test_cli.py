@@ -138,6 +138,26 @@ def test_history_lists_newest_first_with_step_source_writes_and_parent(
     ]
 
 
+def test_a_thread_only_in_a_subgraph_namespace_is_named_with_its_namespaces(
+    redis_url: str, prefix: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`show` of a thread whose checkpoints are all in a subgraph namespace suggested
+    `history`, which suggested `threads`, which named no namespace: no hint reached them.
+    Both now name the thread's namespaces and the `history` command for the first."""
+    with RedisSaver(redis_url, prefix=prefix) as saver:
+        conf = {"configurable": {"thread_id": "only-sub", "checkpoint_ns": "inner:abc"}}
+        saver.put(conf, empty_checkpoint(), {"source": "loop", "step": 0}, {})
+    base = ("--url", redis_url, "--prefix", prefix)
+    hint = f"`plainredis history only-sub --prefix {prefix} --ns inner:abc`"
+    for argv in (("show", "only-sub", *base), ("history", "only-sub", *base)):
+        code, _, err = cli(capsys, *argv)
+        assert code == 1 and "its namespaces are 'inner:abc'" in err and hint in err, err
+    code, out, _ = cli(capsys, "history", "only-sub", *base, "--ns", "inner:abc")
+    assert code == 0 and len(out.splitlines()) == 2
+    code, _, err = cli(capsys, "history", "nobody", *base)
+    assert code == 1 and "`plainredis threads` lists the threads there" in err
+
+
 def test_show_prints_the_decoded_checkpoint_as_json(
     redis_url: str, prefix: str, capsys: pytest.CaptureFixture[str]
 ) -> None:

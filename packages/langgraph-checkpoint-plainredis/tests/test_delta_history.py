@@ -363,3 +363,28 @@ def test_put_writes_refreshes_the_chains_in_one_script(redis_url: str, prefix: s
         assert counter.round_trips == 1 and len(scripts) == 2, counter.commands
     finally:
         client.close()
+
+
+class Plain(TypedDict, total=False):
+    plain: Annotated[list[str], operator.add]
+
+
+@pytest.mark.parametrize("delta", [False, True], ids=["plain graph", "DeltaChannel graph"])
+def test_a_read_by_id_sends_the_newest_back_only_with_delta_channels(
+    redis_url: str, prefix: str, delta: bool
+) -> None:
+    """A read by id with refresh_on_read refreshes the timeline's newest too, and the GET
+    script sent the newest's payload back so that the client could find its DeltaChannels,
+    also for a graph without any (bytes sent and decoded for nothing). Now only a payload
+    carrying their marks comes back."""
+    builder = StateGraph(Plain)
+    builder.add_node("step", lambda state: {"plain": [str(len(state.get("plain", [])))]})
+    builder.add_edge(START, "step")
+    with RedisSaver(redis_url, prefix=prefix, ttl=600, refresh_on_read=True) as saver:
+        graph = _graph(saver) if delta else builder.compile(checkpointer=saver)
+        for i in range(3):
+            graph.invoke({"plain": [f"in{i}"]}, cfg("t"))
+        older = list(saver.list(cfg("t")))[-1]
+        (entry,) = saver._run(next(saver._get_steps(older.config)))
+        assert (len(entry) > 5 and bool(entry[5])) is delta, entry[5:]
+        assert saver.get_tuple(older.config) == saver.get_tuple(older.config)

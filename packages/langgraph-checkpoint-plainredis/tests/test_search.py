@@ -259,6 +259,24 @@ def test_members_of_deleted_threads_go_when_a_query_meets_them(
         assert left == {"b", "c"}
 
 
+@pytest.mark.standalone
+def test_puts_drop_members_of_gone_threads_no_query_met(
+    indexed: RedisSaver, client: Any, prefix: str
+) -> None:
+    """The member of a deleted or expired thread stayed in the index until a query on its
+    value met it: a keyspace that writes and never asks grew its index for ever. Each put
+    looks at two members of each index it adds to and drops those of threads gone."""
+    for i in range(20):
+        put(indexed, f"gone{i}", "c1", {"user_id": "u"})
+    for i in range(20):
+        indexed.delete_thread(f"gone{i}")
+    assert len(index_members(client, prefix, "user_id", "u")) == 20
+    for i in range(200):
+        put(indexed, "live", f"c{i:03}", {"user_id": "u", "source": "loop"})
+    assert index_members(client, prefix, "user_id", "u") == ["live"]
+    assert index_members(client, prefix, "source", "loop") == ["live"]
+
+
 def test_a_put_between_the_page_and_the_removal_keeps_its_member(
     indexed: RedisSaver, client: Any, prefix: str, redis_kind: str, monkeypatch: Any
 ) -> None:

@@ -330,9 +330,10 @@ def _history(inspector: Inspector, args: argparse.Namespace) -> int:
     entries = inspector.history(args.thread, args.ns, args.limit or None)
     first = next(entries, None)
     if first is None:
+        elsewhere = _elsewhere(inspector, args)
         return _fail(
             f"thread {args.thread!r} has no checkpoints in namespace {args.ns!r} under prefix "
-            f"{args.prefix!r}: `plainredis threads` lists the threads there"
+            f"{args.prefix!r}: " + (elsewhere or "`plainredis threads` lists the threads there")
         )
     print(f"{'CHECKPOINT':<36}  {'STEP':>5}  {'SOURCE':<6}  {'WRITES':>6}  {'CREATED':<20}  PARENT")
     for entry in (first, *entries):
@@ -344,25 +345,40 @@ def _history(inspector: Inspector, args: argparse.Namespace) -> int:
     return 0
 
 
-def _history_command(args: argparse.Namespace) -> str:
-    """The `history` command for the thread, namespace and prefix `args` name, quoted for
-    a POSIX shell (the URL is left out: it may carry a password)."""
+def _history_command(args: argparse.Namespace, ns: str | None = None) -> str:
+    """The `history` command for the thread, prefix and namespace (`ns`, else the one
+    `args` name) that `args` name, quoted for a POSIX shell (the URL is left out: it may
+    carry a password)."""
+    ns = args.ns if ns is None else ns
     words = ["plainredis", "history", args.thread]
     if args.prefix != "lg":
         words += ["--prefix", args.prefix]
-    if args.ns:
-        words += ["--ns", args.ns]
+    if ns:
+        words += ["--ns", ns]
     return shlex.join(words)
+
+
+def _elsewhere(inspector: Inspector, args: argparse.Namespace) -> str | None:
+    """When the thread `args` name has checkpoints, but not in the namespace they name: its
+    namespaces, and the command listing the checkpoints of the first; else None."""
+    namespaces = inspector.namespaces(args.thread)
+    if not namespaces or args.ns in namespaces:
+        return None
+    return (
+        f"its namespaces are {', '.join(map(repr, namespaces))}; "
+        f"`{_history_command(args, namespaces[0])}` lists the checkpoints of the first"
+    )
 
 
 def _show(inspector: Inspector, args: argparse.Namespace) -> int:
     doc = inspector.show(args.thread, args.ns, args.checkpoint)
     if doc is None:
         which = f"checkpoint {args.checkpoint!r}" if args.checkpoint else "no checkpoint"
+        elsewhere = _elsewhere(inspector, args)
         return _fail(
             f"{which} in thread {args.thread!r}, namespace {args.ns!r}, prefix "
             f"{args.prefix!r}{' was not found' if args.checkpoint else ''}: "
-            f"`{_history_command(args)}` lists its checkpoints"
+            + (elsewhere or f"`{_history_command(args)}` lists its checkpoints")
         )
     print(json.dumps(doc, indent=2, ensure_ascii=False))
     return 0

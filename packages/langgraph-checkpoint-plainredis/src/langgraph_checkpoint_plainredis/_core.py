@@ -229,6 +229,18 @@ def info_refused(error: ResponseError, prefix: str) -> bool:
 ABSENT = b"\x00"
 
 
+def _delta_counted(metadata: Any) -> tuple[list[str], bool]:
+    """The DeltaChannels whose updates since their last snapshot a checkpoint's `metadata`
+    counts (none once all snapshot), and whether it marks DeltaChannels without naming them
+    (LangGraph.js's mark, or counters of another shape)."""
+    if not isinstance(metadata, Mapping):
+        return [], False
+    counters = metadata.get(_DELTA_COUNTERS) or {}
+    if not isinstance(counters, Mapping):
+        return [], True
+    return [str(channel) for channel in counters], _DELTA_JS in metadata
+
+
 def _configurable(config: RunnableConfig | None, what: str) -> Mapping[str, Any]:
     if not isinstance(config, Mapping):
         raise TypeError(
@@ -456,8 +468,8 @@ class SaverCore:
     def _check_indexing(self, what: str) -> None:
         """Refuses a write that would leave a complete metadata index incomplete: this
         saver does not index a field the keyspace's marker names complete."""
-        missing = sorted(self._indexed - set(self.index_metadata))
-        if missing:
+        if self._indexed and not self._indexed.issubset(self.index_metadata):
+            missing = sorted(self._indexed.difference(self.index_metadata))
             raise PlainRedisError(
                 f"{what}: the metadata index of {', '.join(map(repr, missing))} under prefix "
                 f"{self.prefix!r} is complete, but this saver does not index "
@@ -797,7 +809,7 @@ class SaverCore:
         for s in suffixes:
             args += [s, written.get(s, b"")]
         if index:
-            args.append(len(index))
+            args += [len(index), *self.keyspace.ns_affixes]
         return Eval("put", tuple(keys), tuple(args))
 
     def _refresh_chain(
@@ -843,11 +855,11 @@ class SaverCore:
         thread's namespace (one that snapshotted them all counts none): `put_writes`, which
         reads no metadata, and the refresh of a timeline's newest follow them. Kept for the
         last `_DELTA_SEEN` (thread, namespace) pairs used."""
-        counters = metadata.get(_DELTA_COUNTERS) if isinstance(metadata, Mapping) else None
+        counted, _ = _delta_counted(metadata)
         slot = (thread_id, ns)
         known = self._delta_seen.pop(slot, ())
-        if isinstance(counters, Mapping):
-            known = tuple(dict.fromkeys([*known, *(str(c) for c in counters)]))
+        if counted:
+            known = tuple(dict.fromkeys([*known, *counted]))
         if known:
             self._delta_seen[slot] = known  # last used last
             while len(self._delta_seen) > _DELTA_SEEN:
@@ -1558,11 +1570,10 @@ class SaverCore:
                 continue
             if not isinstance(metadata, Mapping):
                 continue
-            counters = metadata.get(_DELTA_COUNTERS) or {}
-            if _DELTA_JS in metadata or not isinstance(counters, Mapping):
+            counted, unnamed = _delta_counted(metadata)
+            if unnamed:
                 return None
-            channels = [escape(str(channel)) for channel in counters]
-            plans += [_s(ns_e), _s(cid), str(len(channels)), *channels]
+            plans += [_s(ns_e), _s(cid), str(len(counted)), *map(escape, counted)]
         return plans
 
     def _delete_for_runs_steps(self, run_ids: Sequence[str]) -> Generator[Step, list[Any], None]:

@@ -365,6 +365,12 @@ class Inspector:
                 expires = None if math.isinf(latest) else latest
                 yield ThreadInfo(tk.thread_id, tuple(ns for ns, _ in nss), count, expires)
 
+    def namespaces(self, thread_id: str) -> list[str]:
+        """The namespaces of one thread (empty when it has no keys)."""
+        self._check_registry()
+        (namespaces,) = self._namespaces([self.keyspace.thread(thread_id)])
+        return [ns for ns, _ in namespaces]
+
     def checkpoint_count(self, thread_id: str) -> tuple[int, int]:
         """``(namespaces, checkpoints)`` of one thread; ``(0, 0)`` when it has no keys."""
         self._check_registry()

@@ -817,7 +817,8 @@ PUT = r"""
 -- ARGV: cid, payload, ttl_ms, N, T, run member, has_run, n_blobs,
 --       wr_prefix, cp_prefix, blob_prefix, has_registry, escaped run, run prefix, then per
 --       blob: suffix, value ('' = refresh only, NUL = absent: no key), then [the number of
---       metadata index zsets]. A cluster client passes neither run nor registry nor index
+--       metadata index zsets, and what goes around a thread's escaped id in its namespace
+--       key (head, tail)]. A cluster client passes neither run nor registry nor index
 --       zsets (it adds the thread to those first), and gets back the run-set removal it
 --       must make.
 -- Returns outcome(), or {'lost', {suffix, ...}} having written nothing: blobs the checkpoint
@@ -955,7 +956,23 @@ end
 redis.call('ZADD', KEYS[2], 0, cid)
 if nindex > 0 then  -- with the checkpoint, at the server's clock: newest threads first
   local at = now or now_ms()
-  for i = #KEYS - nindex + 1, #KEYS do redis.call('ZADD', KEYS[i], at, t) end
+  -- A deleted or expired thread's member stays in each index it joined. The put looks at two
+  -- members of each index it adds to, at a rank the clock picks, and drops those whose thread
+  -- has no namespace key: twice what it adds, so that no index keeps growing with them.
+  local clock = redis.call('TIME')
+  local head, tail = ARGV[16 + 2 * nb], ARGV[17 + 2 * nb]
+  for i = #KEYS - nindex + 1, #KEYS do
+    redis.call('ZADD', KEYS[i], at, t)
+    local size = redis.call('ZCARD', KEYS[i])
+    if size > 1 then
+      local from = (tonumber(clock[1]) + tonumber(clock[2])) % size
+      for _, m in ipairs(redis.call('ZRANGE', KEYS[i], from, from + 1)) do
+        if m ~= t and redis.call('EXISTS', head .. m .. tail) == 0 then
+          redis.call('ZREM', KEYS[i], m)
+        end
+      end
+    end
+  end
 end
 members[#members + 1] = cp_score
 members[#members + 1] = 'c' .. cid
@@ -1147,8 +1164,9 @@ if ttl > 0 then
     -- on a cluster its run set is in another slot: the client refreshes it
     local run = header(newest_payload)
     entry[5] = (not REGISTRY and run and run ~= '') and {run, newest} or false
-    -- its metadata names its DeltaChannels, whose chain the client refreshes too
-    entry[6] = {newest, newest_payload}
+    -- its metadata names its DeltaChannels, whose chain the client refreshes too (sent only
+    -- when its bytes carry their marks: a graph without one has none to refresh)
+    entry[6] = delta_marked(newest_payload) and {newest, newest_payload} or false
   end
   settle(ARGV[7], n, KEYS[1], KEYS[2], KEYS[3], now)
 end
