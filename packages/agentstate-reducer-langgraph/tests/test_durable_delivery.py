@@ -9,6 +9,7 @@ inner savers are in-process ones: the tests over plainredis and PostgreSQL are i
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import socket
 import threading
@@ -207,6 +208,25 @@ def test_a_sink_stores_each_message_once_with_its_ledger_entry(
     assert ledger.seen("count", ns, ["a", "b", "c"]) == {"a", "b", "c"}
 
 
+def test_a_commit_outlives_the_checkpoint_and_no_discard_drops_it(
+    any_client: Any, prefix: str
+) -> None:
+    outbox = RedisOutbox(any_client, prefix=prefix)
+    t = now_ms()
+    outbox.stage(batch("b1"), now=t, visible_at=t)
+    (claimed,) = outbox.claim(now=now_ms(), lease_until=now_ms() + 60_000, limit=10)
+    assert claimed.committed is None  # the outbox cannot tell: the drain asks the saver
+    outbox.settle([Settlement("b1", "commit")])  # the put returned; applies under any lease
+    # The claimer found the checkpoint absent (pruned since): its discard changes nothing
+    # but the lease, and the batch is due again, committed.
+    outbox.settle([Settlement("b1", "discard", staged_at=claimed.staged_at, lease=claimed.lease)])
+    (again,) = outbox.claim(now=now_ms(), lease_until=now_ms() + 1000, limit=10)
+    assert (again.id, again.committed) == ("b1", True)
+    outbox.settle([Settlement("b1", "ack"), Settlement("b1", "commit")])  # gone: stays gone
+    assert not any_client.exists(outbox.keys.batch("b1"))
+    assert outbox.stats() == outbox.stats().__class__(staged=1, delivered=1)
+
+
 def test_outbox_stages_idempotently_leases_and_settles(any_client: Any, prefix: str) -> None:
     outbox = RedisOutbox(any_client, prefix=prefix)
     t = now_ms()
@@ -402,10 +422,10 @@ def test_drain_over_an_in_process_saver_on_every_kind(any_client: Any, prefix: s
     graph = chat_graph(saver)
     for i in range(6):
         turn(graph, "t", f"q{i}")
-    # The outbox cannot see InMemorySaver's checkpoints: the drain asks the saver.
+    # The outbox cannot see InMemorySaver's checkpoints; each put marked its batch committed.
     t = now_ms()
     claimed = outbox.claim(now=t, lease_until=t, limit=100)
-    assert claimed and all(b.committed is None for b in claimed)
+    assert claimed and all(b.committed is True for b in claimed)
     assert saver.drain().delivered == len(claimed)
     config = {"configurable": {"thread_id": "t"}}
     kept = {m.id for m in graph.get_state(config).values["messages"]}
@@ -559,6 +579,109 @@ def test_a_batch_whose_checkpoint_never_appears_is_discarded_after_the_grace(
     runner.stage(staged)  # the process died before its put
     assert runner.drain().discarded == 1 and hook.got == []
     assert runner.stats().backlog == 0
+
+
+def forget(saver: ReducingSaver, thread: str, how: str) -> None:
+    """Removes what `thread` stored: every checkpoint but its latest, or the whole thread."""
+    if how == "prune":
+        saver.prune([thread], strategy="keep_latest")
+    else:
+        saver.delete_thread(thread)
+
+
+async def aforget(saver: ReducingSaver, thread: str, how: str) -> None:
+    if how == "prune":
+        await saver.aprune([thread], strategy="keep_latest")
+    else:
+        await saver.adelete_thread(thread)
+
+
+class FailsOnce(InMemorySaver):
+    """Fails the put (and aput) of step `fail_step`; prunes as plainredis and PostgreSQL
+    do (InMemorySaver has no `prune`)."""
+
+    fail_step: int | None = None
+
+    def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        for thread in thread_ids:
+            for ns, stored in self.storage[thread].items():
+                latest = max(stored, default=None) if strategy == "keep_latest" else None
+                for checkpoint_id in [c for c in stored if c != latest]:
+                    del stored[checkpoint_id]
+                    self.writes.pop((thread, ns, checkpoint_id), None)
+
+    async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        self.prune(thread_ids, strategy=strategy)
+
+    def put(self, config: Any, checkpoint: Any, metadata: Any, new_versions: Any) -> Any:
+        if metadata.get("step") == self.fail_step:
+            self.fail_step = None
+            raise ConnectionError("store down")
+        return super().put(config, checkpoint, metadata, new_versions)
+
+    async def aput(self, config: Any, checkpoint: Any, metadata: Any, new_versions: Any) -> Any:
+        return self.put(config, checkpoint, metadata, new_versions)
+
+
+@pytest.mark.parametrize("how", ["prune", "delete"])
+def test_manual_delivery_keeps_what_a_prune_or_delete_removed_before_the_drain(
+    client: redis.Redis, prefix: str, how: str
+) -> None:
+    """The docs say to prune after each turn: a drain running later must still deliver the
+    batches of stored checkpoints gone since, once each; a failed put's batch is dropped."""
+    ledger = RedisDeliveryLedger(client, prefix=prefix)
+    hook = Plain()
+    inner = FailsOnce()
+    saver = ReducingSaver(
+        inner,
+        reducer(ledger, hook),
+        outbox=RedisOutbox(client, prefix=prefix),
+        delivery=Delivery("manual", grace=0),  # a batch not known stored is dropped at once
+    )
+    graph = chat_graph(saver)
+    for i in range(5):
+        turn(graph, "t", f"q{i}")  # two of these puts prune
+    inner.fail_step = 16  # the last put of the next turn prunes, stages and fails
+    with pytest.raises(ConnectionError):
+        turn(graph, "t", "q5")
+    assert saver.delivery_stats().backlog == 3
+    forget(saver, "t", how)
+    report = saver.drain()
+    assert (report.delivered, report.discarded) == (2, 1)
+    assert sorted(hook.got) == ["t-q0-ai", "t-q1", "t-q1-ai", "t-q2", "t-q2-ai"]  # once each
+    assert saver.drain().claimed == 0 and saver.delivery_stats().backlog == 0
+
+
+@pytest.mark.parametrize("how", ["prune", "delete"])
+async def test_manual_adelivery_keeps_what_a_prune_or_delete_removed_before_the_drain(
+    server_url: str, prefix: str, how: str
+) -> None:
+    sync_client = redis.Redis.from_url(server_url, protocol=2)
+    async_client = aioredis.Redis.from_url(server_url, protocol=2)
+    ledger = RedisDeliveryLedger(sync_client, prefix=prefix)
+    hook = Plain()
+    inner = FailsOnce()
+    saver = ReducingSaver(
+        inner,
+        reducer(ledger, hook),
+        outbox=RedisOutbox(async_client, prefix=prefix),
+        delivery=Delivery("manual", grace=0),
+    )
+    graph = chat_graph(saver)
+    config = {"configurable": {"thread_id": "t"}}
+    inner.fail_step = 16  # the last put of turn q5 prunes, stages and fails
+    for i in range(6):
+        with pytest.raises(ConnectionError) if i == 5 else contextlib.nullcontext():
+            await graph.ainvoke({"messages": [HumanMessage(f"q{i}", id=f"t-q{i}")]}, config)
+    assert (await saver.adelivery_stats()).backlog == 3
+    await aforget(saver, "t", how)
+    report = await saver.adrain()
+    assert (report.delivered, report.discarded) == (2, 1)
+    assert sorted(hook.got) == ["t-q0-ai", "t-q1", "t-q1-ai", "t-q2", "t-q2-ai"]
+    assert (await saver.adrain()).claimed == 0
+    assert (await saver.adelivery_stats()).backlog == 0
+    await async_client.aclose()
+    sync_client.close()
 
 
 def test_a_fresh_process_delivers_what_a_crashed_one_staged_and_forks_add_nothing(
@@ -779,22 +902,19 @@ def strict_saver(
     )
 
 
-def tagged_checkpoint() -> Any:
+def checkpoint_of(messages: list[Any]) -> Any:
     cp = empty_checkpoint()
-    cp["channel_values"] = {
-        "messages": [Tagged(content=f"m{i}", id=f"m{i}", tag="x") for i in range(5)]
-    }
+    cp["channel_values"] = {"messages": messages}
     cp["channel_versions"] = {"messages": 1}
     return cp
+
+
+def tagged_checkpoint() -> Any:
+    return checkpoint_of([Tagged(content=f"m{i}", id=f"m{i}", tag="x") for i in range(5)])
 
 
 def other_checkpoint() -> Any:
-    cp = empty_checkpoint()
-    cp["channel_values"] = {
-        "messages": [Other(content=f"o{i}", id=f"o{i}", kind="y") for i in range(5)]
-    }
-    cp["channel_versions"] = {"messages": 1}
-    return cp
+    return checkpoint_of([Other(content=f"o{i}", id=f"o{i}", kind="y") for i in range(5)])
 
 
 TAGGED = [(Tagged.__module__, "Tagged")]

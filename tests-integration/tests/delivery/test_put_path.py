@@ -94,7 +94,10 @@ def test_a_put_that_prunes_costs_one_round_trip_more_on_plainredis(
         delivering = put_cost(counter, plain.put, PRUNES)
         cost = put_cost(counter, durable.put, PRUNES)
         durable.delivery.flush()
-        assert cost == (stored if mode != "inline" else delivering) + 1, (mode, cost)
+        # manual: the batch is also marked committed once the put returned (one more round
+        # trip), so that a prune or delete before the drain loses nothing
+        more = 2 if mode == "manual" else 1
+        assert cost == (stored if mode != "inline" else delivering) + more, (mode, cost)
     untouched = put_cost(counter, durable.put, KEEPS)
     assert not mentions(counter, f"{prefix}:d")  # neither outbox nor ledger
     assert untouched == put_cost(counter, inner.put, KEEPS)
@@ -125,7 +128,8 @@ def test_a_put_that_prunes_costs_one_round_trip_to_redis_over_postgres(
         delivery=mode,  # type: ignore[arg-type]
     )
     saver.put(cfg(), checkpoint(PRUNES), {}, {"messages": 1})  # load the scripts once
-    assert [put_cost(counter, saver.put, PRUNES) for _ in range(3)] == [1, 1, 1]
+    staged = [put_cost(counter, saver.put, PRUNES) for _ in range(3)]
+    assert staged == ([2, 2, 2] if mode == "manual" else [1, 1, 1])  # manual: + the commit mark
     assert put_cost(counter, saver.put, KEEPS) == 0 and counter.commands == []
     if mode == "manual":
         assert saver.drain().delivered == 4

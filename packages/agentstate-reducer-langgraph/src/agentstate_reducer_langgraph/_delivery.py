@@ -350,10 +350,23 @@ class DeliveryRunner:
         )
 
     def _take_acks(self) -> list[Settlement]:
+        """Takes the settlements waiting for the next outbox call: acks, and commits that
+        were not recorded yet."""
         with self._lock:
             acks = self._acks[:]
             self._acks.clear()  # in place: the list is shared with `with_inner` runners
         return acks
+
+    def _pend(self, settlements: Sequence[Settlement]) -> None:
+        """Keeps `settlements` for the next outbox call, ahead of what waits already."""
+        with self._lock:
+            self._acks[:0] = settlements
+
+    @staticmethod
+    def _commits(own: Sequence[_Own]) -> list[Settlement]:
+        """Marks the batches of `own` committed: their put returned, so their checkpoint was
+        stored, and a drain delivers them even once it is pruned or its thread deleted."""
+        return [Settlement(o.batch.id, "commit") for o in own]
 
     def _defer(self, outcome: _Outcome) -> list[Settlement]:
         """Keeps an ack for the next outbox call; returns what must be settled now."""
@@ -391,13 +404,23 @@ class DeliveryRunner:
             raise
 
     def stored(self, batch: StagedBatch, pruned: list[Any], namespace: Any, due: int) -> None:
-        """After the put stored the checkpoint of `batch`: deliver it as the mode says.
+        """After the put stored the checkpoint of `batch`: mark the batch committed, and
+        deliver it as the mode says.
 
-        Never raises: the batch is in the outbox, and the next drain delivers what failed.
+        Never raises: the batch is in the outbox, and the next drain delivers what failed;
+        a commit mark that could not be sent rides on the next outbox call.
         """
         own = _Own(batch, pruned, namespace)
         try:
-            if self.mode == "background":
+            if self.mode == "manual":
+                # Before this call returns: a later call may prune the checkpoint, and a
+                # drain takes a batch whose checkpoint is absent and that is not marked
+                # committed for one whose put failed. One round trip, with pending acks.
+                self._send(self._take_acks() + self._commits([own]))
+            elif self.mode == "background":
+                # Delivered from memory by the worker whatever happens to the checkpoint;
+                # the mark, riding on the next outbox call, covers a process that dies first.
+                self._pend(self._commits([own]))
                 self._thread_worker().submit(own)
             elif self.mode == "inline":
                 self._deliver_own([own], defer=True)
@@ -421,13 +444,25 @@ class DeliveryRunner:
             settle = self._take_acks() + settle
         return settle
 
+    def _send(self, settle: list[Settlement]) -> None:
+        """Settles `settle` now; when that fails, keeps it for the next outbox call."""
+        try:
+            self.outbox.settle(settle)
+        except BaseException:
+            self._pend(settle)
+            raise
+
     def _deliver_own(self, own: Sequence[_Own], *, defer: bool) -> None:
-        outcomes = [
-            self._outcome(o.batch, self.reducer.deliver(o.pruned, o.namespace)) for o in own
-        ]
+        try:
+            outcomes = [
+                self._outcome(o.batch, self.reducer.deliver(o.pruned, o.namespace)) for o in own
+            ]
+        except BaseException:
+            self._pend(self._commits(own))  # stored all the same: a drain delivers them
+            raise
         settle = self._settlements(outcomes, defer=defer)
         if settle:
-            self.outbox.settle(settle)
+            self._send(settle)
 
     def _process(self, batch: StagedBatch, now: int) -> _Outcome:
         committed = batch.committed
@@ -458,7 +493,7 @@ class DeliveryRunner:
             outcomes.append(self._process(batch, now))
         settle = self._take_acks() + [o.settlement for o in outcomes]
         if settle:
-            self.outbox.settle(settle)
+            self._send(settle)
         return self._count(outcomes)
 
     def stats(self) -> OutboxStats:
@@ -467,10 +502,11 @@ class DeliveryRunner:
         return self.outbox.stats()
 
     def flush_acks(self) -> None:
-        """Sends the acks of delivered batches that wait to ride on the next staging."""
+        """Sends the acks of delivered batches (and the commit marks) that wait to ride on
+        the next staging."""
         acks = self._take_acks()
         if acks:
-            self.outbox.settle(acks)
+            self._send(acks)
 
     def flush(self, timeout: float | None = None) -> bool:
         """Waits until the background thread delivered what it was handed; sends acks.
@@ -515,7 +551,10 @@ class DeliveryRunner:
         """`stored`, for asyncio; background mode runs an asyncio task on this loop."""
         own = _Own(batch, pruned, namespace)
         try:
-            if self.mode == "background":
+            if self.mode == "manual":
+                await self._asend(self._take_acks() + self._commits([own]))
+            elif self.mode == "background":
+                self._pend(self._commits([own]))
                 self._task_worker().submit(own)
             elif self.mode == "inline":
                 await self._adeliver_own([own], defer=True)
@@ -528,13 +567,26 @@ class DeliveryRunner:
                 batch.id,
             )
 
+    async def _asend(self, settle: list[Settlement]) -> None:
+        """`_send`, for asyncio."""
+        try:
+            await self.outbox.asettle(settle)
+        except BaseException:
+            self._pend(settle)
+            raise
+
     async def _adeliver_own(self, own: Sequence[_Own], *, defer: bool) -> None:
-        outcomes = [
-            self._outcome(o.batch, await self.reducer.adeliver(o.pruned, o.namespace)) for o in own
-        ]
+        try:
+            outcomes = [
+                self._outcome(o.batch, await self.reducer.adeliver(o.pruned, o.namespace))
+                for o in own
+            ]
+        except BaseException:
+            self._pend(self._commits(own))
+            raise
         settle = self._settlements(outcomes, defer=defer)
         if settle:
-            await self.outbox.asettle(settle)
+            await self._asend(settle)
 
     async def _aprocess(self, batch: StagedBatch, now: int) -> _Outcome:
         committed = batch.committed
@@ -561,7 +613,7 @@ class DeliveryRunner:
             outcomes.append(await self._aprocess(batch, now))
         settle = self._take_acks() + [o.settlement for o in outcomes]
         if settle:
-            await self.outbox.asettle(settle)
+            await self._asend(settle)
         return self._count(outcomes)
 
     async def astats(self) -> OutboxStats:
@@ -573,7 +625,7 @@ class DeliveryRunner:
         """`flush_acks`, for asyncio."""
         acks = self._take_acks()
         if acks:
-            await self.outbox.asettle(acks)
+            await self._asend(acks)
 
     async def aflush(self) -> None:
         """Waits until the background task delivered what it was handed; sends acks."""

@@ -49,8 +49,9 @@ class StagedBatch:
         staged_at: Milliseconds since the epoch of the latest staging, by the outbox's clock
             (which tells one staging from the next: see `Settlement.staged_at`).
         failures: Deliveries in which a hook raised.
-        committed: Whether the checkpoint is known to be stored; None when the outbox
-            cannot tell and the saver must ask the inner saver.
+        committed: Whether the checkpoint is known to be stored (its put returned, or a
+            drain saw it); None when the outbox cannot tell and the saver must ask the
+            inner saver, whose answer "absent" then means "not stored yet".
         age: Milliseconds since its latest staging by the outbox's own clock, when the
             outbox keeps one (a claim from `RedisOutbox` sets it); None: the deliverer
             takes its own clock's `now - staged_at`.
@@ -79,8 +80,11 @@ class Settlement:
     Attributes:
         batch_id: The batch.
         action: ``ack`` (delivered: remove it), ``retry`` (claim it again `delay` ms from
-            now) or ``discard`` (its checkpoint was never stored: remove it, unless it was
-            staged again after `staged_at`).
+            now), ``discard`` (its checkpoint was never stored: remove it, unless it was
+            staged again after `staged_at` or is committed) or ``commit`` (its put returned:
+            remember that its checkpoint was stored, whoever holds the batch, so that it is
+            delivered even once the checkpoint is pruned or its thread deleted; nothing
+            else changes, and a batch no longer in the outbox stays gone).
         delay: ``retry``: milliseconds from when the outbox applies the settlement, by its
             own clock, until the batch may be claimed again: a wait, not a time of day, so
             neither the time the delivery took nor a step of the deliverer's clock moves it.
@@ -92,11 +96,11 @@ class Settlement:
             is about. The outbox ignores them once another delivery took the batch over (a
             claim after the lease ran out, or a staging by a retried put): a deliverer that
             overran its lease must not cut short its successor's, nor drop a batch being
-            delivered. An ``ack`` always applies.
+            delivered. An ``ack`` and a ``commit`` always apply.
     """
 
     batch_id: str
-    action: Literal["ack", "retry", "discard"]
+    action: Literal["ack", "retry", "discard", "commit"]
     delay: int = 0
     staged_at: int = 0
     failed: bool = False
@@ -149,7 +153,10 @@ class Outbox(Protocol):
 
     `stage` runs before the inner saver's put, in one round trip, and must be idempotent
     per batch id; it leaves a batch leased to a deliverer past `visible_at` leased, and
-    otherwise holds it for the stager under `batch.lease`. `claim` leases due batches to
+    otherwise holds it for the stager under `batch.lease`. A ``commit`` settlement after
+    the put marks the batch committed for good, and a claim reports it
+    (`StagedBatch.committed`): a committed batch is delivered even once its checkpoint is
+    gone, and never discarded. `claim` leases due batches to
     one caller until `lease_until`, each under a token of that claim (`StagedBatch.lease`);
     a batch claimed again after its lease expired is delivered again, and the delivery
     ledger drops what already arrived. `settle` ignores a retry or discard whose token is

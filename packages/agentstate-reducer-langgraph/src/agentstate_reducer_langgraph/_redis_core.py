@@ -72,10 +72,12 @@ end
 
 # Applies settlements; shared by the stage and settle scripts. KEYS[1] is the due zset,
 # KEYS[2] the stats hash, KEYS[first_key..] the settled batches in ARGV order; `now` is the
-# server's clock, from which a retry's delay runs. A retry or discard applies only while the
-# batch's lease token ('l': its claimer's or its delivering stager's, absent while no one
-# holds it) is the settlement's: one from a deliverer whose lease ran out and whose batch was
-# taken over since changes nothing.
+# server's clock, from which a retry's delay runs. A commit marks the batch's checkpoint
+# stored (its put returned), so that no later drain discards it, even once the checkpoint is
+# pruned or its thread deleted. A retry or discard applies only while the batch's lease
+# token ('l': its claimer's or its delivering stager's, absent while no one holds it) is the
+# settlement's: one from a deliverer whose lease ran out and whose batch was taken over since
+# changes nothing. A discard never drops a committed batch.
 _SETTLE = (
     _CLOCK
     + """
@@ -88,11 +90,16 @@ local function settle(first_arg, first_key, now)
     if action == 'ack' then
       redis.call('ZREM', KEYS[1], id)
       if redis.call('DEL', batch) == 1 then redis.call('HINCRBY', KEYS[2], 'delivered', 1) end
+    elseif action == 'commit' then  -- its put returned: stored, whoever holds it
+      if redis.call('EXISTS', batch) == 1 then redis.call('HSET', batch, 'c', '1') end
     else
-      local f = redis.call('HMGET', batch, 's', 'l')
+      local f = redis.call('HMGET', batch, 's', 'l', 'c')
       if f[1] and (f[2] or '') == ARGV[i + 7] then
         if action == 'discard' then
-          if f[1] == staged then
+          if f[3] == '1' then  -- committed since the claim: never dropped; due again now
+            redis.call('ZADD', KEYS[1], 'XX', ms(now), id)
+            redis.call('HDEL', batch, 'l')
+          elseif f[1] == staged then
             redis.call('ZREM', KEYS[1], id)
             redis.call('DEL', batch)
             redis.call('HINCRBY', KEYS[2], 'discarded', 1)
