@@ -161,6 +161,29 @@ def test_bad_arguments_say_what_to_pass() -> None:
         ReducingSaver(object(), reducer())  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="MessageReducer"):
         ReducingSaver(InMemorySaver(), None)  # type: ignore[arg-type]
+    # a class for the saver, a config for the reducer: each named, with what to pass
+    with pytest.raises(TypeError, match=r"got the class InMemorySaver: pass InMemorySaver\(...\)"):
+        ReducingSaver(InMemorySaver, reducer())  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"got a ReducerConfig: pass MessageReducer\(config="):
+        ReducingSaver(InMemorySaver(), ReducerConfig())  # type: ignore[arg-type]
+
+
+class Chat(TypedDict):
+    chat: Annotated[list[Any], add_messages]
+
+
+def test_a_messages_channel_of_another_name_is_named_in_a_warning() -> None:
+    """A graph whose messages channel is not `messages_key` was stored whole, silently."""
+    builder = StateGraph(Chat)
+    builder.add_node("reply", lambda s: {"chat": [AIMessage(content="a")]})
+    builder.add_edge(START, "reply")
+    graph = builder.compile(checkpointer=ReducingSaver(InMemorySaver(), reducer()))
+    config = {"configurable": {"thread_id": "t-" + uuid.uuid4().hex}}
+    with pytest.warns(UserWarning, match="Pass messages_key='chat' to bound it") as caught:
+        for i in range(5):
+            graph.invoke({"chat": [HumanMessage(content=f"q{i}")]}, config)
+    assert len([w for w in caught if "messages_key" in str(w.message)]) == 1  # once
+    assert len(graph.get_state(config).values["chat"]) == 10  # stored whole, as warned
 
 
 # -- put -------------------------------------------------------------------------------

@@ -24,6 +24,7 @@ from agentstate_reducer import (
     Background,
     InMemoryLedger,
     MessageReducer,
+    ReducerConfig,
     ReducerResult,
 )
 
@@ -93,6 +94,40 @@ def _messages_to_cut(
     _refuse_delta_channel(checkpoint, metadata, messages_key)
     messages = checkpoint["channel_values"].get(messages_key)
     return (messages if isinstance(messages, list) else None), memory_namespace(reducer, config)
+
+
+_WARNED_KEYS: set[tuple[str, str]] = set()  # (messages_key, channel) pairs warned about
+
+
+def _looks_like_message(item: Any) -> bool:
+    if isinstance(item, dict):
+        return "content" in item and ("role" in item or "type" in item)
+    return hasattr(item, "content") and isinstance(getattr(item, "type", None), str)
+
+
+def _warn_other_messages(reducer: MessageReducer, values: Any, messages_key: str) -> None:
+    """Warns, once per channel, when a checkpoint has no `messages_key` channel but another
+    holds a list of messages longer than the window: the saver stores it whole, cutting
+    nothing (a graph whose messages channel has another name)."""
+    if messages_key in values:
+        return
+    bound = reducer.config.max_messages or 0
+    for channel, value in values.items():
+        if (
+            isinstance(value, list)
+            and len(value) > bound
+            and (messages_key, channel) not in _WARNED_KEYS
+            and all(_looks_like_message(item) for item in value[-3:])
+        ):
+            _WARNED_KEYS.add((messages_key, channel))
+            warnings.warn(
+                f"ReducingSaver(messages_key={messages_key!r}) found no channel "
+                f"{messages_key!r}, but channel {channel!r} holds {len(value)} messages, "
+                f"more than max_messages={reducer.config.max_messages}: it is stored whole. "
+                f"Pass messages_key={channel!r} to bound it",
+                UserWarning,
+                stacklevel=2,
+            )
 
 
 def _with_messages(
@@ -270,10 +305,20 @@ class ReducingSaver(BaseCheckpointSaver[Any]):
         outbox: Outbox | None = None,
         delivery: Delivery | DeliveryMode = "inline",
     ) -> None:
+        if isinstance(inner, type) and issubclass(inner, BaseCheckpointSaver):
+            raise TypeError(
+                f"ReducingSaver wraps a saver instance, got the class {inner.__name__}: "
+                f"pass {inner.__name__}(...)"
+            )
         if not isinstance(inner, BaseCheckpointSaver):
             raise TypeError(
                 f"ReducingSaver wraps a LangGraph BaseCheckpointSaver, got "
                 f"{type(inner).__name__}: pass e.g. InMemorySaver(), PostgresSaver(...)"
+            )
+        if isinstance(reducer, ReducerConfig):
+            raise TypeError(
+                "ReducingSaver needs a MessageReducer, got a ReducerConfig: pass "
+                "MessageReducer(config=...) with it"
             )
         if reducer is None or not hasattr(reducer, "plan"):
             raise TypeError(
@@ -349,6 +394,7 @@ class ReducingSaver(BaseCheckpointSaver[Any]):
         if self.passthrough:
             return self.inner.put(config, checkpoint, metadata, new_versions)
         if self.messages_key not in new_versions:
+            _warn_other_messages(self.reducer, checkpoint["channel_values"], self.messages_key)
             same = self._windows.same(config, checkpoint, self.messages_key)
             return self.inner.put(config, same, metadata, new_versions)
         reduced, result, namespace = plan_reduction(
@@ -377,6 +423,7 @@ class ReducingSaver(BaseCheckpointSaver[Any]):
         if self.passthrough:
             return await self.inner.aput(config, checkpoint, metadata, new_versions)
         if self.messages_key not in new_versions:
+            _warn_other_messages(self.reducer, checkpoint["channel_values"], self.messages_key)
             same = self._windows.same(config, checkpoint, self.messages_key)
             return await self.inner.aput(config, same, metadata, new_versions)
         reduced, result, namespace = await aplan_reduction(
