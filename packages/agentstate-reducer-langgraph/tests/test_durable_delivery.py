@@ -1073,6 +1073,8 @@ def test_misconfigurations_say_what_to_do(client: redis.Redis, prefix: str) -> N
     no_dedupe = MessageReducer(config=ReducerConfig(dedupe_on_prune=False), ledger=ledger)
     with pytest.raises(ValueError, match="dedupe_on_prune=True"):
         ReducingSaver(InMemorySaver(), no_dedupe, outbox=outbox)
+    with pytest.raises(ValueError, match=r"dedupe_on_prune=True\), got False"):
+        ReducingSaver(InMemorySaver(), no_dedupe)  # each put of a run cut them again
     other = RedisDeliveryLedger(client, prefix=f"{prefix}-other")
     with pytest.raises(ValueError, match="reducer's ledger"):
         ReducingSaver(InMemorySaver(), reducer(ledger, Counter(other, name="c")))

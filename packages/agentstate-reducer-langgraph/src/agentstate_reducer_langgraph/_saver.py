@@ -548,7 +548,16 @@ def _adopt(inner: BaseCheckpointSaver[Any], reducer: MessageReducer) -> bool:
 
 
 def _check_sinks(reducer: MessageReducer) -> None:
-    """A `RedisSink` commits with its own ledger, so it must be the reducer's."""
+    """The reducer dedupes what it hands over, and a `RedisSink` commits with its own
+    ledger, so it must be the reducer's."""
+    config = getattr(reducer, "config", None)
+    if config is not None and not config.dedupe_on_prune:
+        raise ValueError(
+            "ReducingSaver needs ReducerConfig(dedupe_on_prune=True), got False: LangGraph "
+            "keeps a run's whole message list in memory, so every put of the run cuts the "
+            "same messages again (and an outbox redelivers after a crash); only the delivery "
+            "ledger makes each reach the hooks once"
+        )
     names: set[str] = set()
     for hook in getattr(getattr(reducer, "config", None), "on_prune", ()):
         if not isinstance(hook, RedisSink):
@@ -578,11 +587,6 @@ def _check_outbox(outbox: Outbox, reducer: MessageReducer, reduces_itself: bool)
             "outbox= needs the wrapper to do the reduction, but this inner saver reduces "
             "itself (it took the reducer); build it without its own reduction, or store "
             "through a saver that has no reducer slot"
-        )
-    if not reducer.config.dedupe_on_prune:
-        raise ValueError(
-            "outbox= redelivers a batch after a crash and relies on the delivery ledger to "
-            "drop what already arrived; set ReducerConfig(dedupe_on_prune=True)"
         )
     for index, hook in enumerate(reducer.config.on_prune):
         if isinstance(hook, (Background, AsyncBackground)):
