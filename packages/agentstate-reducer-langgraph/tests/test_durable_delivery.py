@@ -623,21 +623,27 @@ class FailsOnce(InMemorySaver):
         return self.put(config, checkpoint, metadata, new_versions)
 
 
+def failing_manual(ledger_client: Any, outbox_client: Any, prefix: str) -> Any:
+    """A manual-delivery saver over a `FailsOnce`, with its inner saver and its one hook; a
+    batch not known stored is dropped at once (grace 0)."""
+    ledger = RedisDeliveryLedger(ledger_client, prefix=prefix)
+    hook, inner = Plain(), FailsOnce()
+    saver = ReducingSaver(
+        inner,
+        reducer(ledger, hook),
+        outbox=RedisOutbox(outbox_client, prefix=prefix),
+        delivery=Delivery("manual", grace=0),
+    )
+    return saver, inner, hook
+
+
 @pytest.mark.parametrize("how", ["prune", "delete"])
 def test_manual_delivery_keeps_what_a_prune_or_delete_removed_before_the_drain(
     client: redis.Redis, prefix: str, how: str
 ) -> None:
     """The docs say to prune after each turn: a drain running later must still deliver the
     batches of stored checkpoints gone since, once each; a failed put's batch is dropped."""
-    ledger = RedisDeliveryLedger(client, prefix=prefix)
-    hook = Plain()
-    inner = FailsOnce()
-    saver = ReducingSaver(
-        inner,
-        reducer(ledger, hook),
-        outbox=RedisOutbox(client, prefix=prefix),
-        delivery=Delivery("manual", grace=0),  # a batch not known stored is dropped at once
-    )
+    saver, inner, hook = failing_manual(client, client, prefix)
     graph = chat_graph(saver)
     for i in range(5):
         turn(graph, "t", f"q{i}")  # two of these puts prune
@@ -658,15 +664,7 @@ async def test_manual_adelivery_keeps_what_a_prune_or_delete_removed_before_the_
 ) -> None:
     sync_client = redis.Redis.from_url(server_url, protocol=2)
     async_client = aioredis.Redis.from_url(server_url, protocol=2)
-    ledger = RedisDeliveryLedger(sync_client, prefix=prefix)
-    hook = Plain()
-    inner = FailsOnce()
-    saver = ReducingSaver(
-        inner,
-        reducer(ledger, hook),
-        outbox=RedisOutbox(async_client, prefix=prefix),
-        delivery=Delivery("manual", grace=0),
-    )
+    saver, inner, hook = failing_manual(sync_client, async_client, prefix)
     graph = chat_graph(saver)
     config = {"configurable": {"thread_id": "t"}}
     inner.fail_step = 16  # the last put of turn q5 prunes, stages and fails
