@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
 import socket
 import threading
@@ -2110,3 +2111,26 @@ async def test_prune_keeps_the_writes_of_a_checkpoint_still_being_put(saver: Any
     await saver.aput(cfg("t", cid=landing["id"]), orphan, {}, {})
     old = await saver.aget_tuple(cfg("t", cid=orphan["id"]))
     assert old is not None and old.pending_writes == []
+
+
+def test_delete_for_runs_keeps_a_checkpoint_the_run_wrote_meanwhile_findable(
+    redis_url: str, prefix: str
+) -> None:
+    """delete_for_runs read a run set, removed those checkpoints, then deleted the whole set:
+    a checkpoint the run put in between stayed, and no later delete_for_runs of the run
+    could find it. Only the members read leave the set now."""
+    with (
+        RedisSaver(redis_url, prefix=prefix) as saver,
+        RedisSaver(redis_url, prefix=prefix) as other,
+    ):
+        saver.put(cfg("t"), checkpoint({"m": 1}, {"m": 1}), {"run_id": "R"}, {"m": 1})
+        steps = saver._delete_for_runs_steps(["R"])
+        reply = saver._run(next(steps))  # the run set's members, read
+        other.put(cfg("t2"), checkpoint({"m": 9}, {"m": 9}), {"run_id": "R"}, {"m": 9})
+        with contextlib.suppress(StopIteration):
+            while True:
+                reply = saver._run(steps.send(reply))
+        assert saver.get_tuple(cfg("t")) is None
+        assert saver.get_tuple(cfg("t2")) is not None  # written after the read: kept
+        saver.delete_for_runs(["R"])
+        assert saver.get_tuple(cfg("t2")) is None

@@ -1601,9 +1601,13 @@ class SaverCore:
         plan: Plan = [Eval("remove_checkpoints", keys, args) for keys, args in calls]
         replies = (yield plan) if plan else []
         # Only once every script went through: a refused one leaves the run sets to retry
-        # with. On a cluster each run set is in its own slot: one DEL per key.
+        # with. Only the members read leave (the set goes with its last one): a checkpoint
+        # the run wrote since stays found by it. A script per run set (its own cluster slot)
+        # and 500 members.
         yield self._after_thread_scripts(zip(tks, replies, strict=True)) + [
-            ("DEL", k) for k in run_keys
+            Eval("run_leave", (run_key,), tuple(reply[i : i + 500]))
+            for run_key, reply in zip(run_keys, members, strict=True)
+            for i in range(0, len(reply or ()), 500)
         ]
 
     def _copy_thread_steps(

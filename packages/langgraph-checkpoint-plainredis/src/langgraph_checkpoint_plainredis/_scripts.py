@@ -1718,6 +1718,7 @@ RUN_LEAVE = r"""
 -- KEYS: one run set; ARGV: members that leave it
 -- On a cluster the client takes the checkpoints a thread script removed out of their run set
 -- (in another hash slot) with this, after that script: a foreign value there is named.
+-- delete_for_runs takes out the members it read (the set goes with its last one).
 local err = check(KEYS[1], 'set')
 if err then return err end
 return redis.call('SREM', KEYS[1], unpack(ARGV))
