@@ -263,9 +263,10 @@ async def test_a_put_writes_its_new_keys_in_bulk(
     # timeline already) check theirs as they read, and SADD, the first write, the run set's;
     # ZADDs: timeline, key index, namespace, registry. TIME and ZRANGEBYSCORE sweep the
     # registry of expired threads (a new thread's first write); nothing gets an expiry time.
+    # HKEYS reads the metadata index marker (a field marked complete since would be refused).
     assert work[0] == {
         "evalsha": 1, "exists": 1, "type": 2, "zcount": 1, "zscore": 1, "mset": 1, "zadd": 4,
-        "sadd": 1, "persist": 2, "time": 1, "zrangebyscore": 1,
+        "sadd": 1, "persist": 2, "time": 1, "zrangebyscore": 1, "hkeys": 1,
     }  # fmt: skip
     again = await server_work(redis_url, saver.aput(cfg("bulk-6"), cp, {"run_id": "r"}, new))
     # each key the put writes (payload, six values, the absent channel's) checked, the old
@@ -291,7 +292,7 @@ async def test_a_thread_written_before_is_not_settled_again(
     put = saver.aput(first[-1], cp, {"run_id": "r"}, {"m": 3})
     assert await server_work(redis_url, put) == {
         "evalsha": 1, "exists": 1, "type": 1, "zcount": 1, "zscore": 2, "mset": 1, "zadd": 2,
-        "sadd": 1, "persist": 1,
+        "sadd": 1, "persist": 1, "hkeys": 1,
     }  # fmt: skip
     writes = saver.aput_writes(cfg("settled", "000002"), [("m", 1), ("other", 2)], "task")
     assert await server_work(redis_url, writes) == {

@@ -234,6 +234,29 @@ def test_reindex_builds_the_index_of_existing_threads(
         put(plain, "new", ids[1], {"user_id": "u"})
 
 
+@pytest.mark.standalone
+def test_a_writer_started_before_reindex_is_stopped_by_the_put_script(
+    redis_url: str, prefix: str, client: Any
+) -> None:
+    """A saver reads the index marker at its first call: one without `index_metadata` that
+    started before another ran reindex() went on writing threads the complete index missed.
+    The put script reads the marker too and refuses, having stored nothing."""
+    with (
+        RedisSaver(redis_url, prefix=prefix) as early,
+        RedisSaver(redis_url, prefix=prefix, index_metadata=("user_id",)) as indexing,
+    ):
+        put(early, "before", "c1", {"user_id": "u"})  # its first call: no field marked
+        indexing.reindex()
+        with pytest.raises(PlainRedisError, match=r"'user_id'.*after this saver started"):
+            put(early, "late", "c1", {"user_id": "u"})
+        assert early.get_tuple(cfg("late")) is None  # nothing stored
+        assert listed(indexing, {"user_id": "u"}) == [("before", "", "c1")]
+        put(indexing, "late", "c1", {"user_id": "u"})  # a saver that indexes it may
+        assert groups(listed(indexing, {"user_id": "u"})) == groups(
+            walked(indexing, {"user_id": "u"})
+        )
+
+
 def test_copy_thread_joins_the_index(indexed: RedisSaver, client: Any, prefix: str) -> None:
     indexed.reindex()
     put(indexed, "src", "c1", {"user_id": "u", "source": "loop"})

@@ -205,6 +205,14 @@ def translate_error(error: Exception, prefix: str) -> PlainRedisError | None:
     if code == "PLAINREDIS_WRONGTYPE":
         found, expected, key = (rest.split(" ", 2) + ["", "", ""])[:3]
         return WrongTypeError(key, found, expected)
+    if code == "PLAINREDIS_UNINDEXED":
+        return PlainRedisError(
+            f"put: the metadata index of {rest!r} under prefix {prefix!r} was marked complete "
+            "(by reindex()) after this saver started, and this saver does not index that "
+            "field: its put would be missing from the index, so it stored nothing. Pass "
+            f"index_metadata with {rest!r} to every writer, or call reindex() on a saver with "
+            "the fields you want indexed (it drops the index of the others)"
+        )
     return None
 
 
@@ -788,7 +796,8 @@ class SaverCore:
         keys = [tk.cp(ns, cid), tk.idx(ns), tk.keys(ns), tk.ns]
         keys += [tk.blob_at(ns, s) for s in suffixes]
         keys += [run_key] if run_key else []
-        keys += self._registry
+        if self._registry:  # standalone: the script checks the index marker too
+            keys += [*self._registry, self.keyspace.index_marker]
         keys += index
         args: list[str | bytes | int] = [
             cid,
@@ -808,8 +817,11 @@ class SaverCore:
         ]
         for s in suffixes:
             args += [s, written.get(s, b"")]
+        args.append(len(index))
         if index:
-            args += [len(index), *self.keyspace.ns_affixes]
+            args += self.keyspace.ns_affixes
+        if not self._cluster:
+            args += self.index_metadata
         return Eval("put", tuple(keys), tuple(args))
 
     def _refresh_chain(

@@ -816,11 +816,12 @@ PUT = r"""
 -- KEYS: cp, idx, keys, ns, blob keys..., [run], [registry], [metadata index zsets...]
 -- ARGV: cid, payload, ttl_ms, N, T, run member, has_run, n_blobs,
 --       wr_prefix, cp_prefix, blob_prefix, has_registry, escaped run, run prefix, then per
---       blob: suffix, value ('' = refresh only, NUL = absent: no key), then [the number of
---       metadata index zsets, and what goes around a thread's escaped id in its namespace
---       key (head, tail)]. A cluster client passes neither run nor registry nor index
---       zsets (it adds the thread to those first), and gets back the run-set removal it
---       must make.
+--       blob: suffix, value ('' = refresh only, NUL = absent: no key), then the number of
+--       metadata index zsets, [what goes around a thread's escaped id in its namespace key
+--       (head, tail), when there are any], and the metadata fields the saver indexes. A
+--       standalone client passes the index marker after the registry. A cluster client
+--       passes neither run nor registry, marker or index zsets (it adds the thread to those
+--       first), and gets back the run-set removal it must make.
 -- Returns outcome(), or {'lost', {suffix, ...}} having written nothing: blobs the checkpoint
 -- reads that expired, for the caller to send as values.
 local cid, payload, ttl = ARGV[1], ARGV[2], tonumber(ARGV[3])
@@ -828,8 +829,9 @@ local n, t, has_run, nb = ARGV[4], ARGV[5], ARGV[7] == '1', tonumber(ARGV[8])
 local run_key = nil
 if has_run then run_key = KEYS[5 + nb] end
 -- The metadata index zsets the thread joins, last: a saver without index_metadata sends none.
-local nindex = tonumber(ARGV[15 + 2 * nb] or '0')
-if ARGV[12] == '1' then REGISTRY = KEYS[#KEYS - nindex] end
+local nindex = tonumber(ARGV[15 + 2 * nb])
+local marker = nil  -- the metadata index marker: the fields whose index is complete
+if ARGV[12] == '1' then REGISTRY, marker = KEYS[#KEYS - nindex - 1], KEYS[#KEYS - nindex] end
 local p = {cp = ARGV[10], wr = ARGV[9], blob = ARGV[11], run = ARGV[14]}
 -- The checkpoint and blob keys a put writes are new as a rule (a fresh checkpoint id, blob
 -- versions with a random tail): one EXISTS says so, and only when one is there already are
@@ -874,6 +876,20 @@ end
 for i = #KEYS - nindex + 1, #KEYS do
   err = check(KEYS[i], 'zset')
   if err then return err end
+end
+-- A field whose index reindex() marked complete since this saver read the marker, and that
+-- it does not index: its put would be missing from that index. Refused, having written
+-- nothing (the client checks the marker it read first).
+if marker then
+  local marked = redis.pcall('HKEYS', marker)
+  if marked.err then return read_error(marker, marked, 'hash') end
+  if #marked > 0 then
+    local mine = {}
+    for i = 16 + 2 * nb + (nindex > 0 and 2 or 0), #ARGV do mine[ARGV[i]] = true end
+    for _, field in ipairs(marked) do
+      if not mine[field] then return redis.error_reply('PLAINREDIS_UNINDEXED ' .. field) end
+    end
+  end
 end
 -- A blob it only refreshes that has expired (a step that outlived the TTL, say) cannot be
 -- refreshed back: the put writes nothing and names those blobs, for the caller to send them.
