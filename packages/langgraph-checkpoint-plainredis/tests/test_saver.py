@@ -2134,3 +2134,29 @@ def test_delete_for_runs_keeps_a_checkpoint_the_run_wrote_meanwhile_findable(
         assert saver.get_tuple(cfg("t2")) is not None  # written after the read: kept
         saver.delete_for_runs(["R"])
         assert saver.get_tuple(cfg("t2")) is None
+
+
+def test_delete_for_runs_keeps_a_checkpoint_another_run_put_again_meanwhile(
+    redis_url: str, prefix: str
+) -> None:
+    """delete_for_runs removed every checkpoint its run sets named, also one that another run
+    had put again (same id) since they were read: that checkpoint is the other run's now,
+    and stays, as the reference's delete_for_runs (by the stored run id) keeps it."""
+    with (
+        RedisSaver(redis_url, prefix=prefix) as saver,
+        RedisSaver(redis_url, prefix=prefix) as other,
+    ):
+        cp = checkpoint({"m": 1}, {"m": 1})
+        saver.put(cfg("t"), cp, {"run_id": "R"}, {"m": 1})
+        saver.put(cfg("u"), checkpoint({"m": 2}, {"m": 1}), {"run_id": "R"}, {"m": 1})
+        steps = saver._delete_for_runs_steps(["R"])
+        reply = saver._run(next(steps))  # the run set's members, read
+        other.put(cfg("t"), cp, {"run_id": "R2"}, {"m": 1})  # the same id, run R2's now
+        with contextlib.suppress(StopIteration):
+            while True:
+                reply = saver._run(steps.send(reply))
+        kept = saver.get_tuple(cfg("t"))
+        assert kept is not None and kept.metadata["run_id"] == "R2"
+        assert saver.get_tuple(cfg("u")) is None
+        saver.delete_for_runs(["R2"])
+        assert saver.get_tuple(cfg("t")) is None

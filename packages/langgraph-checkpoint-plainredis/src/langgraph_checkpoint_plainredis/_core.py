@@ -1598,15 +1598,16 @@ class SaverCore:
         by_thread: dict[str, list[str]] = {}
         named: dict[str, ThreadKeys] = {}
         for run_key, reply in zip(run_keys, members, strict=True):
-            for member in reply or ():
+            run = self.keyspace.escaped_run_of(run_key)  # a checkpoint put again since by
+            for member in reply or ():  # another run is that run's: the script keeps it
                 thread_c, ns_e, cid = parse_run_member(member_text(member, run_key), run_key)
                 if thread_c not in named:
                     named[thread_c] = listed_thread(self.keyspace, thread_c, run_key)
-                by_thread.setdefault(thread_c, []).extend([ns_e, cid])
+                by_thread.setdefault(thread_c, []).extend([ns_e, cid, run])
         tks = list(named.values())
         calls = [
-            ((tk.ns, *self._registry), (*self._prefix_args(tk), *pairs))
-            for tk, pairs in zip(tks, by_thread.values(), strict=True)
+            ((tk.ns, *self._registry), (*self._prefix_args(tk), *triples))
+            for tk, triples in zip(tks, by_thread.values(), strict=True)
         ]
         if len(calls) > 1:  # a script per thread: all are checked before any changes one
             yield [Eval("remove_checkpoints_check", keys, args) for keys, args in calls]

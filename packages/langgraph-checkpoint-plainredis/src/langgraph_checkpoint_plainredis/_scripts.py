@@ -1535,25 +1535,37 @@ return outcome()
 REMOVE_CHECKPOINTS = (
     _PREFIXES
     + r"""
--- KEYS: ns, [registry]; ARGV: T, the prefix table, then pairs N, checkpoint id
+-- KEYS: ns, [registry]; ARGV: T, the prefix table, then triples N, checkpoint id, the
+-- escaped run whose run set named it
 local t, now = ARGV[1], now_ms()
 REGISTRY = KEYS[2]
 local err = check(KEYS[1], 'zset') or (REGISTRY and check_registry(REGISTRY))
   or check_timelines(KEYS[1], p)
 if err then return err end
-local runs = {}
-for i = 8, #ARGV, 2 do
-  err = runs_left(ARGV[i], {ARGV[i + 1]}, p, runs)
+-- A checkpoint put again by another run since the caller read the run set is that run's now:
+-- it stays (its old run set's member is dropped by the caller all the same).
+local runs, kept = {}, {}
+for i = 8, #ARGV, 3 do
+  local payload
+  payload, err = get_string(p.cp .. ARGV[i] .. ':' .. ARGV[i + 1])
   if err then return err end
+  if payload and string.byte(payload, 1) == 1 and run_of(payload) ~= ARGV[i + 2] then
+    kept[i] = true
+  else
+    err = runs_left(ARGV[i], {ARGV[i + 1]}, p, runs)
+    if err then return err end
+  end
 end
 err = check_run_sets(runs)
 if err then return err end
 -- CHECKED: every check is made; the check-only twin ends here
 local touched = {}
-for i = 8, #ARGV, 2 do
+for i = 8, #ARGV, 3 do
   local n, cid = ARGV[i], ARGV[i + 1]
-  remove_checkpoint(t, n, cid, p)
-  touched[n] = true
+  if not kept[i] then
+    remove_checkpoint(t, n, cid, p)
+    touched[n] = true
+  end
 end
 for n in pairs(touched) do
   if collect_garbage(t, n, p, runs) then redis.call('ZREM', KEYS[1], n)
