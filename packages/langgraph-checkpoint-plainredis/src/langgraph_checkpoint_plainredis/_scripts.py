@@ -813,15 +813,15 @@ local p = {cp = ARGV[2], wr = ARGV[3], blob = ARGV[4], idx = ARGV[5], keys = ARG
 """
 
 PUT = r"""
--- KEYS: cp, idx, keys, ns, blob keys..., [run], [registry], [metadata index zsets...]
+-- KEYS: cp, idx, keys, ns, blob keys..., [run], [registry, index marker], [metadata index
+--       zsets...]
 -- ARGV: cid, payload, ttl_ms, N, T, run member, has_run, n_blobs,
 --       wr_prefix, cp_prefix, blob_prefix, has_registry, escaped run, run prefix, then per
 --       blob: suffix, value ('' = refresh only, NUL = absent: no key), then the number of
 --       metadata index zsets, [what goes around a thread's escaped id in its namespace key
 --       (head, tail), when there are any], and the metadata fields the saver indexes. A
---       standalone client passes the index marker after the registry. A cluster client
---       passes neither run nor registry, marker or index zsets (it adds the thread to those
---       first), and gets back the run-set removal it must make.
+--       cluster client passes neither run nor registry, marker or index zsets (it adds the
+--       thread to those first), and gets back the run-set removal it must make.
 -- Returns outcome(), or {'lost', {suffix, ...}} having written nothing: blobs the checkpoint
 -- reads that expired, for the caller to send as values.
 local cid, payload, ttl = ARGV[1], ARGV[2], tonumber(ARGV[3])
@@ -829,6 +829,7 @@ local n, t, has_run, nb = ARGV[4], ARGV[5], ARGV[7] == '1', tonumber(ARGV[8])
 local run_key = nil
 if has_run then run_key = KEYS[5 + nb] end
 -- The metadata index zsets the thread joins, last: a saver without index_metadata sends none.
+-- The registry and the index marker come before them, on a standalone server.
 local nindex = tonumber(ARGV[15 + 2 * nb])
 local marker = nil  -- the metadata index marker: the fields whose index is complete
 if ARGV[12] == '1' then REGISTRY, marker = KEYS[#KEYS - nindex - 1], KEYS[#KEYS - nindex] end
