@@ -464,6 +464,12 @@ local function check_run_sets(by_run)
   return nil
 end
 
+-- Adds to `runs` the run set that removing a checkpoint (its payload, or nil) leaves.
+local function run_left(payload, p, runs)
+  local run = payload and run_of(payload) or ''
+  if run ~= '' then runs[p.run .. run] = true end
+end
+
 -- Adds to `runs` the run sets that removing checkpoints `cids` of timeline `n` leaves (the
 -- runs their payloads name, as remove_checkpoint reads them); an error for a payload of the
 -- wrong type.
@@ -471,8 +477,7 @@ local function runs_left(n, cids, p, runs)
   for _, cid in ipairs(cids) do
     local payload, err = get_string(p.cp .. n .. ':' .. cid)
     if err then return err end
-    local run = payload and run_of(payload) or ''
-    if run ~= '' then runs[p.run .. run] = true end
+    run_left(payload, p, runs)
   end
   return nil
 end
@@ -1553,8 +1558,7 @@ for i = 8, #ARGV, 3 do
   if payload and string.byte(payload, 1) == 1 and run_of(payload) ~= ARGV[i + 2] then
     kept[i] = true
   else
-    err = runs_left(ARGV[i], {ARGV[i + 1]}, p, runs)
-    if err then return err end
+    run_left(payload, p, runs)
   end
 end
 err = check_run_sets(runs)
