@@ -88,14 +88,11 @@ def plan_cut(
             call = tool_call_id_of(message)
             parent[i] = callers.get(call, -1) if call is not None else -1
 
-    if last_human >= preserved:
-        limit = last_human
-        if config.require_human_first:
-            candidates = [i for i in range(preserved, n) if roles[i] == HUMAN]
-        else:
-            candidates = _clean_boundaries(n, preserved, parent)
+    human_turns = last_human >= preserved
+    limit = last_human if human_turns else newest_call
+    if human_turns and config.require_human_first:
+        candidates = [i for i in range(preserved, n) if roles[i] == HUMAN]
     else:
-        limit = newest_call
         candidates = _clean_boundaries(n, preserved, parent)
     candidates.append(n)
 
