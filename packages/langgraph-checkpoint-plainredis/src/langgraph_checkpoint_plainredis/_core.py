@@ -206,14 +206,34 @@ def translate_error(error: Exception, prefix: str) -> PlainRedisError | None:
         found, expected, key = (rest.split(" ", 2) + ["", "", ""])[:3]
         return WrongTypeError(key, found, expected)
     if code == "PLAINREDIS_UNINDEXED":
-        return PlainRedisError(
-            f"put: the metadata index of {rest!r} under prefix {prefix!r} was marked complete "
-            "(by reindex()) after this saver started, and this saver does not index that "
-            "field: its put would be missing from the index, so it stored nothing. Pass "
-            f"index_metadata with {rest!r} to every writer, or call reindex() on a saver with "
-            "the fields you want indexed (it drops the index of the others)"
-        )
+        return unindexed_error("put", prefix, [rest])
     return None
+
+
+def unindexed_error(
+    what: str, prefix: str, missing: Iterable[str], indexing: tuple[str, ...] | None = None
+) -> PlainRedisError:
+    """The refusal of a write that a complete metadata index of the `missing` fields would
+    miss: the saver does not index them. `indexing` is its `index_metadata` when it refused
+    the write itself, from the marker it read first; None when the put script found a field
+    marked complete since (by reindex()), having stored nothing."""
+    fields = sorted(missing)
+    names = ", ".join(map(repr, fields))
+    late = indexing is None
+    fix = (
+        f"index_metadata with {names}"
+        if indexing is None
+        else f"index_metadata={tuple(sorted({*indexing, *fields}))!r}"
+    )
+    return PlainRedisError(
+        f"{what}: the metadata index of {names} under prefix {prefix!r} is complete"
+        f"{' (marked so by reindex() after this saver started)' if late else ''}, but this "
+        f"saver does not index {'that field' if len(fields) == 1 else 'those fields'}"
+        f"{'' if indexing is None else f' (index_metadata={indexing!r})'}: its writes would "
+        f"be missing from it{', so it stored nothing' if late else ''}. Pass {fix} to every "
+        "writer, or call reindex() on a saver with the fields you want indexed (it drops the "
+        "index of the others)"
+    )
 
 
 def info_refused(error: ResponseError, prefix: str) -> bool:
@@ -477,16 +497,8 @@ class SaverCore:
         """Refuses a write that would leave a complete metadata index incomplete: this
         saver does not index a field the keyspace's marker names complete."""
         if self._indexed and not self._indexed.issubset(self.index_metadata):
-            missing = sorted(self._indexed.difference(self.index_metadata))
-            raise PlainRedisError(
-                f"{what}: the metadata index of {', '.join(map(repr, missing))} under prefix "
-                f"{self.prefix!r} is complete, but this saver does not index "
-                f"{'that field' if len(missing) == 1 else 'those fields'} "
-                f"(index_metadata={self.index_metadata!r}): its writes would be missing from "
-                f"it. Pass index_metadata={tuple(sorted({*self.index_metadata, *missing}))!r}, "
-                "or call reindex() on a saver with the fields you want indexed (it drops the "
-                "index of the others)"
-            )
+            missing = self._indexed.difference(self.index_metadata)
+            raise unindexed_error(what, self.prefix, missing, self.index_metadata)
 
     def _index_tags(self, metadata: Mapping[str, Any]) -> list[tuple[str, str]]:
         """The (field, tag) pairs of the indexed fields of `metadata` with an indexable value,
