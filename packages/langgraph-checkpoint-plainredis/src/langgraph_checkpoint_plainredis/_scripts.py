@@ -979,15 +979,15 @@ redis.call('ZADD', KEYS[2], 0, cid)
 if nindex > 0 then  -- with the checkpoint, at the server's clock: newest threads first
   local at = now or now_ms()
   -- A deleted or expired thread's member stays in each index it joined. The put looks at two
-  -- members of each index it adds to, at a rank the clock picks, and drops those whose thread
-  -- has no namespace key: twice what it adds, so that no index keeps growing with them.
-  local clock = redis.call('TIME')
+  -- members of each index it adds to, at a rank the clock (in ms) picks, and drops those whose
+  -- thread has no namespace key: twice what it adds, so that no index keeps growing with them.
+  local clock = tonumber(at)
   local head, tail = ARGV[16 + 2 * nb], ARGV[17 + 2 * nb]
   for i = #KEYS - nindex + 1, #KEYS do
     redis.call('ZADD', KEYS[i], at, t)
     local size = redis.call('ZCARD', KEYS[i])
     if size > 1 then
-      local from = (tonumber(clock[1]) + tonumber(clock[2])) % size
+      local from = clock % size
       for _, m in ipairs(redis.call('ZRANGE', KEYS[i], from, from + 1)) do
         if m ~= t and redis.call('EXISTS', head .. m .. tail) == 0 then
           redis.call('ZREM', KEYS[i], m)
