@@ -283,12 +283,42 @@ def test_stats_sums_memory_usage_per_thread_and_scan_finds_orphans(
     code, out, _ = cli(capsys, "stats", *args)
     assert code == 0
     assert stats_rows(out).get("lost:index", (0, 0, 0)) == (0, 0, 0)
-    assert "run sets and orphans: not counted" in out
+    assert "run sets, metadata index and orphans: not counted" in out
     code, out, _ = cli(capsys, "stats", "--scan", *args)
     assert code == 0
     orphans = f"{lost_keys - 1} keys, {lost_bytes - index_bytes:,} bytes"
     assert f"orphans (keys no registered thread reaches): {orphans}" in out
     assert "{lost%3Aindex}" in out  # a sample of the orphaned keys
+
+
+def test_stats_scan_counts_the_metadata_index_on_its_own_line(
+    redis_url: str, prefix: str, client: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The metadata index (`index_metadata=`, `reindex()`) keeps keys no thread reaches: a
+    zset per field and value, and its marker hash. `stats --scan` listed them as orphans;
+    they have a line of their own, and a key of another type where one would be stays an
+    orphan."""
+    users = ("alice", "bob", "carol")
+    with RedisSaver(redis_url, prefix=prefix, index_metadata=("user_id",)) as saver:
+        for user in users:
+            config = {"configurable": {"thread_id": f"t-{user}", "checkpoint_ns": ""}}
+            metadata = {"user_id": user, "source": "input", "step": -1}
+            saver.put(config, empty_checkpoint(), metadata, {})  # type: ignore[arg-type]
+        saver.reindex()
+    keyspace = KeySpace(prefix)
+    index = [keyspace.index_marker, *(keyspace.index("user_id", f"s{u}") for u in users)]
+    sizes = [memory_usage(client, key) for key in index]
+    assert None not in sizes
+    foreign = keyspace.index("user_id", "sdave")
+    client.rpush(foreign, "another program's")
+    foreign_size = memory_usage(client, foreign) or 0
+
+    code, out, _ = cli(capsys, "stats", "--scan", "--url", redis_url, "--prefix", prefix)
+    assert code == 0
+    assert f"metadata index: {len(index)} keys, {sum(s or 0 for s in sizes):,} bytes" in out
+    orphans = f"1 keys, {foreign_size:,} bytes"
+    assert f"orphans (keys no registered thread reaches): {orphans}" in out
+    assert foreign in out and keyspace.index_marker + "\n" not in out
 
 
 def test_delete_asks_first_and_deletes_only_that_thread(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 import uuid
 from pathlib import Path
 from typing import Annotated, Any, TypedDict
@@ -748,3 +749,205 @@ def test_migrate_on_a_cluster_says_it_needs_a_standalone_server(
             failed += 1
             assert err.count("\n") == 1 and "standalone" in err, err
     assert failed  # its keys are spread over the nodes: some node answers MOVED
+
+
+# -- values that decode but are not what 0.1.0 stored --------------------------------------
+
+
+def wrapped(value: Any) -> str:
+    """`value` as 0.1.0 stored a value: JSON around the serializer's type and base64 bytes."""
+    from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+
+    kind, data = JsonPlusSerializer().dumps_typed(value)
+    return json.dumps({"t": kind, "d": base64.b64encode(data).decode()})
+
+
+@pytest.mark.parametrize(
+    "case", ["checkpoint-a-list", "checkpoint-not-a-dict", "writes-field", "write-not-3"]
+)
+def test_a_misshapen_010_value_stops_the_migration_with_one_line_and_loses_nothing(
+    client: redis.Redis,
+    redis_url: str,
+    restored: dict[str, str],
+    capsys: pytest.CaptureFixture[str],
+    case: str,
+) -> None:
+    """A value whose JSON and base64 are fine but whose content is not what 0.1.0 stored
+    there (a checkpoint value that is no {checkpoint, metadata, parent_id} document, a
+    writes-hash field without ':index', a write that is no (task, channel, value)) printed a
+    bare TypeError, IndexError or ValueError traceback. It is a CorruptDataError naming the
+    key and the fix now; once the key is repaired, the rerun migrates every thread whole."""
+    prefix = restored["lg"]
+    cp_key = _s(min(client.scan_iter(match=f"{prefix}:cp:t-fork::*")))
+    wr_key = cp_key.replace(f"{prefix}:cp:", f"{prefix}:wr:", 1)
+    good = client.get(cp_key)
+    if case == "checkpoint-a-list":
+        client.set(cp_key, wrapped(["not", "a", "document"]))
+    elif case == "checkpoint-not-a-dict":
+        client.set(cp_key, wrapped({"checkpoint": "text", "metadata": {}, "parent_id": None}))
+    elif case == "writes-field":
+        client.hset(wr_key, "no-index-here", wrapped(["task", "channel", 1]))
+    else:
+        client.hset(wr_key, "bogus-task:0", wrapped({"a": 1}))
+    key = wr_key if case.startswith("write") else cp_key
+    code, err = cli(capsys, "migrate", "--url", redis_url, "--prefix", prefix)
+    assert code == 1 and err.count("\n") == 1, err
+    assert repr(key) in err and "run the migration again" in err and "where it stopped" in err
+
+    client.set(cp_key, good)  # type: ignore[arg-type]
+    client.hdel(wr_key, "no-index-here", "bogus-task:0")
+    assert cli(capsys, "migrate", "--url", redis_url, "--prefix", prefix) == (0, "")
+    assert not client.exists(f"{prefix}:v010:threads")
+    with RedisSaver(redis_url, prefix=prefix) as saver:
+        for thread in DUMP["expected"]["threads"]:
+            if thread["prefix"] == "lg":
+                check_against_010_reading(saver, thread)
+
+
+# -- what an unfinished migration into another prefix tells the user -----------------------
+
+
+def test_an_unfinished_migration_into_another_prefix_names_the_rerun_that_finishes_it(
+    client: redis.Redis,
+    redis_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A run from '{agents}' into 'agents' stopped half-way: the savers of 'agents' and
+    `plainredis threads --prefix agents` said to run `plainredis migrate --prefix agents`,
+    which is refused (the parked entries are of '{agents}'). The command reads the source
+    from the parked registry and names the rerun; the saver, which reads only whether the
+    registry is parked, says to rerun with the same --prefix and --to-prefix."""
+    tag = uuid.uuid4().hex[:8]
+    old, new = f"{{agents-{tag}}}", f"agents-{tag}"
+    restore(client, {"lg": old, "myapp:agent": f"test:{tag}:unused"})
+    interrupt_after_one(monkeypatch, client, old, to_prefix=new)
+    rerun = f"--prefix '{old}' --to-prefix {new}"
+
+    code, err = cli(capsys, "threads", "--url", redis_url, "--prefix", new)
+    assert code == 1 and err.count("\n") == 1, err
+    assert f"`plainredis migrate --url redis://... {rerun}`" in err
+    assert f"migrate_v010(client, prefix={old!r}, to_prefix={new!r})" in err
+    with RedisSaver(redis_url, prefix=new) as saver:
+        with pytest.raises(LegacyKeyspaceError) as refused:
+            saver.get_tuple({"configurable": {"thread_id": "t-fork"}})
+    message = str(refused.value)
+    assert "same --prefix and --to-prefix" in message and f"--to-prefix {new}`" in message
+    assert f"--prefix {new}`" not in message
+
+    code, err = cli(capsys, "migrate", "--url", redis_url, *rerun.replace("'", "").split())
+    assert (code, err) == (0, "")
+    with RedisSaver(redis_url, prefix=new) as saver:
+        for thread in DUMP["expected"]["threads"]:
+            if thread["prefix"] == "lg":
+                check_against_010_reading(saver, thread)
+
+
+def test_an_unfinished_migration_in_place_names_its_prefix_alone(
+    client: redis.Redis,
+    redis_url: str,
+    restored: dict[str, str],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    prefix = restored["lg"]
+    interrupt_after_one(monkeypatch, client, prefix)
+    code, err = cli(capsys, "threads", "--url", redis_url, "--prefix", prefix)
+    assert code == 1 and f"`plainredis migrate --url redis://... --prefix {prefix}`" in err, err
+    assert cli(capsys, "migrate", "--url", redis_url, "--prefix", prefix) == (0, "")
+
+
+# -- the URL and the Redis user of `plainredis migrate` ------------------------------------
+
+
+def test_migrate_refuses_a_url_that_decodes_replies_before_it_changes_anything(
+    client: redis.Redis,
+    redis_url: str,
+    restored: dict[str, str],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`?decode_responses=true` printed the saver's ValueError as a traceback; it exits 2
+    with usage, as the other commands do, and nothing is read or written."""
+    if "?" in redis_url:
+        pytest.skip("a URL with a query of its own")
+    prefix = restored["lg"]
+    before = everything(client, prefix)
+    with pytest.raises(SystemExit) as exit_info:
+        main(["migrate", "--url", f"{redis_url}?decode_responses=true", "--prefix", prefix])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and err.startswith("usage: plainredis"), err
+    assert "decode_responses=False" in err
+    assert everything(client, prefix) == before
+
+
+def test_migrate_takes_a_url_asking_for_resp3_as_the_other_commands_do(
+    client: redis.Redis,
+    redis_url: str,
+    restored: dict[str, str],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The other commands drop `protocol` from the URL's query (they parse RESP2 replies);
+    migrate kept it, and on Redis 5 stopped with "unknown command HELLO"."""
+    if "?" in redis_url:
+        pytest.skip("a URL with a query of its own")
+    prefix = restored["lg"]
+    url = f"{redis_url}?protocol=3"
+    assert cli(capsys, "migrate", "--url", url, "--prefix", prefix) == (0, "")
+    with RedisSaver(redis_url, prefix=prefix) as saver:
+        for thread in DUMP["expected"]["threads"]:
+            if thread["prefix"] == "lg":
+                check_against_010_reading(saver, thread)
+
+
+ACCESS = Path(__file__).resolve().parents[3] / "docs" / "operations" / "access.md"
+
+
+def documented_migrate_rules(prefix: str) -> list[str]:
+    """The ACL line of docs/operations/access.md for `prefix`, plus what its note on
+    `plainredis migrate` adds."""
+    text = ACCESS.read_text()
+    (line,) = re.findall(r"^ACL SETUSER \S+ (.+)$", text, re.MULTILINE)
+    note = text[text.index("- **`plainredis migrate`**") :].split("\n- ", 1)[0]
+    (extra,) = re.findall(r"plus `(\+[^`]+)`", note)
+    rules = [f"~{prefix}:*" if r == "~lg:*" else ">pw" if r.startswith(">") else r
+             for r in line.split()]  # fmt: skip
+    return ["resetkeys", *rules, *extra.split()]
+
+
+@pytest.mark.parametrize("refused", ["rename", "exec", None])
+def test_migrate_as_a_user_without_what_it_needs_names_the_access_note(
+    client: redis.Redis,
+    redis_url: str,
+    redis_kind: str,
+    restored: dict[str, str],
+    capsys: pytest.CaptureFixture[str],
+    refused: str | None,
+) -> None:
+    """A user that may not RENAME (or EXEC) got the inspector's list of what it needs; the
+    error names migrate's own needs and the note on it in docs/operations/access.md, whose
+    grants suffice. Nothing is changed by a refused run."""
+    if redis_kind == "redis-5" or "@" in redis_url or not redis_url.startswith("redis://"):
+        pytest.skip("Redis 5 has no ACLs; a URL of another shape")
+    prefix = restored["lg"]
+    user = f"migrate-{uuid.uuid4().hex[:8]}"
+    rules = documented_migrate_rules(prefix)
+    if refused:
+        rules.append(f"-{refused}")
+    client.execute_command("ACL", "SETUSER", user, *rules)
+    try:
+        url = redis_url.replace("redis://", f"redis://{user}:pw@", 1)
+        before = everything(client, prefix)
+        code, err = cli(capsys, "migrate", "--url", url, "--prefix", prefix)
+        if refused is None:
+            assert (code, err) == (0, "")
+            with RedisSaver(redis_url, prefix=prefix) as saver:
+                for thread in DUMP["expected"]["threads"]:
+                    if thread["prefix"] == "lg":
+                        check_against_010_reading(saver, thread)
+            return
+        assert code == 1 and err.count("\n") == 1, err
+        assert "plainredis migrate needs" in err and "RENAME, MULTI and EXEC" in err
+        assert "docs/operations/access.md" in err and "inspector" not in err
+        assert everything(client, prefix) == before
+    finally:
+        client.execute_command("ACL", "DELUSER", user)

@@ -17,9 +17,9 @@ import redis
 
 from ._core import _ttl_ms
 from ._errors import PlainRedisError
-from ._inspect import Inspector, Usage
+from ._inspect import Inspector, Usage, _without_protocol
 from ._keys import KeySpace, LegacyKeys
-from ._shell import check_database
+from ._shell import check_database, validate_client
 
 __all__ = ["main"]
 
@@ -149,10 +149,15 @@ def _parser() -> argparse.ArgumentParser:
         parents=[common],
         help="keys and bytes (MEMORY USAGE) per thread",
         description="Sum MEMORY USAGE over every key each registered thread reaches, "
-        "largest first. With --scan, also SCAN the prefix (never KEYS) for run sets and "
-        "for orphans: keys no registry entry reaches.",
+        "largest first. With --scan, also SCAN the prefix (never KEYS) for run sets, for "
+        "the metadata index (index_metadata=) and for orphans: keys no registry entry "
+        "reaches.",
     )
-    stats.add_argument("--scan", action="store_true", help="also SCAN for run sets and orphans")
+    stats.add_argument(
+        "--scan",
+        action="store_true",
+        help="also SCAN for run sets, the metadata index and orphans",
+    )
     stats.add_argument(
         "--top", type=_count, default=20, metavar="N", help="show the N largest (0: all)"
     )
@@ -208,7 +213,12 @@ def _parser() -> argparse.ArgumentParser:
     migrate.add_argument(
         "--ttl", type=_ttl, default=None, help="TTL in seconds for migrated threads"
     )
-    migrate.add_argument("--keep-old", action="store_true", help="leave the 0.1.0 keys in place")
+    migrate.add_argument(
+        "--keep-old",
+        action="store_true",
+        help="leave the 0.1.0 keys of every thread in place (not 0.1.0's registry, "
+        "PREFIX:threads, which the run empties: to go back to 0.1.0, restore a backup)",
+    )
     return parser
 
 
@@ -405,9 +415,13 @@ def _render_usage(usage: Usage, top: int) -> None:
     else:
         print(f"registry: {usage.registry_bytes or 0:,} bytes")
     if not usage.scanned:
-        print("run sets and orphans: not counted; --scan walks the prefix with SCAN for them")
+        print(
+            "run sets, metadata index and orphans: not counted; --scan walks the prefix with "
+            "SCAN for them"
+        )
         return
     print(f"run sets: {usage.run_keys:,} keys, {usage.run_bytes:,} bytes")
+    print(f"metadata index: {usage.index_keys:,} keys, {usage.index_bytes:,} bytes")
     orphan_bytes = sum(size for _, size in usage.orphans)
     print(f"orphans (keys no registered thread reaches): {len(usage.orphans):,} keys, "
           f"{orphan_bytes:,} bytes")  # fmt: skip
@@ -482,8 +496,17 @@ def _migrate(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     try:
         check_database(args.url, "it")
         Inspector.check_url_options(args.url)
-        client = redis.Redis.from_url(args.url, protocol=2)
+        # It parses RESP2 replies, as the inspector: a `protocol` in the URL's query would
+        # override the argument (and Redis 5 knows no HELLO).
+        client = redis.Redis.from_url(_without_protocol(args.url), protocol=2)
     except ValueError as exc:  # redis-py cannot parse the URL, a query option or a database
+        parser.error(f"--url {_redact(args.url)!r}: {exc}")
+    try:
+        # What the migration's saver refuses (decode_responses=true in the query, say),
+        # refused before anything is read or written.
+        validate_client(client, "RedisSaver", "sync")
+    except ValueError as exc:
+        client.close()
         parser.error(f"--url {_redact(args.url)!r}: {exc}")
     try:
         report = migrate_v010(
@@ -511,6 +534,17 @@ def _migrate(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
             file=sys.stderr,
         )
     return 1 if report.skipped else 0
+
+
+def _migrate_refused(url: str, error: Exception) -> str:
+    """What a `migrate` run by a Redis user that may not run one of its commands needs."""
+    return (
+        f"the Redis user of {url} may not run this ({error}); plainredis migrate needs the "
+        "savers' commands plus RENAME, MULTI and EXEC, on the keys of --prefix and of "
+        "--to-prefix (docs/operations/access.md, its note on plainredis migrate): run it as a "
+        "user that may. The run stopped there: threads migrated so far stay migrated, the "
+        "rest keep their 0.1.0 keys, and a rerun goes on where it stopped"
+    )
 
 
 _COMMANDS: dict[str, Callable[[Inspector, argparse.Namespace], int]] = {
@@ -551,6 +585,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             + ("at your server" if args.command == "migrate" else "(or $REDIS_URL) at your server")
         )
     except redis.exceptions.NoPermissionError as exc:
+        if args.command == "migrate":
+            return _fail(_migrate_refused(url, exc))
         return _fail(
             f"the Redis user of {url} may not run this ({exc}); the inspector needs the "
             "saver's commands plus TYPE, ZCARD, MEMORY USAGE and SCAN"
@@ -558,6 +594,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except PlainRedisError as exc:
         return _fail(str(exc))
     except redis.RedisError as exc:
+        # A refused EXEC discards the transaction: redis-py raises it as an EXECABORT.
+        if args.command == "migrate" and "NOPERM" in str(exc):
+            return _fail(_migrate_refused(url, exc))
         return _fail(f"Redis at {url} answered with an error: {exc}")
     except KeyboardInterrupt:
         print("\nplainredis: interrupted", file=sys.stderr)

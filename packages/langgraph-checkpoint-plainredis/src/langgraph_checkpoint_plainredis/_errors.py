@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import shlex
+
 __all__ = ["CorruptDataError", "LegacyKeyspaceError", "PlainRedisError", "WrongTypeError"]
 
 
@@ -46,25 +48,52 @@ class WrongTypeError(PlainRedisError, TypeError):
 
 
 class LegacyKeyspaceError(PlainRedisError):
-    """The prefix holds data in the layout of langgraph-checkpoint-plainredis 0.1.0."""
+    """The prefix holds data in the layout of langgraph-checkpoint-plainredis 0.1.0.
 
-    def __init__(self, prefix: str, parked: str | None = None) -> None:
+    Attributes:
+        prefix: The prefix the saver or command was given.
+        parked: Where an unfinished migration into `prefix` parked 0.1.0's registry, or None
+            when the prefix holds 0.1.0's registry itself (never migrated).
+        source: The prefix 0.1.0 wrote under that the unfinished migration reads from, when
+            it was read from the parked registry (its fields are 0.1.0 keys of that prefix).
+    """
+
+    def __init__(self, prefix: str, parked: str | None = None, source: str | None = None) -> None:
         self.prefix = prefix
         self.parked = parked
+        self.source = source
+        if not parked:
+            super().__init__(
+                f"The keys under {prefix!r} were written by langgraph-checkpoint-plainredis "
+                "0.1.0. Migrate them once, losslessly and idempotently, with `plainredis "
+                f"migrate --url redis://... --prefix {shlex.quote(prefix)}` or "
+                f"`langgraph_checkpoint_plainredis.migrate_v010(client, prefix={prefix!r})`. "
+                "Nothing was written."
+            )
+            return
         what = (
-            f"A migration of the keys under {prefix!r} from langgraph-checkpoint-plainredis "
+            f"A migration into {prefix!r} of keys written by langgraph-checkpoint-plainredis "
             f"0.1.0 has not finished: 0.1.0's registry is still parked at {parked!r}, and the "
             "threads it names would read as empty. Run it again (it goes on where it stopped; "
             "an entry it reported unreadable must be repaired or removed from that hash first) "
-            if parked
-            else f"The keys under {prefix!r} were written by langgraph-checkpoint-plainredis "
-            "0.1.0. Migrate them once, losslessly and idempotently, "
         )
-        super().__init__(
-            f"{what}with `plainredis migrate --url redis://... --prefix {prefix}` or "
-            f"`langgraph_checkpoint_plainredis.migrate_v010(client, prefix={prefix!r})`. "
-            "Nothing was written."
-        )
+        if source is None:  # a rerun must name the same source and target as the run
+            how = (
+                "with the same --prefix and --to-prefix as the run that stopped: `plainredis "
+                f"migrate --url redis://... --prefix OLD --to-prefix {shlex.quote(prefix)}` or "
+                "`langgraph_checkpoint_plainredis.migrate_v010(client, prefix=OLD, "
+                f"to_prefix={prefix!r})`, where OLD is the prefix 0.1.0 wrote under ({prefix!r} "
+                f"itself for a migration in place; the fields of {parked!r} start with it)"
+            )
+        else:
+            into = "" if source == prefix else f" --to-prefix {shlex.quote(prefix)}"
+            to = "" if source == prefix else f", to_prefix={prefix!r}"
+            how = (
+                f"with `plainredis migrate --url redis://... --prefix {shlex.quote(source)}"
+                f"{into}` or `langgraph_checkpoint_plainredis.migrate_v010(client, "
+                f"prefix={source!r}{to})`"
+            )
+        super().__init__(f"{what}{how}. Nothing was written.")
 
 
 class ArgumentTypeError(TypeError, ValueError):

@@ -93,7 +93,8 @@ class ThreadUsage:
 class Usage:
     """What `Inspector.usage` found.
 
-    `run_keys`, `run_bytes` and `orphans` are only known after a SCAN (`scanned`).
+    `run_keys`, `run_bytes`, `index_keys`, `index_bytes` (the metadata index: its zsets and
+    its marker hash) and `orphans` are only known after a SCAN (`scanned`).
     """
 
     threads: list[ThreadUsage]
@@ -102,6 +103,8 @@ class Usage:
     cluster: bool = False
     run_keys: int = 0
     run_bytes: int = 0
+    index_keys: int = 0
+    index_bytes: int = 0
     orphans: list[tuple[str, int]] = field(default_factory=list)
 
 
@@ -281,9 +284,15 @@ class Inspector:
             raise LegacyKeyspaceError(self.keyspace.prefix)
         if found not in ("zset", "none"):
             raise WrongTypeError(key, found, "zset")
-        refuse_parked(
-            self.keyspace.prefix, self.client.execute_command(*parked_check(self.keyspace.prefix))
-        )
+        prefix = self.keyspace.prefix
+        try:
+            refuse_parked(prefix, self.client.execute_command(*parked_check(prefix)))
+        except LegacyKeyspaceError as error:  # the rerun's arguments, read from what it parked
+            from ._migrate import parked_source
+
+            raise LegacyKeyspaceError(
+                prefix, error.parked, parked_source(self.client, prefix)
+            ) from None
 
     def _pipeline(self, commands: Sequence[tuple[Any, ...]]) -> list[Any]:
         """Runs `commands`, `_BATCH` per round trip, and returns every reply."""
@@ -462,10 +471,10 @@ class Inspector:
     def usage(self, *, scan: bool = False, progress: Progress | None = None) -> Usage:
         """``MEMORY USAGE`` summed per thread over every key its indexes reach.
 
-        With `scan`, the prefix is first walked with SCAN (never KEYS), so run sets and
-        keys no thread reaches (orphans) are counted too. SCAN runs before the thread
-        walk: a key written meanwhile is not mistaken for an orphan, and one deleted
-        meanwhile no longer exists when it is measured and is left out.
+        With `scan`, the prefix is first walked with SCAN (never KEYS), so run sets, the
+        metadata index and keys no thread reaches (orphans) are counted too. SCAN runs
+        before the thread walk: a key written meanwhile is not mistaken for an orphan, and
+        one deleted meanwhile no longer exists when it is measured and is left out.
         """
         report = progress or (lambda phase, done, total: None)
         scanned: set[bytes] = set()
@@ -501,12 +510,34 @@ class Inspector:
             for start in range(0, len(rest), _BATCH):
                 measured += self._memory(rest[start : start + _BATCH])
                 report("orphans", len(measured), len(rest))
+            index = self._index_keys(rest)
             for key, size in zip(rest, measured, strict=True):
                 if size is None:
                     continue  # gone since the SCAN
                 if key.startswith(run_prefix):
                     result.run_keys += 1
                     result.run_bytes += size
+                elif key in index:
+                    result.index_keys += 1
+                    result.index_bytes += size
                 else:
                     result.orphans.append((key.decode(errors="replace"), size))
         return result
+
+    def _index_keys(self, keys: Sequence[bytes]) -> set[bytes]:
+        """The keys of the metadata index among `keys`: its marker hash and its zsets
+        (`KeySpace.index_field` names their field), each of the type the layout keeps there;
+        a key of another type there (a run set of a nested prefix such as ``lg:by``, say) is
+        another program's."""
+        marker = self.keyspace.index_marker.encode()
+        candidates = [
+            key
+            for key in keys
+            if key == marker or self.keyspace.index_field(key.decode(errors="replace")) is not None
+        ]
+        found = self._pipeline([("TYPE", key) for key in candidates])
+        return {
+            key
+            for key, kind in zip(candidates, found, strict=True)
+            if _s(kind) == ("hash" if key == marker else "zset")
+        }

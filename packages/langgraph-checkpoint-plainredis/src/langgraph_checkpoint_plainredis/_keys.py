@@ -471,9 +471,13 @@ class LegacyKeys:
         return shadowed if _thread_component(shadowed) == component else None
 
     @staticmethod
-    def write_index(field: str) -> int:
-        """The write index at the end of a 0.1.0 writes-hash field ``task_id:idx``."""
-        return int(field.rsplit(SEP, 1)[1])
+    def write_index(field: str) -> int | None:
+        """The write index at the end of a 0.1.0 writes-hash field ``task_id:idx``; None for
+        a field 0.1.0 never wrote (no ``:idx``, or one that is not a whole number)."""
+        _, sep, idx = field.rpartition(SEP)
+        if not sep or not re.fullmatch(r"-?[0-9]+", idx):
+            return None
+        return int(idx)
 
 
 def blob_channel(suffix: str) -> str:

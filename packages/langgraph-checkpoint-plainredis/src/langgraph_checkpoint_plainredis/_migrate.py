@@ -48,6 +48,7 @@ from ._sync import RedisSaver
 __all__ = ["MigrationReport", "migrate_v010"]
 
 _MIGRATED_MINOR = "0" * 12
+_SOURCE_PAGE, _SOURCE_PAGES = 16, 4  # parked entries `parked_source` reads, at most
 
 
 @dataclass
@@ -93,6 +94,71 @@ _FOREIGN_FIX = (
     "there: threads migrated so far stay migrated, the rest keep their 0.1.0 keys, and a "
     "rerun goes on where it stopped."
 )
+
+
+_SHAPE_FIX = (
+    "Restore the key from a backup, or remove it (DEL the key, or HDEL the field of a writes "
+    "hash; what it held is lost), then run the migration again. The run stopped there: "
+    "threads migrated so far stay migrated, the rest keep their 0.1.0 keys, and a rerun goes "
+    "on where it stopped."
+)
+
+
+def _shown(value: Any) -> str:
+    """`value` for an error message: its repr, or its type when that is long."""
+    text = repr(value)
+    return text if len(text) <= 80 else f"a {type(value).__name__}"
+
+
+def _misshapen(key: str, reason: str) -> CorruptDataError:
+    """A 0.1.0 value that decodes but is not what 0.1.0 stored at `key`."""
+    return CorruptDataError(key, reason, _SHAPE_FIX)
+
+
+def _checkpoint_doc(doc: Any, key: str) -> tuple[dict[str, Any], dict[str, Any], str | None]:
+    """``(checkpoint, metadata, parent id)`` of a decoded 0.1.0 checkpoint value, read as
+    0.1.0 read it (no ``channel_versions``: none; no ``parent_id``: no parent); one of
+    another shape is a `CorruptDataError` naming `key`."""
+    if not isinstance(doc, dict) or not {"checkpoint", "metadata"} <= doc.keys():
+        shape = f"keys {sorted(map(str, doc))}" if isinstance(doc, dict) else type(doc).__name__
+        raise _misshapen(
+            key, f"it decodes to {shape}, not 0.1.0's {{checkpoint, metadata, parent_id}}"
+        )
+    checkpoint, metadata, parent_id = doc["checkpoint"], doc["metadata"], doc.get("parent_id")
+    if not isinstance(checkpoint, dict):
+        raise _misshapen(key, f"its checkpoint is a {type(checkpoint).__name__}, not a dict")
+    if not isinstance(metadata, dict):
+        raise _misshapen(key, f"its metadata is a {type(metadata).__name__}, not a dict")
+    if parent_id is not None and not isinstance(parent_id, str):
+        raise _misshapen(key, f"its parent_id {_shown(parent_id)} is not a checkpoint id")
+    versions = checkpoint.get("channel_versions") or {}
+    seen = checkpoint.get("versions_seen") or {}
+    if not isinstance(versions, dict) or not all(
+        isinstance(ch, str) and isinstance(v, (str, int, float)) for ch, v in versions.items()
+    ):
+        raise _misshapen(key, f"its channel_versions ({_shown(versions)}) are not channel: version")
+    if not isinstance(seen, dict) or not all(isinstance(v, dict) for v in seen.values()):
+        raise _misshapen(
+            key, f"its versions_seen ({_shown(seen)}) are not node: {{channel: version}}"
+        )
+    checkpoint["channel_versions"], checkpoint["versions_seen"] = versions, seen
+    return checkpoint, metadata, parent_id
+
+
+def _write(item: Any, key: str, fld: str) -> tuple[str, str, Any]:
+    """A decoded 0.1.0 pending write ``(task id, channel, value)``; one of another shape is
+    a `CorruptDataError` naming `key` and its field `fld`."""
+    if (
+        not isinstance(item, (list, tuple))
+        or len(item) != 3
+        or not isinstance(item[0], str)
+        or not isinstance(item[1], str)
+    ):
+        raise _misshapen(
+            key,
+            f"its field {fld!r} decodes to {_shown(item)}, not 0.1.0's (task id, channel, value)",
+        )
+    return item[0], item[1], item[2]
 
 
 def _read(client: redis.Redis, key: bytes | str, expected: str, read: Callable[[], Any]) -> Any:
@@ -197,6 +263,45 @@ class _Entry:
     ns: str
 
 
+def _where(value: Any) -> tuple[str, str] | None:
+    """``(thread id, namespace)`` a 0.1.0 registry value names; None for one 0.1.0 never
+    wrote."""
+    try:
+        where = json.loads(value)
+        return str(where["thread"]), str(where["ns"])
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+def _source(key: str, thread_id: str, ns: str) -> str | None:
+    """The prefix whose 0.1.0 timeline of (`thread_id`, `ns`) the registry field `key` is;
+    None when it is none's."""
+    tail = SEP.join(("", "idx", thread_id, ns))
+    return key[: -len(tail)] if key.endswith(tail) and len(key) > len(tail) else None
+
+
+def parked_source(client: Any, target: str) -> str | None:
+    """The prefix 0.1.0 wrote under that an unfinished migration into `target` reads from,
+    read from an entry of the registry it parked (`LegacyKeys.stash`), whose fields are 0.1.0
+    timeline keys of that prefix; None when none of its first entries names one, or the
+    user may not HSCAN. For error messages: it names the arguments of the rerun."""
+    stash = LegacyKeys(target).stash
+    cursor: Any = 0
+    try:
+        for _ in range(_SOURCE_PAGES):
+            cursor, page = client.hscan(stash, cursor, count=_SOURCE_PAGE)
+            for key, value in page.items():
+                where = _where(value)
+                source = _source(_b(key).decode(errors="replace"), *where) if where else None
+                if source is not None:
+                    return source
+            if not int(cursor):
+                break
+    except redis.ResponseError:  # NOPERM, or WRONGTYPE: the error stays without it
+        pass
+    return None
+
+
 def _entries(
     raw: dict[Any, Any], legacy: LegacyKeys, stash: str, target: str, report: MigrationReport
 ) -> list[_Entry]:
@@ -204,16 +309,14 @@ def _entries(
     `report.skipped`. An entry another 0.1.0 prefix parked here is an error naming it."""
     entries: list[_Entry] = []
     for idx_key, value in raw.items():
-        try:
-            where = json.loads(value)
-            thread_id, ns = str(where["thread"]), str(where["ns"])
-        except (ValueError, KeyError, TypeError):
+        where = _where(value)
+        if where is None:
             report.skipped.append(_b(idx_key).decode(errors="replace"))
             continue
+        thread_id, ns = where
         key = _b(idx_key).decode(errors="replace")
-        tail = SEP.join(("", "idx", thread_id, ns))
-        if key != legacy.idx(thread_id, ns) and key.endswith(tail) and len(key) > len(tail):
-            other = key[: -len(tail)]
+        other = _source(key, thread_id, ns)
+        if key != legacy.idx(thread_id, ns) and other is not None:
             raise PlainRedisError(
                 f"the 0.1.0 registry entry {key!r} is of prefix {other!r}, not "
                 f"{legacy.prefix!r}: a migration from {other!r} into {target!r} has not "
@@ -289,8 +392,11 @@ def migrate_v010(
             A rerun of an unfinished run must name the same one (refused otherwise).
         ttl: TTL for the migrated threads, as the saver's `ttl`.
         serde: The serializer 0.1.0 was configured with, if not the default.
-        keep_old: Leave the 0.1.0 keys in place. Refused (before anything is written) when
-            a 0.1.0 thread id such as ``{a}`` has keys that are keys of the current layout.
+        keep_old: Leave the 0.1.0 keys of every thread in place. Refused (before anything is
+            written) when a 0.1.0 thread id such as ``{a}`` has keys that are keys of the
+            current layout. 0.1.0's registry ``{prefix}:threads`` is not kept: the run parks
+            and empties it, and in place the current registry takes its name, so 0.1.0 could
+            read a thread by id but not list the threads (nor, in place, write).
         progress: Called with a line of text per migrated (thread, namespace).
 
     Returns:
@@ -393,13 +499,12 @@ def _migrate_timeline(
         typed = _unwrap(_read(client, cp_key, "string", partial(client.get, cp_key)), cp_key)
         if typed is None:
             continue  # expired under 0.1.0's TTL: nothing to carry over
-        doc = _loads(serde, typed, cp_key)
-        checkpoint, metadata, parent_id = doc["checkpoint"], doc["metadata"], doc["parent_id"]
+        checkpoint, metadata, parent_id = _checkpoint_doc(_loads(serde, typed, cp_key), cp_key)
         old_versions = dict(checkpoint["channel_versions"])
         checkpoint["channel_versions"] = {ch: _version(v) for ch, v in old_versions.items()}
         checkpoint["versions_seen"] = {
             node: {ch: _version(v) for ch, v in seen.items()}
-            for node, seen in checkpoint.get("versions_seen", {}).items()
+            for node, seen in checkpoint["versions_seen"].items()
         }
         checkpoint.pop("channel_values", None)
         written: dict[str, bytes] = {}
@@ -442,8 +547,11 @@ def _migrate_timeline(
             unwrapped = _unwrap(raw, wr_key)
             if unwrapped is None:
                 continue
-            task_id, channel, value = _loads(serde, unwrapped, wr_key)
-            index = LegacyKeys.write_index(_s(fld))
+            name = _b(fld).decode(errors="replace")
+            index = LegacyKeys.write_index(name)
+            if index is None:
+                raise _misshapen(wr_key, f"its field {name!r} does not end with 0.1.0's ':index'")
+            task_id, channel, value = _write(_loads(serde, unwrapped, wr_key), wr_key, name)
             by_task.setdefault(task_id, []).append((index, channel, value))
         config: RunnableConfig = {
             "configurable": {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": cid}
