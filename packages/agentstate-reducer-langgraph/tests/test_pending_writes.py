@@ -1,0 +1,226 @@
+"""Pending writes made against the list in memory, replayed onto the stored window.
+
+A step whose tasks partly finish (a sibling interrupts or fails) leaves the finished
+tasks' writes pending on the checkpoint the step started from; LangGraph replays them onto
+that checkpoint's stored list on `get_state`, on resume and on a retry. Under ReducingSaver
+that list is the window, while the writes were made against the whole list in memory.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Annotated, Any, TypedDict
+
+import pytest
+from langchain_core.messages import AIMessage, HumanMessage, RemoveMessage, ToolMessage
+from langgraph.checkpoint.base import BaseCheckpointSaver
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.checkpoint.sqlite import SqliteSaver
+from langgraph.graph import END, START, StateGraph
+from langgraph.graph.message import REMOVE_ALL_MESSAGES, add_messages
+from langgraph.types import Command, interrupt
+
+from agentstate_reducer import MessageReducer, ReducerConfig
+from agentstate_reducer_langgraph import ReducingSaver
+
+
+class State(TypedDict):
+    messages: Annotated[list[Any], add_messages]
+
+
+@pytest.fixture(params=["memory", "sqlite", "plainredis"])
+def inner(request: pytest.FixtureRequest) -> Iterator[BaseCheckpointSaver[Any]]:
+    """An inner saver of each storage style: per channel version in process, whole
+    checkpoints in SQLite, and per channel version on a real Redis."""
+    if request.param == "memory":
+        yield InMemorySaver()
+    elif request.param == "sqlite":
+        with sqlite3.connect(":memory:", check_same_thread=False) as conn:
+            yield SqliteSaver(conn)
+    else:  # where the workspace has it (not a dependency of this package)
+        plainredis = pytest.importorskip("langgraph_checkpoint_plainredis")
+        url = request.getfixturevalue("server_url")
+        with plainredis.RedisSaver(url, prefix=f"pw:{uuid.uuid4().hex[:12]}") as saver:
+            yield saver
+            saver.delete_thread("t")
+
+
+class Hook:
+    """An on_prune hook counting each message id it was handed."""
+
+    def __init__(self) -> None:
+        self.seen: dict[str, int] = {}
+
+    def __call__(self, pruned: list[Any], namespace: Any) -> None:
+        for message in pruned:
+            self.seen[message.id] = self.seen.get(message.id, 0) + 1
+
+
+def wrapped(inner: BaseCheckpointSaver[Any], hook: Hook | None = None) -> ReducingSaver:
+    hooks = [hook] if hook is not None else []
+    config = ReducerConfig(min_messages=4, max_messages=6, on_prune=hooks)
+    return ReducingSaver(inner, MessageReducer(config=config))
+
+
+def forked(sibling: Callable[[State], Any], other: Callable[[State], Any]) -> StateGraph[Any]:
+    """`chat`, then `sibling` and `other` in one step."""
+
+    def chat(state: State) -> dict[str, Any]:
+        return {"messages": [AIMessage("answer")]}
+
+    graph = StateGraph(State)
+    graph.add_node("chat", chat)
+    graph.add_node("sibling", sibling)
+    graph.add_node("other", other)
+    graph.add_edge(START, "chat")
+    graph.add_edge("chat", "sibling")
+    graph.add_edge("chat", "other")
+    graph.add_edge("sibling", END)
+    graph.add_edge("other", END)
+    return graph
+
+
+def trim(state: State) -> dict[str, Any]:
+    """The usual "delete old messages" node: removes all but the last four it sees."""
+    return {"messages": [RemoveMessage(id=m.id) for m in state["messages"][:-4]]}
+
+
+def approve(state: State) -> dict[str, Any]:
+    interrupt("ok?")
+    return {}
+
+
+def valid(messages: list[Any]) -> bool:
+    """No tool result without the AI message that called it, before it."""
+    calls: set[str] = set()
+    for message in messages:
+        if message.type == "ai":
+            calls.update(call["id"] for call in message.tool_calls)
+        elif message.type == "tool" and message.tool_call_id not in calls:
+            return False
+    return True
+
+
+CFG: Any = {"configurable": {"thread_id": "t"}}
+
+
+def test_a_remove_of_a_cut_message_in_a_step_that_interrupts_replays(
+    inner: BaseCheckpointSaver[Any],
+) -> None:
+    """The remove named a message the stored window no longer held: `add_messages` raised
+    on every read of the thread after the interrupt (get_state, resume): it was dead."""
+    hook = Hook()
+    saver = wrapped(inner, hook)
+    graph = forked(trim, approve).compile(checkpointer=saver)
+    history = [HumanMessage(f"h{i}") if i % 2 == 0 else AIMessage(f"a{i}") for i in range(4)]
+    graph.update_state(CFG, {"messages": history}, as_node="chat")
+    graph.invoke({"messages": [HumanMessage("q"), AIMessage("x"), HumanMessage("more")]}, CFG)
+    state = graph.get_state(CFG)
+    assert state.next == ("other",)
+    assert len(state.values["messages"]) <= 6
+    graph.invoke(Command(resume=True), CFG)
+    after = graph.get_state(CFG).values["messages"]
+    assert [m.content for m in after][-1] == "answer" and len(after) <= 6
+    assert all(count == 1 for count in hook.seen.values())
+
+
+def test_a_retry_after_a_failed_sibling_replays_a_remove_of_a_cut_message(
+    inner: BaseCheckpointSaver[Any],
+) -> None:
+    failing = [True]
+
+    def flaky(state: State) -> dict[str, Any]:
+        if failing.pop() if failing else False:
+            raise RuntimeError("transient")
+        return {}
+
+    graph = forked(trim, flaky).compile(checkpointer=wrapped(inner))
+    with pytest.raises(RuntimeError, match="transient"):
+        graph.invoke({"messages": [HumanMessage(f"m{i}") for i in range(7)]}, CFG)
+    graph.invoke(None, CFG)
+    assert [m.content for m in graph.get_state(CFG).values["messages"]] == ["m5", "m6", "answer"]
+
+
+def test_a_rewrite_of_a_cut_tool_result_is_not_appended_to_the_window(
+    inner: BaseCheckpointSaver[Any],
+) -> None:
+    """A node that compacts old tool results under their ids, beside one that interrupts:
+    replayed onto the window, the rewrite of a result whose call was cut came back at its
+    end, a tool result without its call (4 messages: no cut would ever repair it)."""
+
+    def compact(state: State) -> dict[str, Any]:
+        return {
+            "messages": [
+                ToolMessage("[compacted]", tool_call_id=m.tool_call_id, id=m.id)
+                for m in state["messages"]
+                if m.type == "tool"
+            ]
+        }
+
+    graph = forked(compact, approve)
+    call = {"name": "t", "args": {}, "id": "c1"}
+    history = [
+        HumanMessage("h0"),
+        AIMessage("", tool_calls=[call]),
+        ToolMessage("big output", tool_call_id="c1"),
+        AIMessage("a1"),
+        HumanMessage("h1"),
+        AIMessage("a2"),
+        HumanMessage("h2"),
+    ]
+    graph.compile(checkpointer=wrapped(inner)).invoke({"messages": history}, CFG)
+    # resumed by another process: its wrapper knows the cut only from the checkpoint
+    resumed = graph.compile(checkpointer=wrapped(inner))
+    resumed.invoke(Command(resume=True), CFG)
+    after = resumed.get_state(CFG).values["messages"]
+    assert valid(after), [m.type for m in after]
+    assert [m.content for m in after] == ["h0", "h2", "answer"]  # h0: the preserved first
+
+
+def test_a_read_drops_removes_of_messages_the_window_does_not_hold(
+    inner: BaseCheckpointSaver[Any],
+) -> None:
+    """Writes stored by a process that did not know the cut (one whose wrapper forgot it)
+    still replay: a remove of a message that is gone is dropped on read; one of a message
+    present, of one another write adds, and the remove-all are kept."""
+    saver = wrapped(inner)
+    graph = forked(trim, approve).compile(checkpointer=saver)
+    graph.invoke({"messages": [HumanMessage("h0"), AIMessage("a0", id="a0")]}, CFG)
+    config = graph.get_state(CFG).config
+    writes = [
+        ("messages", [RemoveMessage(id="gone"), RemoveMessage(id="a0")]),
+        ("messages", RemoveMessage(id="gone-too")),
+        ("messages", [AIMessage("added", id="new"), RemoveMessage(id="new")]),
+    ]
+    inner.put_writes(config, writes, "task-1")
+    inner.put_writes(config, [("messages", RemoveMessage(id=REMOVE_ALL_MESSAGES))], "task-2")
+    stored = saver.get_tuple(config)
+    assert stored is not None
+    # besides these, trim's own write (it removed nothing: the list was short)
+    assert sorted(ids(stored, "task")) == sorted(
+        [[], ["a0"], ["new", "new"], [REMOVE_ALL_MESSAGES]]
+    )
+    assert [ids(item, "task") for item in saver.list(config, limit=1)] == [ids(stored, "task")]
+    assert ["gone", "a0"] in ids(inner.get_tuple(config), "task")  # stored as written
+
+
+def ids(item: Any, tasks: str) -> list[list[str]]:
+    """The message ids of each pending write of `item` to messages by tasks named `tasks`*."""
+    assert item is not None
+    return [
+        [m.id for m in (v if isinstance(v, list) else [v])]
+        for task, channel, v in item.pending_writes or []
+        if channel == "messages" and task.startswith(tasks)
+    ]
+
+
+async def test_the_async_paths_replay_too() -> None:
+    graph = forked(trim, approve).compile(checkpointer=wrapped(InMemorySaver()))
+    history = [HumanMessage(f"h{i}") if i % 2 == 0 else AIMessage(f"a{i}") for i in range(4)]
+    await graph.aupdate_state(CFG, {"messages": history}, as_node="chat")
+    await graph.ainvoke({"messages": [HumanMessage("q"), AIMessage("x"), HumanMessage("m")]}, CFG)
+    assert (await graph.aget_state(CFG)).next == ("other",)
+    await graph.ainvoke(Command(resume=True), CFG)
+    assert len((await graph.aget_state(CFG)).values["messages"]) <= 6
