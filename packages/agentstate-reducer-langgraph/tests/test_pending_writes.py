@@ -171,7 +171,7 @@ def test_a_rewrite_of_a_cut_tool_result_is_not_appended_to_the_window(
         HumanMessage("h2"),
     ]
     graph.compile(checkpointer=wrapped(inner)).invoke({"messages": history}, CFG)
-    # resumed by another process: its wrapper knows the cut only from the checkpoint
+    # resumed by another process: its wrapper never saw the cut
     resumed = graph.compile(checkpointer=wrapped(inner))
     resumed.invoke(Command(resume=True), CFG)
     after = resumed.get_state(CFG).values["messages"]
@@ -179,20 +179,32 @@ def test_a_rewrite_of_a_cut_tool_result_is_not_appended_to_the_window(
     assert [m.content for m in after] == ["h0", "h2", "answer"]  # h0: the preserved first
 
 
-def test_a_read_drops_removes_of_messages_the_window_does_not_hold(
+def test_a_read_drops_removes_and_results_the_window_cannot_replay(
     inner: BaseCheckpointSaver[Any],
 ) -> None:
-    """Writes stored by a process that did not know the cut (one whose wrapper forgot it)
-    still replay: a remove of a message that is gone is dropped on read; one of a message
-    present, of one another write adds, and the remove-all are kept."""
+    """A remove of a message that is gone is dropped on read; one of a message present, of
+    one another write adds, and the remove-all are kept. A tool result whose call neither
+    the window nor the writes hold is dropped; one whose call either holds is kept."""
     saver = wrapped(inner)
     graph = forked(trim, approve).compile(checkpointer=saver)
-    graph.invoke({"messages": [HumanMessage("h0"), AIMessage("a0", id="a0")]}, CFG)
+    call = {"name": "t", "args": {}, "id": "c0"}
+    first = [HumanMessage("h0"), AIMessage("a0", id="a0", tool_calls=[call])]
+    graph.invoke({"messages": [*first, ToolMessage("r0", tool_call_id="c0", id="r0")]}, CFG)
     config = graph.get_state(CFG).config
+    later = {"name": "t", "args": {}, "id": "c9"}
     writes = [
         ("messages", [RemoveMessage(id="gone"), RemoveMessage(id="a0")]),
         ("messages", RemoveMessage(id="gone-too")),
         ("messages", [AIMessage("added", id="new"), RemoveMessage(id="new")]),
+        ("messages", [ToolMessage("orphan", tool_call_id="c-cut", id="t1")]),
+        ("messages", [ToolMessage("r0 again", tool_call_id="c0", id="r0")]),
+        (
+            "messages",
+            [
+                AIMessage("", id="a9", tool_calls=[later]),
+                ToolMessage("r9", tool_call_id="c9", id="t9"),
+            ],
+        ),
     ]
     inner.put_writes(config, writes, "task-1")
     inner.put_writes(config, [("messages", RemoveMessage(id=REMOVE_ALL_MESSAGES))], "task-2")
@@ -200,7 +212,7 @@ def test_a_read_drops_removes_of_messages_the_window_does_not_hold(
     assert stored is not None
     # besides these, trim's own write (it removed nothing: the list was short)
     assert sorted(ids(stored, "task")) == sorted(
-        [[], ["a0"], ["new", "new"], [REMOVE_ALL_MESSAGES]]
+        [[], ["a0"], ["new", "new"], [], ["r0"], ["a9", "t9"], [REMOVE_ALL_MESSAGES]]
     )
     assert [ids(item, "task") for item in saver.list(config, limit=1)] == [ids(stored, "task")]
     assert ["gone", "a0"] in ids(inner.get_tuple(config), "task")  # stored as written
@@ -224,3 +236,42 @@ async def test_the_async_paths_replay_too() -> None:
     assert (await graph.aget_state(CFG)).next == ("other",)
     await graph.ainvoke(Command(resume=True), CFG)
     assert len((await graph.aget_state(CFG)).values["messages"]) <= 6
+
+
+class Flagged(TypedDict):
+    messages: Annotated[list[Any], add_messages]
+    flag: int
+
+
+def test_a_rewrite_of_a_message_the_window_holds_replays_on_a_fork(
+    inner: BaseCheckpointSaver[Any],
+) -> None:
+    """Time travel after a later run cut the thread: a fork of an older checkpoint whose
+    window still holds `h1` rewrites it beside a task that interrupts; the rewrite stays."""
+
+    def chat(state: Flagged) -> dict[str, Any]:
+        return {"messages": [AIMessage("answer")]}
+
+    def edit(state: Flagged) -> dict[str, Any]:
+        return {"messages": [HumanMessage("EDITED", id="h1")]}
+
+    graph = StateGraph(Flagged)
+    graph.add_node("chat", chat)
+    graph.add_node("gate", lambda state: {})
+    graph.add_node("edit", edit)
+    graph.add_node("approve", approve)
+    graph.add_edge(START, "chat")
+    graph.add_edge("chat", END)
+    graph.add_edge("gate", "edit")
+    graph.add_edge("gate", "approve")
+    graph.add_edge("edit", END)
+    graph.add_edge("approve", END)
+    app = graph.compile(checkpointer=wrapped(inner))
+    first = [HumanMessage("h0", id="h0"), HumanMessage("h1", id="h1")]
+    app.invoke({"messages": first, "flag": 0}, CFG)
+    old = app.get_state(CFG).config
+    app.invoke({"messages": [HumanMessage(f"x{i}", id=f"x{i}") for i in range(8)]}, CFG)
+    fork = app.update_state(old, {"flag": 1}, as_node="gate")
+    app.invoke(None, fork)
+    app.invoke(Command(resume=True), CFG)
+    assert [m.content for m in app.get_state(CFG).values["messages"]] == ["h0", "EDITED", "answer"]

@@ -7,7 +7,7 @@ import threading
 import warnings
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Collection, Iterator, Sequence
-from typing import Any, NamedTuple
+from typing import Any
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
@@ -31,7 +31,7 @@ from agentstate_reducer import (
 from ._delivery import DeliveryRunner
 from ._outbox import Delivery, DeliveryMode, DrainReport, Outbox, OutboxStats
 from ._redis import RedisSink
-from ._replay import CutOff, noting, replayable
+from ._replay import replayable
 
 __all__ = [
     "ReducingSaver",
@@ -149,15 +149,6 @@ def _holding(checkpoint: Checkpoint, messages_key: str, messages: list[Any]) -> 
 WINDOWS = 4096
 
 
-class _Window(NamedTuple):
-    """The window one put stored: the version of its messages channel, the list, and what
-    the cut left out of the list in memory."""
-
-    version: Any
-    messages: list[Any]
-    cut: CutOff
-
-
 class _Windows:
     """The window each put of this process stored last, per (thread, namespace).
 
@@ -166,15 +157,13 @@ class _Windows:
     that stores values per channel version (InMemorySaver, PostgresSaver, plainredis)
     stores only the channels in ``new_versions``, but one that stores the whole checkpoint
     on every put (SqliteSaver) would store the list uncut: those puts store the window
-    stored for that version instead. The writes of the steps that follow are made against
-    that list too: `cut_off` says what they may refer to that the window left out. The
-    oldest entries beyond `WINDOWS` are forgotten; a list loaded from storage is already a
-    window.
+    stored for that version instead. The oldest entries beyond `WINDOWS` are forgotten;
+    a list loaded from storage is already a window.
     """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._last: OrderedDict[tuple[Any, Any], _Window] = OrderedDict()
+        self._last: OrderedDict[tuple[Any, Any], tuple[Any, list[Any]]] = OrderedDict()
 
     @staticmethod
     def _slot(config: RunnableConfig) -> tuple[Any, Any]:
@@ -190,9 +179,8 @@ class _Windows:
             if stored is given:  # nothing cut: the list in memory is the one stored
                 self._last.pop(slot, None)
                 return
-            window = stored["channel_values"][key]
-            cut = CutOff.of(given["channel_values"][key], window)
-            self._last[slot] = _Window(stored["channel_versions"].get(key), window, cut)
+            version = stored["channel_versions"].get(key)
+            self._last[slot] = (version, stored["channel_values"][key])
             self._last.move_to_end(slot)
             while len(self._last) > WINDOWS:
                 self._last.popitem(last=False)
@@ -203,18 +191,9 @@ class _Windows:
             return checkpoint
         with self._lock:
             last = self._last.get(self._slot(config))
-        if last is None or last.version != checkpoint["channel_versions"].get(key):
+        if last is None or last[0] != checkpoint["channel_versions"].get(key):
             return checkpoint
-        return _holding(checkpoint, key, last.messages)
-
-    def cut_off(self, config: RunnableConfig) -> CutOff | None:
-        """What the last cut stored for `config`'s thread and namespace left out of the list
-        in memory, or None when it cut nothing (or is forgotten). Puts are made one after
-        the other, each after the last returned, so a put finds its own cut, or for a step
-        that leaves the messages unchanged the cut of the list it still holds."""
-        with self._lock:
-            last = self._last.get(self._slot(config))
-        return last.cut if last is not None and last.cut.ids else None
+        return _holding(checkpoint, key, last[1])
 
 
 def plan_reduction(
@@ -426,13 +405,11 @@ class ReducingSaver(BaseCheckpointSaver[Any]):
         if self.messages_key not in new_versions:
             _warn_other_messages(self.reducer, checkpoint["channel_values"], self.messages_key)
             same = self._windows.same(config, checkpoint, self.messages_key)
-            metadata = noting(metadata, self._windows.cut_off(config))
             return self.inner.put(config, same, metadata, new_versions)
         reduced, result, namespace = plan_reduction(
             self.reducer, checkpoint, config, self.messages_key, metadata
         )
         self._windows.stored(config, reduced, checkpoint, self.messages_key)
-        metadata = noting(metadata, self._windows.cut_off(config))
         pruned = result.pruned if result is not None else []
         if self.delivery is None or not pruned:
             stored = self.inner.put(config, reduced, metadata, new_versions)
@@ -457,13 +434,11 @@ class ReducingSaver(BaseCheckpointSaver[Any]):
         if self.messages_key not in new_versions:
             _warn_other_messages(self.reducer, checkpoint["channel_values"], self.messages_key)
             same = self._windows.same(config, checkpoint, self.messages_key)
-            metadata = noting(metadata, self._windows.cut_off(config))
             return await self.inner.aput(config, same, metadata, new_versions)
         reduced, result, namespace = await aplan_reduction(
             self.reducer, checkpoint, config, self.messages_key, metadata
         )
         self._windows.stored(config, reduced, checkpoint, self.messages_key)
-        metadata = noting(metadata, self._windows.cut_off(config))
         pruned = result.pruned if result is not None else []
         if self.delivery is None or not pruned:
             stored = await self.inner.aput(config, reduced, metadata, new_versions)
