@@ -87,6 +87,15 @@ def check_against_010_reading(saver: RedisSaver, expected: dict[str, Any]) -> No
     )
 
 
+def check_lg_threads(url: str, prefix: str) -> None:
+    """The dump's threads that 0.1.0 wrote under `lg`, read under `prefix` by a saver, are
+    what 0.1.0 read back."""
+    with RedisSaver(url, prefix=prefix) as saver:
+        for thread in DUMP["expected"]["threads"]:
+            if thread["prefix"] == "lg":
+                check_against_010_reading(saver, thread)
+
+
 def test_migration_reads_back_what_010_read(
     client: redis.Redis, redis_url: str, restored: dict[str, str]
 ) -> None:
@@ -314,10 +323,7 @@ def test_an_unreadable_value_or_entry_stops_the_migration_with_one_line(
             saver.get_tuple({"configurable": {"thread_id": "t-fork"}})
     client.hdel(parked, "not a 0.1.0 index key")
     assert cli(capsys, "migrate", "--url", redis_url, "--prefix", prefix)[0] == 0
-    with RedisSaver(redis_url, prefix=prefix) as saver:
-        for thread in DUMP["expected"]["threads"]:
-            if thread["prefix"] == "lg":
-                check_against_010_reading(saver, thread)
+    check_lg_threads(redis_url, prefix)
 
 
 @pytest.mark.parametrize("kind", ["stash", "idx", "cp", "blob", "wr"])
@@ -352,10 +358,7 @@ def test_a_foreign_value_stops_the_migration_with_one_line_and_loses_nothing(
         client.restore(foreign, 0, saved)
     assert cli(capsys, "migrate", "--url", redis_url, "--prefix", prefix)[0] == 0
     assert not client.exists(parked)
-    with RedisSaver(redis_url, prefix=prefix) as saver:
-        for thread in DUMP["expected"]["threads"]:
-            if thread["prefix"] == "lg":
-                check_against_010_reading(saver, thread)
+    check_lg_threads(redis_url, prefix)
 
 
 def _s(value: bytes | str) -> str:
@@ -537,10 +540,7 @@ def test_a_prefix_010_accepted_migrates_into_another(
     code, err = cli(capsys, "migrate", "--url", redis_url, "--prefix", old, "--to-prefix", new)
     assert (code, err) == (0, "")
     assert list(client.scan_iter(match=f"{old}:*")) == []
-    with RedisSaver(redis_url, prefix=new) as saver:
-        for thread in DUMP["expected"]["threads"]:
-            if thread["prefix"] == "lg":
-                check_against_010_reading(saver, thread)
+    check_lg_threads(redis_url, new)
     keys = everything(client, new)
     assert cli(capsys, "migrate", "--url", redis_url, "--prefix", old, "--to-prefix", new)[0] == 0
     report = migrate_v010(client, old, to_prefix=new)
@@ -569,10 +569,7 @@ def test_an_unfinished_migration_into_another_prefix_is_resumed_only_from_its_so
     assert f"--prefix {old} --to-prefix {new}" in err
     assert (everything(client, old), everything(client, new)) == before
     assert cli(capsys, "migrate", "--url", redis_url, "--prefix", old, "--to-prefix", new)[0] == 0
-    with RedisSaver(redis_url, prefix=new) as saver:
-        for thread in DUMP["expected"]["threads"]:
-            if thread["prefix"] == "lg":
-                check_against_010_reading(saver, thread)
+    check_lg_threads(redis_url, new)
 
 
 def interrupt_after_one(
@@ -648,10 +645,7 @@ def test_an_unfinished_migration_is_resumed_only_into_its_target(
         capsys, "migrate", "--url", redis_url, "--prefix", old, "--to-prefix", target, *keep
     )
     assert (code, err) == (0, "")
-    with RedisSaver(redis_url, prefix=target) as saver:
-        for thread in DUMP["expected"]["threads"]:
-            if thread["prefix"] == "lg":
-                check_against_010_reading(saver, thread)
+    check_lg_threads(redis_url, target)
     assert not client.exists(f"{old}:v010:parked", f"{target}:v010:threads")
 
     # Finished: a rerun, into any prefix, finds nothing and changes nothing.
@@ -692,10 +686,7 @@ def test_unreadable_entries_left_parked_keep_a_rerun_into_another_prefix_refused
     argv = ["migrate", "--url", redis_url, "--prefix", old, "--to-prefix", new]
     assert cli(capsys, *argv) == (0, "")
     assert not client.exists(f"{old}:v010:parked", f"{new}:v010:threads", f"{old}:seq")
-    with RedisSaver(redis_url, prefix=new) as saver:
-        for thread in DUMP["expected"]["threads"]:
-            if thread["prefix"] == "lg":
-                check_against_010_reading(saver, thread)
+    check_lg_threads(redis_url, new)
 
 
 @pytest.mark.parametrize(
@@ -798,10 +789,7 @@ def test_a_misshapen_010_value_stops_the_migration_with_one_line_and_loses_nothi
     client.hdel(wr_key, "no-index-here", "bogus-task:0")
     assert cli(capsys, "migrate", "--url", redis_url, "--prefix", prefix) == (0, "")
     assert not client.exists(f"{prefix}:v010:threads")
-    with RedisSaver(redis_url, prefix=prefix) as saver:
-        for thread in DUMP["expected"]["threads"]:
-            if thread["prefix"] == "lg":
-                check_against_010_reading(saver, thread)
+    check_lg_threads(redis_url, prefix)
 
 
 # -- what an unfinished migration into another prefix tells the user -----------------------
@@ -837,10 +825,7 @@ def test_an_unfinished_migration_into_another_prefix_names_the_rerun_that_finish
 
     code, err = cli(capsys, "migrate", "--url", redis_url, *rerun.replace("'", "").split())
     assert (code, err) == (0, "")
-    with RedisSaver(redis_url, prefix=new) as saver:
-        for thread in DUMP["expected"]["threads"]:
-            if thread["prefix"] == "lg":
-                check_against_010_reading(saver, thread)
+    check_lg_threads(redis_url, new)
 
 
 def test_an_unfinished_migration_in_place_names_its_prefix_alone(
@@ -893,10 +878,7 @@ def test_migrate_takes_a_url_asking_for_resp3_as_the_other_commands_do(
     prefix = restored["lg"]
     url = f"{redis_url}?protocol=3"
     assert cli(capsys, "migrate", "--url", url, "--prefix", prefix) == (0, "")
-    with RedisSaver(redis_url, prefix=prefix) as saver:
-        for thread in DUMP["expected"]["threads"]:
-            if thread["prefix"] == "lg":
-                check_against_010_reading(saver, thread)
+    check_lg_threads(redis_url, prefix)
 
 
 ACCESS = Path(__file__).resolve().parents[3] / "docs" / "operations" / "access.md"
@@ -940,10 +922,7 @@ def test_migrate_as_a_user_without_what_it_needs_names_the_access_note(
         code, err = cli(capsys, "migrate", "--url", url, "--prefix", prefix)
         if refused is None:
             assert (code, err) == (0, "")
-            with RedisSaver(redis_url, prefix=prefix) as saver:
-                for thread in DUMP["expected"]["threads"]:
-                    if thread["prefix"] == "lg":
-                        check_against_010_reading(saver, thread)
+            check_lg_threads(redis_url, prefix)
             return
         assert code == 1 and err.count("\n") == 1, err
         assert "plainredis migrate needs" in err and "RENAME, MULTI and EXEC" in err
