@@ -383,19 +383,66 @@ def test_a_batch_handed_to_a_loop_that_closed_before_starting_it_is_retried() ->
     pruned = conversation(1, calls=0)
     loop = asyncio.new_event_loop()
     loop.run_until_complete(reducer.adeliver([{"role": "human", "id": "x"}], "ns"))
-    loop.run_until_complete(background.aflush())  # bound to `loop`, which stays idle
-    assert reducer.deliver(pruned, "ns")["amem"].queued == ("sys", "h0", "b0")
+    loop.run_until_complete(background.aflush())  # bound to `loop`
+    reports: list[DeliveryReport] = []
+
+    def last_callback() -> None:  # the loop stops after it, before running the hand-over
+        loop.stop()
+        thread = threading.Thread(target=lambda: reports.append(reducer.deliver(pruned, "ns")))
+        thread.start()
+        thread.join()
+
+    loop.call_soon(last_callback)
+    loop.run_forever()
     loop.close()
+    assert reports[0]["amem"].queued == ("sys", "h0", "b0")
 
     report = retry_on_a_new_loop(background, reducer)
     assert report["amem"].queued == ("sys", "h0", "b0") and background.failed == 1
     assert got == ["x", "sys", "h0", "b0"] and reducer.pending == 0
 
 
+def test_an_async_batch_delivered_while_its_loop_is_stopped_is_dropped_and_retried(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Sync code delivering with no loop running, after the loop `AsyncBackground` was bound
+    to stopped without closing (`run_until_complete` returned), handed the batch to that loop:
+    its hook never ran, yet the report said queued, and later deliveries skipped the messages
+    as in flight; none was ever delivered nor retried."""
+    got, background, reducer = recording_async_background()
+    pruned = conversation(1, calls=0)
+    loop = asyncio.new_event_loop()
+    loop.run_until_complete(reducer.adeliver([{"role": "human", "id": "x"}], "ns"))
+    loop.run_until_complete(background.aflush())  # bound to `loop`, which stays stopped
+
+    with caplog.at_level(logging.WARNING, logger="agentstate_reducer"):
+        report = reducer.deliver(pruned, "ns")  # no loop runs
+        again = reducer.deliver([], "ns")
+    assert report["amem"].failed == ("sys", "h0", "b0") and not report["amem"].queued
+    assert again["amem"].failed == ("sys", "h0", "b0") and not again["amem"].in_flight
+    assert background.dropped == 2 and reducer.pending == 3
+    assert "because its event loop is not running" in caplog.text
+
+    later = loop.run_until_complete(reducer.adeliver([], "ns"))  # the loop runs again
+    loop.run_until_complete(asyncio.wait_for(background.aclose(), 5))
+    loop.close()
+    assert later["amem"].queued == ("sys", "h0", "b0")
+    assert got == ["x", "sys", "h0", "b0"] and reducer.pending == 0 and background.failed == 0
+
+
 class ClosingLoop(asyncio.SelectorEventLoop):
-    """A loop that closes (in another thread, say) just as a batch is handed to it."""
+    """A loop running in another thread that closes just as a batch is handed to it."""
+
+    def run_in_a_thread(self) -> None:
+        running = threading.Event()
+        self.call_soon(running.set)
+        self.thread = threading.Thread(target=self.run_forever)
+        self.thread.start()
+        assert running.wait(5)
 
     def call_soon_threadsafe(self, *args: Any, **kwargs: Any) -> Any:
+        super().call_soon_threadsafe(self.stop)
+        self.thread.join()
         self.close()
         return super().call_soon_threadsafe(*args, **kwargs)
 
@@ -413,6 +460,7 @@ def test_a_batch_whose_loop_closes_while_it_is_handed_over_is_dropped_and_retrie
     loop = ClosingLoop()
     loop.run_until_complete(bind())
     loop.run_until_complete(background.aflush())
+    loop.run_in_a_thread()
     report = reducer.deliver(conversation(1, calls=0), "ns")  # from this thread: handed over
     assert report["amem"].failed == ("sys", "h0", "b0") and background.dropped == 1
     assert later.ids == ["sys", "h0", "b0"] and reducer.pending == 3
@@ -428,8 +476,10 @@ def test_a_hand_over_that_fails_after_another_thread_settled_the_batch_counts_it
     background = AsyncBackground(lambda pruned, namespace: None, workers=1)
     loop = asyncio.new_event_loop()
     background._loop = loop  # as if an earlier batch on that loop bound it
+    loop.is_running = lambda: True  # type: ignore[method-assign]  # in another thread, say
 
     def closing(callback: Any, *args: Any) -> None:  # the race, played in one thread
+        del loop.is_running  # it stopped
         loop.close()
         background._reap()
         raise RuntimeError("Event loop is closed")

@@ -249,7 +249,9 @@ class AsyncBackground:
     """Run a coroutine hook as event-loop tasks, at most `workers` at a time.
 
     The asyncio counterpart of `Background`. Batches run on the loop that is running when
-    the first batch arrives; batches submitted from another thread are handed to that loop.
+    the first batch arrives; batches submitted from another thread are handed to that loop
+    while it runs. A batch submitted where no loop runs while that loop is stopped is
+    dropped (a reducer keeps it for its next delivery).
     Drain it with `await aclose()` or `async with` before the loop stops: nothing drains it
     at interpreter exit. A batch cancelled before its hook finished (the loop ending first,
     `asyncio.run` cancelling what is left) settles as failed: `done` gets the
@@ -318,8 +320,8 @@ class AsyncBackground:
 
         Returns:
             True when scheduled; False when dropped (backlog full, closed, no running event
-            loop yet, or its loop closed while handing it over). `done` is not called for a
-            dropped batch.
+            loop yet, none running here while its loop is stopped, or its loop closed while
+            handing it over). `done` is not called for a dropped batch.
         """
         self._reap()
         batch = list(pruned)
@@ -338,6 +340,10 @@ class AsyncBackground:
                 reason = "it is closed"
             elif loop is None:
                 reason = "no event loop is running; submit from async code"
+            elif running is None and not loop.is_running():
+                # Its loop stopped (say `run_until_complete` returned) and none runs here: a
+                # batch handed to it would wait, claimed, until that loop ran again, if ever.
+                reason = "its event loop is not running; submit from async code"
             elif self._unsettled >= self.max_pending:
                 reason = f"its backlog of {self.max_pending} batches is full"
             if reason is None:
