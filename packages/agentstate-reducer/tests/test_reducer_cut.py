@@ -177,6 +177,24 @@ def test_require_human_first_off_cuts_anywhere_that_splits_no_call() -> None:
     assert ids(result.surviving) == ["s", "h1", "a1", "tc1_0", "tc1_1", "b1"]
 
 
+def test_an_agent_loop_keeps_its_newest_step_however_long() -> None:
+    """With no human message, a newest AI answer over the budget was cut with the rest:
+    the window kept only the system message, or nothing."""
+    call = [{"id": "c1", "name": "t", "args": {}}]
+    loop = [
+        {"role": "system", "content": "sys", "id": "s"},
+        {"role": "ai", "content": "step", "id": "a1", "tool_calls": call},
+        {"role": "tool", "content": "r", "tool_call_id": "c1", "id": "t1"},
+        {"role": "ai", "content": "x" * 8000, "id": "a2"},
+    ]
+    by_tokens = MessageReducer(config=ReducerConfig(max_tokens=1000))
+    assert ids(by_tokens.reduce(loop).surviving) == ["s", "a2"]
+    by_count = MessageReducer(config=ReducerConfig(min_messages=1, max_messages=3))
+    assert ids(by_count.reduce(loop).surviving) == ["s", "a2"]
+    alone = MessageReducer(config=ReducerConfig(max_tokens=1000, preserve_first=False))
+    assert ids(alone.reduce(loop[3:]).surviving) == ["a2"]
+
+
 def test_aliases_and_type_keys_are_understood() -> None:
     messages = [
         {"type": "system", "content": "s", "id": "s"},

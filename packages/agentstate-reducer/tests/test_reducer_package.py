@@ -188,3 +188,12 @@ def test_inject_summary_without_a_summarizer_warns() -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         ReducerConfig(on_prune=(print,))  # type: ignore[arg-type]  # a tuple is accepted
+
+
+@pytest.mark.parametrize(
+    "name", ["preserve_first", "inject_summary", "dedupe_on_prune", "require_human_first"]
+)
+def test_a_switch_that_is_not_a_bool_is_refused(name: str) -> None:
+    """`dedupe_on_prune="false"` was taken as True (a non-empty string)."""
+    with pytest.raises(ValueError, match=rf"ReducerConfig\.{name}='false' is not a bool"):
+        ReducerConfig(**{name: "false"})

@@ -72,9 +72,12 @@ def check_cut(source: list[Any], config: ReducerConfig) -> None:
     call = newest_call(source)
     if newest < 0 and call is not None:
         assert any(m is source[call] for m in result.surviving), "newest call pruned"
+    step = newest_step(source, preserved)
+    if newest < 0 and step is not None and call is None and role(source[step]) != "tool":
+        assert any(m is source[step] for m in result.surviving), "newest step pruned"
     kept = [m for m in result.surviving if any(m is s for s in source)]
     protected: list[Any] = []
-    start = newest if newest >= preserved else call
+    start = newest if newest >= preserved else call if call is not None else step
     if start is not None:
         if not config.require_human_first or newest < 0:  # may begin earlier, at a clean split
             start = max(i for i in range(preserved, start + 1) if splits_no_call(source, i))
@@ -86,6 +89,14 @@ def check_cut(source: list[Any], config: ReducerConfig) -> None:
         target = config.target_tokens if config.target_tokens is not None else config.max_tokens
         floor = sum(map(tokens, source[:preserved] + protected))
         assert sum(map(tokens, kept)) <= max(target, floor)
+
+
+def newest_step(messages: list[Any], preserved: int) -> int | None:
+    """The newest message after the preserved one that is not a system message: an agent
+    loop keeps it (or the call it answers)."""
+    return max(
+        (i for i in range(preserved, len(messages)) if role(messages[i]) != "system"), default=None
+    )
 
 
 def newest_call(messages: list[Any]) -> int | None:

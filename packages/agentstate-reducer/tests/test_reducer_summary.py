@@ -125,3 +125,74 @@ async def test_an_async_summarizer_needs_the_async_path() -> None:
     result = await reducer.aplan(conversation(3, calls=0))
     assert result.summary == "later"
     assert (await reducer.areduce(conversation(3, calls=0))).summary == "later"
+
+
+def chat(turns: int) -> list[dict[str, Any]]:
+    history = [{"role": "system", "content": "sys", "id": "s"}]
+    for i in range(turns):
+        history += [
+            {"role": "human", "content": f"q{i}", "id": f"h{i}"},
+            {"role": "ai", "content": f"a{i}", "id": f"a{i}"},
+        ]
+    return history
+
+
+def test_token_mode_injects_a_summary_only_within_max_tokens() -> None:
+    """Token mode did not count the block: the window went over max_tokens with it, so every
+    later call cut the block again, with nothing added, and summarized again (a model call
+    per step, a summary of a summary)."""
+    calls: list[int] = []
+
+    def summarize_calls(pruned: list[Any]) -> str:
+        calls.append(len(pruned))
+        return "s" * 40
+
+    def ten(message: Any) -> int:
+        return 10
+
+    full = MessageReducer(
+        config=ReducerConfig(
+            max_tokens=100, token_counter=ten, summarize_fn=summarize_calls, inject_summary=True
+        )
+    )
+    window = full.reduce(chat(8)).surviving
+    assert not any(is_injected(m) for m in window) and len(window) * 10 <= 100
+    for _ in range(3):  # nothing added: nothing cut, nothing summarized
+        result = full.reduce(window)
+        assert not result.pruned
+    assert calls == [8]
+
+    roomy = MessageReducer(
+        config=ReducerConfig(
+            max_tokens=100,
+            target_tokens=70,
+            token_counter=ten,
+            summarize_fn=summarize_calls,
+            inject_summary=True,
+        )
+    )
+    window = roomy.reduce(chat(8)).surviving
+    assert sum(map(is_injected, window)) == 2 and len(window) * 10 <= 100
+    assert not roomy.reduce(window).pruned
+
+
+def test_a_summarize_fn_returning_a_message_gives_its_text() -> None:
+    """A chat model's reply returned whole was injected as its repr."""
+    reply = AIMessage(content="user likes tea")
+    result = injecting(summarize_fn=lambda pruned: reply).reduce(conversation(3, calls=0))
+    assert result.summary == "user likes tea"
+    assert "user likes tea" in result.surviving[1]["content"]
+
+
+def test_a_summarize_fn_returning_no_text_cuts_without_a_summary(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    result = injecting(summarize_fn=lambda pruned: 42).reduce(conversation(3, calls=0))
+    assert result.summary is None and not any(is_injected(m) for m in result.surviving)
+    assert "summarize_fn returned int, not a str" in caplog.text
+
+
+def test_a_factory_that_builds_no_list_is_named() -> None:
+    """It failed inside the cut with "object of type 'int' has no len()"."""
+    with pytest.raises(TypeError, match=r"summary_message_factory returned 7, not a list"):
+        injecting(summary_message_factory=lambda summary, count: 7).reduce(conversation(3, calls=0))

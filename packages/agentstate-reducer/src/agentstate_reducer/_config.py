@@ -114,6 +114,12 @@ class ReducerConfig:
                 f"max_tokens={self.max_tokens}; set target_tokens <= max_tokens, or None to "
                 "cut down to max_tokens"
             )
+        for name in ("preserve_first", "inject_summary", "dedupe_on_prune", "require_human_first"):
+            value = getattr(self, name)
+            if not isinstance(value, bool):  # "false" is truthy: it would mean True
+                raise ValueError(
+                    f"ReducerConfig.{name}={value!r} is not a bool; pass True or False"
+                )
         for name in ("token_counter", "summarize_fn", "summary_message_factory"):
             value = getattr(self, name)
             if value is not None and not callable(value):

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ._config import ReducerConfig, TokenCounter
-from ._messages import AI, HUMAN, TOOL, role_of, tool_call_id_of, tool_call_ids
+from ._messages import AI, HUMAN, SYSTEM, TOOL, role_of, tool_call_id_of, tool_call_ids
 
 _CANNOT_OPEN = frozenset({AI, TOOL, "function"})
 
@@ -54,8 +54,9 @@ def plan_cut(
         human turn (or, with `require_human_first` off, splits no tool call from its
         results), never starting after the newest human message. With no human message
         after the preserved one (an agent loop) the kept tail starts where it splits no
-        tool call, never after the newest AI message when that calls tools: a graph paused
-        before its tools, or just after them, resumes from that message.
+        tool call, never after the newest AI message when that calls tools (a graph paused
+        before its tools, or just after them, resumes from that message) nor after the
+        newest message that is not a system message, however many tokens it holds.
     """
     n = len(messages)
     roles = [role_of(m) for m in messages]
@@ -89,7 +90,11 @@ def plan_cut(
             parent[i] = callers.get(call, -1) if call is not None else -1
 
     human_turns = last_human >= preserved
-    limit = last_human if human_turns else newest_call
+    if human_turns:
+        limit = last_human
+    else:  # an agent loop keeps its newest step: the newest message, or the call it answers
+        newest = max((i for i in range(preserved, n) if roles[i] != SYSTEM), default=n)
+        limit = min(newest_call, newest)
     if human_turns and config.require_human_first:
         candidates = [i for i in range(preserved, n) if roles[i] == HUMAN]
     else:

@@ -326,33 +326,48 @@ class MessageReducer:
     def _assemble(
         self, messages: list[Any], cut: Cut, pruned: list[Any], summary: Any
     ) -> ReducerResult:
-        if summary is not None and not isinstance(summary, str):
-            summary = str(summary)
+        summary = _summary_text(summary)
         orphans = set(cut.orphans)
         tail = [messages[i] for i in range(cut.start, len(messages)) if i not in orphans]
-        block: list[Any] = []
+        surviving = [*messages[: cut.preserved], *tail]
         if summary is not None and self.config.inject_summary:
             block = summary_block(summary, pruned, messages, self.config.summary_message_factory)
-            if not self._block_fits(cut.preserved + len(block) + len(tail)):
-                logger.info(
-                    "summary not injected: with it the window would hold %d messages, over "
-                    "max_messages=%s, as the newest turn, never pruned, fills the window",
-                    cut.preserved + len(block) + len(tail),
-                    self.config.max_messages,
-                )
-                block = []
-        surviving = [*messages[: cut.preserved], *block, *tail]
+            window = [*messages[: cut.preserved], *block, *tail]
+            if self._fits(window):
+                surviving = window
         logger.debug("cut %d messages to %d", len(messages), len(surviving))
         return ReducerResult(surviving=surviving, pruned=pruned, summary=summary)
 
-    def _block_fits(self, size: int) -> bool:
-        """Whether a window of `size` messages, the summary block included, stays within
-        `max_messages`. The cut left room for the block within `min_messages`, so it only
-        does not fit when the newest turn, which is never pruned, overflows that room;
-        injecting the block anyway would store more than `max_messages`. Token mode does
-        not count the block."""
+    def _fits(self, window: list[Any]) -> bool:
+        """Whether `window`, the summary block included, stays within `max_messages` (count
+        mode) or `max_tokens` (token mode); else the block is not injected (logged).
+
+        In count mode the cut left room for the block within `min_messages`, so it only does
+        not fit when the newest turn, which is never pruned, overflows that room. In token
+        mode the block's size is known only now: injected over `max_tokens`, it would make
+        the next call cut again (and summarize again) with nothing added."""
         c = self.config
-        return c.max_tokens is not None or c.max_messages is None or size <= c.max_messages
+        if c.max_tokens is not None:
+            count = resolve_token_counter(c.token_counter)
+            size = sum(count(m) for m in window)
+            if size <= c.max_tokens:
+                return True
+            logger.info(
+                "summary not injected: with it the window would hold %d tokens, over "
+                "max_tokens=%d; set target_tokens below max_tokens by the summary's size",
+                size,
+                c.max_tokens,
+            )
+            return False
+        if c.max_messages is None or len(window) <= c.max_messages:
+            return True
+        logger.info(
+            "summary not injected: with it the window would hold %d messages, over "
+            "max_messages=%s, as the newest turn, never pruned, fills the window",
+            len(window),
+            c.max_messages,
+        )
+        return False
 
     def _hand_off(
         self, job: Job, hook: Background | AsyncBackground, report: ReportBuilder
@@ -467,6 +482,24 @@ def _listify(value: Any) -> list[Any]:
 
 async def _await(awaitable: Any) -> Any:
     return await awaitable
+
+
+def _summary_text(summary: Any) -> str | None:
+    """The text `summarize_fn` returned: a string, or the string content of a message it
+    returned instead (a chat model's reply, say); None, logged, for anything else."""
+    if summary is None or isinstance(summary, str):
+        return summary
+    content = (
+        summary.get("content") if isinstance(summary, dict) else getattr(summary, "content", None)
+    )
+    if isinstance(content, str):
+        return content
+    logger.warning(
+        "summarize_fn returned %s, not a str: cutting without a summary. Return the "
+        "summary's text (for a chat model's reply, its .content)",
+        type(summary).__name__,
+    )
+    return None
 
 
 def _discard(awaitable: Any) -> None:

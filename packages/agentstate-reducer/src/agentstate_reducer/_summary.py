@@ -38,7 +38,18 @@ def default_summary_messages_factory(summary: str, pruned_count: int) -> list[An
 def summary_size(factory: SummaryMessageFactory | None) -> int:
     """How many messages `factory` injects, so a cut can leave room for them before
     `summarize_fn` has run: the block is built from an empty summary of nothing."""
-    return len((factory or default_summary_messages_factory)("", 0))
+    return len(_built(factory, "", 0))
+
+
+def _built(factory: SummaryMessageFactory | None, summary: str, count: int) -> list[Any]:
+    """The block `factory` (None: the default) builds, which must be a list of messages."""
+    block = (factory or default_summary_messages_factory)(summary, count)
+    if not isinstance(block, (list, tuple)):
+        raise TypeError(
+            f"summary_message_factory returned {block!r}, not a list of messages; return the "
+            "messages to inject, e.g. [{'role': 'human', 'content': summary}]"
+        )
+    return list(block)
 
 
 def summary_block(
@@ -52,7 +63,7 @@ def summary_block(
     Ids are derived from the pruned messages, so planning the same cut twice (a retried
     checkpoint write) injects the same ids.
     """
-    block = (factory or default_summary_messages_factory)(summary, len(pruned))
+    block = _built(factory, summary, len(pruned))
     if kind_of(messages) == "langchain":
         block = [to_langchain_message(m) if isinstance(m, Mapping) else m for m in block]
     seed = hashlib.sha256("\n".join(message_identity(m) for m in pruned).encode("utf-8"))
