@@ -22,6 +22,15 @@ from typing import Any
 
 from langgraph.checkpoint.base import CheckpointTuple
 
+from agentstate_reducer._messages import (  # the reducer's own reading of a message (pinned <0.7)
+    REMOVE,
+    TOOL,
+    id_of,
+    role_of,
+    tool_call_id_of,
+    tool_call_ids,
+)
+
 __all__ = ["replayable"]
 
 # langgraph.graph.message.REMOVE_ALL_MESSAGES: a remove that names no message.
@@ -39,13 +48,13 @@ def replayable(item: CheckpointTuple, key: str) -> CheckpointTuple:
     if not isinstance(window, list) or not any(_is_remove(m) or _is_tool(m) for m in written):
         return item
     held = [*window, *(m for m in written if not _is_remove(m))]
-    present = {_id(m) for m in held}
-    calls = {call for m in held for call in _calls(m)}
+    present = {id_of(m) for m in held}
+    calls = {call for m in held for call in tool_call_ids(m)}
 
     def gone(message: Any) -> bool:
         if _is_tool(message):
-            return str(_get(message, "tool_call_id")) not in calls
-        found = _id(message)
+            return tool_call_id_of(message) not in calls
+        found = id_of(message)
         return _is_remove(message) and found not in present and found != _REMOVE_ALL
 
     pending = []
@@ -73,34 +82,9 @@ def _items(value: Any) -> Iterable[Any]:
     return value if isinstance(value, list) else (value,)
 
 
-def _get(message: Any, field: str) -> Any:
-    if isinstance(message, dict):
-        return message.get(field)
-    if isinstance(message, (str, tuple)):  # ("human", "hi") and "hi" carry no fields
-        return None
-    return getattr(message, field, None)
-
-
-def _id(message: Any) -> str | None:
-    found = _get(message, "id")
-    return None if found is None or found == "" else str(found)
-
-
-def _role(message: Any) -> Any:
-    if isinstance(message, dict):
-        return message.get("role") or message.get("type")
-    return _get(message, "type")
-
-
 def _is_remove(message: Any) -> bool:
-    return bool(_role(message) == "remove")
+    return role_of(message) == REMOVE
 
 
 def _is_tool(message: Any) -> bool:
-    return bool(_role(message) == "tool") and _get(message, "tool_call_id") is not None
-
-
-def _calls(message: Any) -> list[str]:
-    calls = _get(message, "tool_calls") or ()
-    found = (c.get("id") if isinstance(c, dict) else getattr(c, "id", None) for c in calls)
-    return [str(c) for c in found if c]
+    return role_of(message) == TOOL and tool_call_id_of(message) is not None
