@@ -231,25 +231,6 @@ def test_a_failed_inner_put_delivers_nothing_and_the_retry_delivers_once() -> No
     assert sorted(c for c, _ in hook.seen) == ["m1", "m2", "m3"]  # m0 is preserved first
 
 
-def test_delta_channel_is_refused_before_anything_is_stored() -> None:
-    from langgraph.checkpoint.serde.types import _DeltaSnapshot
-
-    inner = InMemorySaver()
-    saver = ReducingSaver(inner, reducer())
-    cp = checkpoint_with(_DeltaSnapshot([HumanMessage("x")]))  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match="DeltaChannel"):
-        saver.put(
-            {"configurable": {"thread_id": "d", "checkpoint_ns": ""}}, cp, {}, {"messages": 1}
-        )
-    cp = checkpoint_with([HumanMessage("x")])
-    meta = {"counters_since_delta_snapshot": {"messages": [1, 1]}}
-    with pytest.raises(ValueError, match="add_messages"):
-        saver.put(
-            {"configurable": {"thread_id": "d", "checkpoint_ns": ""}}, cp, meta, {"messages": 1}
-        )
-    assert list(inner.list(None)) == []
-
-
 # -- real graphs -----------------------------------------------------------------------
 
 

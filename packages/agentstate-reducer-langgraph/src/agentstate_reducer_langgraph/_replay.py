@@ -13,14 +13,19 @@ So a read returns the pending writes to the messages channel without the removes
 messages that neither the window nor the other writes hold (removing a message that is gone
 is what the remove asked for), and without the tool results whose call neither holds (the
 cut takes such a result with its call). Writes are stored as LangGraph made them.
+
+A `DeltaChannel` stores its value only at its snapshots, which ReducingSaver cuts, and
+rebuilds it on a read from the newest snapshot and the writes made since
+(`get_delta_channel_history`): those writes are cleaned the same way against the snapshot.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from langgraph.checkpoint.base import CheckpointTuple
+from langgraph.checkpoint.base import CheckpointTuple, DeltaChannelHistory, PendingWrite
+from langgraph.checkpoint.serde.types import _DeltaSnapshot
 
 from agentstate_reducer._messages import (  # the reducer's own reading of a message (pinned <0.7)
     REMOVE,
@@ -31,7 +36,7 @@ from agentstate_reducer._messages import (  # the reducer's own reading of a mes
     tool_call_ids,
 )
 
-__all__ = ["replayable"]
+__all__ = ["replayable", "replayable_history"]
 
 # langgraph.graph.message.REMOVE_ALL_MESSAGES: a remove that names no message.
 _REMOVE_ALL = "__remove_all__"
@@ -44,9 +49,42 @@ def replayable(item: CheckpointTuple, key: str) -> CheckpointTuple:
     if not item.pending_writes:
         return item
     window = item.checkpoint["channel_values"].get(key)
-    written = [m for _, channel, v in item.pending_writes if channel == key for m in _items(v)]
-    if not isinstance(window, list) or not any(_is_remove(m) or _is_tool(m) for m in written):
+    if not isinstance(window, list):
         return item
+    pending = _cleaned(window, item.pending_writes, key)
+    return item if pending is None else item._replace(pending_writes=pending)
+
+
+def replayable_history(
+    histories: Mapping[str, DeltaChannelHistory], key: str
+) -> Mapping[str, DeltaChannelHistory]:
+    """`histories` (of `get_delta_channel_history`), the writes of channel `key` cleaned as
+    `replayable` cleans pending writes, against the seed they replay onto: the cut window a
+    `DeltaChannel` snapshot holds (the same mapping when there is nothing to drop)."""
+    history = histories.get(key)
+    if history is None or not history["writes"]:
+        return histories
+    seed = history.get("seed")
+    window = seed.value if isinstance(seed, _DeltaSnapshot) else seed
+    if window is None:
+        window = []  # no seed: the channel replays from empty
+    if not isinstance(window, list):
+        return histories
+    writes = _cleaned(window, history["writes"], key)
+    if writes is None:
+        return histories
+    return {**histories, key: {**history, "writes": writes}}
+
+
+def _cleaned(
+    window: list[Any], writes: Sequence[PendingWrite], key: str
+) -> list[PendingWrite] | None:
+    """`writes` without the messages of channel `key` that would replay onto `window` as
+    removes of messages nothing holds or tool results of calls nothing holds; None when
+    there are none."""
+    written = [m for _, channel, v in writes if channel == key for m in _items(v)]
+    if not any(_is_remove(m) or _is_tool(m) for m in written):
+        return None
     held = [*window, *(m for m in written if not _is_remove(m))]
     present = {id_of(m) for m in held}
     calls = {call for m in held for call in tool_call_ids(m)}
@@ -57,15 +95,15 @@ def replayable(item: CheckpointTuple, key: str) -> CheckpointTuple:
         found = id_of(message)
         return _is_remove(message) and found not in present and found != _REMOVE_ALL
 
-    pending = []
+    cleaned: list[PendingWrite] = []
     changed = False
-    for task, channel, value in item.pending_writes:
+    for task, channel, value in writes:
         if channel == key:
-            cleaned = _without(value, gone)
-            changed = changed or cleaned is not value
-            value = cleaned
-        pending.append((task, channel, value))
-    return item._replace(pending_writes=pending) if changed else item
+            kept = _without(value, gone)
+            changed = changed or kept is not value
+            value = kept
+        cleaned.append((task, channel, value))
+    return cleaned if changed else None
 
 
 def _without(value: Any, drop: Any) -> Any:

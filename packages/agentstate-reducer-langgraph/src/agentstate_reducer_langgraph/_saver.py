@@ -31,7 +31,7 @@ from agentstate_reducer import (
 from ._delivery import DeliveryRunner
 from ._outbox import Delivery, DeliveryMode, DrainReport, Outbox, OutboxStats
 from ._redis import RedisSink
-from ._replay import replayable
+from ._replay import replayable, replayable_history
 
 __all__ = [
     "ReducingSaver",
@@ -71,29 +71,18 @@ def memory_namespace(reducer: Any, config: RunnableConfig | None) -> Any:
     return ("memories", str(thread_id)) if thread_id is not None else None
 
 
-def _refuse_delta_channel(
-    checkpoint: Checkpoint, metadata: CheckpointMetadata | None, messages_key: str
-) -> None:
-    value = checkpoint["channel_values"].get(messages_key)
-    counters = (metadata or {}).get("counters_since_delta_snapshot") or {}
-    if isinstance(value, _DeltaSnapshot) or messages_key in counters:
-        raise ValueError(
-            f"the {messages_key!r} channel is a DeltaChannel: its stored value is a snapshot "
-            "that later writes are replayed onto, so replacing it with a reduced list would "
-            "corrupt the thread. Declare it as Annotated[list, add_messages] to use "
-            "ReducingSaver, or store this graph with the inner saver directly."
-        )
-
-
 def _messages_to_cut(
     reducer: MessageReducer,
     checkpoint: Checkpoint,
     config: RunnableConfig | None,
     messages_key: str,
-    metadata: CheckpointMetadata | None,
 ) -> tuple[list[Any] | None, Any]:
-    _refuse_delta_channel(checkpoint, metadata, messages_key)
+    """The message list a put stores, and the namespace. A `DeltaChannel` stores one only
+    at its snapshots (a `_DeltaSnapshot`, which the cut keeps wrapped); between them its
+    checkpoints hold no value, the writes since the snapshot rebuild it on a read."""
     messages = checkpoint["channel_values"].get(messages_key)
+    if isinstance(messages, _DeltaSnapshot):
+        messages = messages.value
     return (messages if isinstance(messages, list) else None), memory_namespace(reducer, config)
 
 
@@ -136,7 +125,10 @@ def _with_messages(
 ) -> Checkpoint:
     if not result.pruned and len(result.surviving) == len(before):
         return checkpoint
-    return _holding(checkpoint, messages_key, result.surviving)
+    kept: Any = result.surviving
+    if isinstance(checkpoint["channel_values"][messages_key], _DeltaSnapshot):
+        kept = _DeltaSnapshot(kept)  # a snapshot still: the writes after it replay onto it
+    return _holding(checkpoint, messages_key, kept)
 
 
 def _holding(checkpoint: Checkpoint, messages_key: str, messages: list[Any]) -> Checkpoint:
@@ -201,7 +193,6 @@ def plan_reduction(
     checkpoint: Checkpoint,
     config: RunnableConfig | None,
     messages_key: str = "messages",
-    metadata: CheckpointMetadata | None = None,
 ) -> tuple[Checkpoint, ReducerResult | None, Any]:
     """Cuts the messages channel of `checkpoint` without delivering anything.
 
@@ -209,7 +200,7 @@ def plan_reduction(
         The checkpoint to store (a copy when the cut changed the list, else the same
         object), the cut (None when there was no message list), and the namespace.
     """
-    messages, namespace = _messages_to_cut(reducer, checkpoint, config, messages_key, metadata)
+    messages, namespace = _messages_to_cut(reducer, checkpoint, config, messages_key)
     if messages is None:
         return checkpoint, None, namespace
     result = reducer.plan(messages, None, namespace)
@@ -221,10 +212,9 @@ async def aplan_reduction(
     checkpoint: Checkpoint,
     config: RunnableConfig | None,
     messages_key: str = "messages",
-    metadata: CheckpointMetadata | None = None,
 ) -> tuple[Checkpoint, ReducerResult | None, Any]:
     """`plan_reduction`, awaiting a coroutine `summarize_fn`."""
-    messages, namespace = _messages_to_cut(reducer, checkpoint, config, messages_key, metadata)
+    messages, namespace = _messages_to_cut(reducer, checkpoint, config, messages_key)
     if messages is None:
         return checkpoint, None, namespace
     result = await reducer.aplan(messages, None, namespace)
@@ -407,7 +397,7 @@ class ReducingSaver(BaseCheckpointSaver[Any]):
             same = self._windows.same(config, checkpoint, self.messages_key)
             return self.inner.put(config, same, metadata, new_versions)
         reduced, result, namespace = plan_reduction(
-            self.reducer, checkpoint, config, self.messages_key, metadata
+            self.reducer, checkpoint, config, self.messages_key
         )
         self._windows.stored(config, reduced, checkpoint, self.messages_key)
         pruned = result.pruned if result is not None else []
@@ -436,7 +426,7 @@ class ReducingSaver(BaseCheckpointSaver[Any]):
             same = self._windows.same(config, checkpoint, self.messages_key)
             return await self.inner.aput(config, same, metadata, new_versions)
         reduced, result, namespace = await aplan_reduction(
-            self.reducer, checkpoint, config, self.messages_key, metadata
+            self.reducer, checkpoint, config, self.messages_key
         )
         self._windows.stored(config, reduced, checkpoint, self.messages_key)
         pruned = result.pruned if result is not None else []
@@ -615,6 +605,8 @@ def _check_outbox(outbox: Outbox, reducer: MessageReducer, reduces_itself: bool)
 
 
 def _delegate(name: str) -> Callable[..., Any]:
+    if name in ("get_delta_channel_history", "aget_delta_channel_history"):
+        return _history(name)
     if name.startswith("a"):
 
         async def forward_async(self: ReducingSaver, *args: Any, **kwargs: Any) -> Any:
@@ -628,6 +620,28 @@ def _delegate(name: str) -> Callable[..., Any]:
 
     forward.__name__ = name
     return forward
+
+
+def _history(name: str) -> Callable[..., Any]:
+    """The inner saver's `DeltaChannel` history, its messages writes cleaned against the
+    cut snapshot they replay onto (see `_replay`); with pass-through, as it came."""
+
+    def cleaned(self: ReducingSaver, histories: Any) -> Any:
+        return histories if self.passthrough else replayable_history(histories, self.messages_key)
+
+    if name.startswith("a"):
+
+        async def history_async(self: ReducingSaver, **kwargs: Any) -> Any:
+            return cleaned(self, await self.inner.aget_delta_channel_history(**kwargs))
+
+        history_async.__name__ = name
+        return history_async
+
+    def history(self: ReducingSaver, **kwargs: Any) -> Any:
+        return cleaned(self, self.inner.get_delta_channel_history(**kwargs))
+
+    history.__name__ = name
+    return history
 
 
 _CLASSES: dict[tuple[type, frozenset[str]], type] = {}
