@@ -557,3 +557,74 @@ def test_closing_waits_for_a_worker_that_replaced_one_ended_meanwhile(
         joined_again.set()
         for worker in workers:
             join(worker, 5)
+
+
+def test_flush_leaves_dropped_batches_to_the_reducers_next_delivery() -> None:
+    """`flush` waits for the batches the backlog took; a dropped one never reached it, and
+    waits in `reducer.pending` until the reducer's next delivery hands it over again."""
+    release = threading.Event()
+    hook = Recorder()
+
+    def slow(pruned: list[Any], namespace: Any) -> None:
+        release.wait(5)
+        hook(pruned, namespace)
+
+    with Background(slow, workers=1, max_pending=1, name="bg") as background:
+        reducer = reducer_with(background)
+        reducer.deliver([{"role": "human", "content": "a", "id": "a"}], "ns")
+        assert reducer.deliver([{"role": "human", "content": "b", "id": "b"}], "ns")["bg"].failed
+        release.set()
+        assert background.flush(5)
+        assert hook.ids == ["a"] and reducer.pending == 1
+        assert reducer.deliver([], "ns")["bg"].queued == ("b",)
+        assert background.flush(5)
+    assert hook.ids == ["a", "b"] and reducer.pending == 0
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_closing_a_background_from_its_own_hook_runs_what_is_queued(workers: int) -> None:
+    """A hook that closes its `Background` (a worker thread) failed: the close tried to join
+    that very thread ("cannot join current thread")."""
+    release, closed = threading.Event(), threading.Event()
+    hook = Recorder()
+
+    def close_then_remember(pruned: list[Any], namespace: Any) -> None:
+        if pruned[0]["id"] == "a":
+            release.wait(5)
+            try:
+                background.close()
+            finally:
+                closed.set()
+        hook(pruned, namespace)
+
+    with Background(close_then_remember, workers=workers, name="bg") as background:
+        reducer = reducer_with(background)
+        reducer.deliver([{"role": "human", "content": "a", "id": "a"}], "ns")
+        reducer.deliver([{"role": "human", "content": "b", "id": "b"}], "ns")
+        release.set()
+        assert closed.wait(5)
+    # Leaving the block waited for the batch queued behind the close.
+    assert sorted(hook.ids) == ["a", "b"]
+    assert background.failed == 0 and reducer.pending == 0
+    assert not any(thread.is_alive() for thread in background._threads)
+    assert reducer.deliver([{"role": "human", "content": "c", "id": "c"}], "ns")["bg"].failed
+
+
+async def test_closing_an_async_background_from_its_own_hook_does_not_wait_for_itself() -> None:
+    """`aclose` from the hook awaited the hook's own task, which never ended."""
+    hook = Recorder()
+
+    async def close_then_remember(pruned: list[Any], namespace: Any) -> None:
+        if pruned[0]["id"] == "a":
+            await background.aclose()
+        hook(pruned, namespace)
+
+    background = AsyncBackground(close_then_remember, workers=1, name="bg")
+    reducer = reducer_with(background)
+    await reducer.adeliver([{"role": "human", "content": "a", "id": "a"}], "ns")
+    await reducer.adeliver([{"role": "human", "content": "b", "id": "b"}], "ns")
+    await asyncio.wait_for(background.aclose(), 5)
+    assert hook.ids == ["a", "b"]
+    assert background.failed == 0 and reducer.pending == 0
+    report = await reducer.adeliver([{"role": "human", "content": "c", "id": "c"}], "ns")
+    assert report["bg"].failed == ("c",)

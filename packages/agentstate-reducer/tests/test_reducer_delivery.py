@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import subprocess
 import sys
@@ -144,6 +145,32 @@ def test_unhashable_namespaces_work() -> None:
     reducer.deliver(conversation(1, calls=0), ["memories", {"user": 1}])
     reducer.deliver(conversation(1, calls=0), ["memories", {"user": 1}])
     assert len(hook.calls) == 1
+
+
+def test_a_namespace_is_the_same_as_a_list_or_a_tuple() -> None:
+    """A namespace that made a JSON round trip (a tuple read back as a list) is the same
+    namespace: its messages were delivered a second time."""
+    hook = Recorder()
+    reducer = reducer_with(hook)
+    pruned = conversation(1, calls=0)
+    reducer.deliver(pruned, ("memories", ("user", 1)))
+    report = reducer.deliver(pruned, json.loads(json.dumps(("memories", ("user", 1)))))
+    assert report[hook_key(hook)].skipped == ("sys", "h0", "b0")
+    assert hook.ids == ["sys", "h0", "b0"]
+    ledger = InMemoryLedger()
+    ledger.mark("hook", ["a", "b"], ["m"])
+    assert ledger.seen("hook", ("a", "b"), ["m"]) == {"m"}
+
+
+def test_a_retry_kept_under_a_tuple_namespace_joins_the_same_namespace_as_a_list() -> None:
+    down = True
+    hook = Recorder(fail=lambda: down)
+    reducer = reducer_with(hook)
+    pruned = conversation(1, calls=0)
+    reducer.deliver(pruned, ("a", "b"))
+    down = False
+    reducer.deliver(pruned, ["a", "b"])
+    assert hook.ids == ["sys", "h0", "b0"] and reducer.pending == 0
 
 
 def test_messages_without_ids_are_delivered_once_by_derived_identity() -> None:

@@ -168,6 +168,11 @@ def test_the_langgraph_shim_re_exports_the_sibling(monkeypatch: pytest.MonkeyPat
         ({"on_prune": print}, r"got the single callable print; use on_prune=\[print\]"),
         ({"on_prune": [42]}, r"on_prune\[0\]=42 is not callable"),
         ({"token_counter": 3}, "token_counter=3 is not callable"),
+        (
+            {"token_counter": len},
+            r"token_counter=<built-in function len> has no effect without max_tokens; set "
+            "max_tokens too, or drop token_counter",
+        ),
         ({"namespace_key": ""}, "namespace_key='' must be a non-empty string"),
     ],
 )

@@ -63,3 +63,40 @@ def test_a_counter_returning_nonsense_is_reported() -> None:
     config = ReducerConfig(max_tokens=10, token_counter=lambda m: -1)
     with pytest.raises(ValueError, match=r"returned -1 for message 0; it must return an int >= 0"):
         MessageReducer(config=config).reduce([{"role": "human", "content": "x"}])
+
+
+def test_a_counter_that_raises_is_named_with_the_message_it_failed_on() -> None:
+    def count(message: Any) -> int:
+        if message["id"] == "h1":
+            raise KeyError("tokens")
+        return 1
+
+    config = ReducerConfig(max_tokens=10, token_counter=count)
+    messages = [{"role": "human", "content": "x", "id": i} for i in ("h0", "h1")]
+    with pytest.raises(
+        ValueError,
+        match=r"token_counter .*\.count raised KeyError\('tokens'\) on message 1 \(id 'h1'\)",
+    ) as raised:
+        MessageReducer(config=config).plan(messages)
+    assert isinstance(raised.value.__cause__, KeyError)
+
+
+def test_a_counter_that_raises_on_the_summary_block_is_named_too() -> None:
+    def count(message: Any) -> int:
+        if message["id"].startswith("summary-"):
+            raise KeyError("tokens")
+        return 1
+
+    config = ReducerConfig(
+        max_tokens=2,
+        token_counter=count,
+        summarize_fn=lambda pruned: "earlier",
+        inject_summary=True,
+        require_human_first=False,
+    )
+    messages = [{"role": "human", "content": str(i), "id": f"h{i}"} for i in range(4)]
+    with pytest.raises(
+        ValueError, match=r"count raised KeyError\('tokens'\) on message \d+ \(id 'summary-"
+    ) as raised:
+        MessageReducer(config=config).plan(messages)
+    assert isinstance(raised.value.__cause__, KeyError)

@@ -144,20 +144,31 @@ class Background:
         return False
 
     def flush(self, timeout: float | None = None) -> bool:
-        """Wait until every queued batch has settled; return False on timeout."""
+        """Wait until every queued batch has settled; return False on timeout.
+
+        A dropped batch (backlog full, or closed) was never queued, so `flush` does not wait
+        for it: a reducer keeps its messages in `reducer.pending`, and its next delivery
+        (`reducer.deliver([])`) hands them over again.
+        """
         with self._idle:
             return self._idle.wait_for(lambda: self._unsettled == 0, timeout)
 
     def close(self, wait: bool = True) -> None:
-        """Stop accepting batches; with `wait`, run those queued and join the workers."""
+        """Stop accepting batches; with `wait`, run those queued and join the workers.
+
+        Called from its own hook (a worker thread), it does not wait, since a worker cannot
+        join itself: the workers run what is queued once the hook returns, and a `close()`
+        from another thread (leaving a `with` block) waits for them.
+        """
         with self._lock:
-            if self._closed:
-                return
+            first = not self._closed
             self._closed = True
             threads = list(self._threads)
-        for _ in threads:
-            self._queue.put(None)
-        if not wait:
+            inside = threading.current_thread() in threads
+        if first:
+            for _ in threads:
+                self._queue.put(None)
+        if not wait or inside:
             return
         while threads:
             for thread in threads:
@@ -400,8 +411,15 @@ class AsyncBackground:
                 await asyncio.sleep(0)  # let batches handed over from other threads start
 
     async def aclose(self) -> None:
-        """Stop accepting batches and wait for those scheduled."""
+        """Stop accepting batches and wait for those scheduled.
+
+        Awaited from its own hook, it does not wait: the hook's task would wait for itself
+        (and, holding a slot, for the batches behind it) for ever. Those batches still run,
+        and an `aclose()` from elsewhere waits for them.
+        """
         self._closed = True
+        if asyncio.current_task() in self._tasks:
+            return
         await self.aflush()
 
     async def __aenter__(self) -> AsyncBackground:

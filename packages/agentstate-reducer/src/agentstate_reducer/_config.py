@@ -56,7 +56,7 @@ class ReducerConfig:
         max_tokens: Cut when the list has more tokens than this; None selects count mode.
         target_tokens: Most tokens a cut keeps; None means `max_tokens`.
         token_counter: `(message) -> int`; None uses tiktoken when available offline, else
-            a heuristic (see `resolve_token_counter`).
+            a heuristic (see `resolve_token_counter`). Needs `max_tokens`.
         preserve_first: Keep index 0 when it is a system or human message.
         cascade_tool_messages: Deprecated and ignored: tool results always leave with the
             AI message that called them, because providers reject orphans.
@@ -124,6 +124,11 @@ class ReducerConfig:
             value = getattr(self, name)
             if value is not None and not callable(value):
                 raise ValueError(f"ReducerConfig.{name}={value!r} is not callable; pass a function")
+        if self.token_counter is not None and self.max_tokens is None:
+            raise ValueError(
+                f"ReducerConfig.token_counter={self.token_counter!r} has no effect without "
+                "max_tokens; set max_tokens too, or drop token_counter"
+            )
         if not isinstance(self.namespace_key, str) or not self.namespace_key:
             raise ValueError(
                 f"ReducerConfig.namespace_key={self.namespace_key!r} must be a non-empty string; "

@@ -7,7 +7,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ._config import ReducerConfig, TokenCounter
-from ._messages import AI, HUMAN, SYSTEM, TOOL, role_of, tool_call_id_of, tool_call_ids
+from ._delivery import hook_key
+from ._messages import AI, HUMAN, SYSTEM, TOOL, id_of, role_of, tool_call_id_of, tool_call_ids
 
 _CANNOT_OPEN = frozenset({AI, TOOL, "function"})
 
@@ -63,7 +64,7 @@ def plan_cut(
     tokens: list[int] | None = None
     if config.max_tokens is not None:
         assert count_tokens is not None
-        tokens = [_count(count_tokens, m, i) for i, m in enumerate(messages)]
+        tokens = [checked_count(count_tokens, m, i) for i, m in enumerate(messages)]
         if sum(tokens) <= config.max_tokens:
             return None
     elif config.max_messages is None or n <= config.max_messages:
@@ -113,13 +114,27 @@ def plan_cut(
     return Cut(preserved=preserved, start=start, orphans=orphans)
 
 
-def _count(count_tokens: TokenCounter, message: Any, index: int) -> int:
-    value = count_tokens(message)
+def checked_count(count_tokens: TokenCounter, message: Any, index: int) -> int:
+    """`count_tokens(message)`; an error names the counter and message `index`, and chains
+    what the counter raised."""
+    try:
+        value = count_tokens(message)
+    except Exception as exc:
+        raise ValueError(
+            f"token_counter {hook_key(count_tokens)} raised {exc!r} on {_label(message, index)}; "
+            "it must return an int >= 0 for every message"
+        ) from exc
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise ValueError(
-            f"token_counter returned {value!r} for message {index}; it must return an int >= 0"
+            f"token_counter {hook_key(count_tokens)} returned {value!r} for "
+            f"{_label(message, index)}; it must return an int >= 0"
         )
     return value
+
+
+def _label(message: Any, index: int) -> str:
+    message_id = id_of(message)
+    return f"message {index}" if message_id is None else f"message {index} (id {message_id!r})"
 
 
 def _clean_boundaries(n: int, preserved: int, parent: dict[int, int]) -> list[int]:

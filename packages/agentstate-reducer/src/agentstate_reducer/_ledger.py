@@ -16,6 +16,10 @@ class DeliveryLedger(Protocol):
     A reducer calls `seen` before a hook runs and `mark` only after it returned. A durable
     implementation (a database table keyed by hook, namespace and id) makes delivery
     exactly-once across restarts. Methods may be called from worker threads.
+
+    `namespace` is passed as the caller gave it; a list and a tuple of the same items are
+    the same namespace (`InMemoryLedger` keys them alike), so a durable ledger should
+    store them alike too.
     """
 
     def seen(self, hook_key: str, namespace: Any, message_ids: Sequence[str]) -> set[str]:
@@ -46,13 +50,24 @@ class AsyncDeliveryLedger(Protocol):
 
 
 def namespace_key(namespace: Any) -> Hashable:
-    """Return a hashable stand-in for `namespace` (lists and dicts are not hashable)."""
+    """Return a hashable stand-in for `namespace` (lists and dicts are not hashable).
+
+    Lists count as tuples, at any depth: a namespace that made a JSON round trip (a tuple
+    read back as a list) is the same namespace, so its messages are not delivered again.
+    """
+    namespace = _tupled(namespace)
     try:
         hash(namespace)
     except TypeError:
         return ("json", json.dumps(namespace, sort_keys=True, default=str))
     key: Hashable = namespace
     return key
+
+
+def _tupled(value: Any) -> Any:
+    if isinstance(value, (list, tuple)):
+        return tuple(_tupled(item) for item in value)
+    return value
 
 
 class InMemoryLedger:

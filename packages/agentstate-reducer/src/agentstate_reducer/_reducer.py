@@ -12,7 +12,7 @@ from typing import Any
 
 from ._background import AsyncBackground, Background, BatchDropped
 from ._config import ReducerConfig, ReducerResult
-from ._cut import Cut, plan_cut
+from ._cut import Cut, checked_count, plan_cut
 from ._delivery import Dispatcher, Job, ReportBuilder, hook_keys
 from ._ledger import AsyncDeliveryLedger, DeliveryLedger, InMemoryLedger
 from ._merge import merge_messages
@@ -349,7 +349,7 @@ class MessageReducer:
         c = self.config
         if c.max_tokens is not None:
             count = resolve_token_counter(c.token_counter)
-            size = sum(count(m) for m in window)
+            size = sum(checked_count(count, m, i) for i, m in enumerate(window))
             if size <= c.max_tokens:
                 return True
             logger.info(
