@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import sqlite3
 import uuid
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 import redis
+from langgraph.checkpoint.base import BaseCheckpointSaver
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.checkpoint.sqlite import SqliteSaver
 from redis.cluster import RedisCluster
 
 from agentstate_testkit import ServerPool
@@ -40,3 +44,36 @@ def client(server_url: str) -> Iterator[redis.Redis]:
     c = redis.Redis.from_url(server_url, protocol=2)
     yield c
     c.close()
+
+
+@pytest.fixture(params=["memory", "sqlite", "plainredis"])
+def inner(request: pytest.FixtureRequest) -> Iterator[BaseCheckpointSaver[Any]]:
+    """An inner saver of each storage style: per channel version in process, whole
+    checkpoints in SQLite, and per channel version on a real Redis (thread ``t``)."""
+    if request.param == "memory":
+        yield InMemorySaver()
+    elif request.param == "sqlite":
+        with sqlite3.connect(":memory:", check_same_thread=False) as conn:
+            yield SqliteSaver(conn)
+    else:  # where the workspace has it (not a dependency of this package)
+        plainredis = pytest.importorskip("langgraph_checkpoint_plainredis")
+        url = request.getfixturevalue("server_url")
+        with plainredis.RedisSaver(url, prefix=f"in:{uuid.uuid4().hex[:12]}") as saver:
+            yield saver
+            saver.delete_thread("t")
+
+
+class CountingHook:
+    """An on_prune hook counting each message id it was handed."""
+
+    def __init__(self) -> None:
+        self.seen: dict[str, int] = {}
+
+    def __call__(self, pruned: list[Any], namespace: Any) -> None:
+        for message in pruned:
+            self.seen[message.id] = self.seen.get(message.id, 0) + 1
+
+
+@pytest.fixture
+def hook() -> CountingHook:
+    return CountingHook()
