@@ -628,3 +628,35 @@ async def test_closing_an_async_background_from_its_own_hook_does_not_wait_for_i
     assert background.failed == 0 and reducer.pending == 0
     report = await reducer.adeliver([{"role": "human", "content": "c", "id": "c"}], "ns")
     assert report["bg"].failed == ("c",)
+
+
+def test_flushing_a_background_from_its_own_hook_is_refused_not_a_hang() -> None:
+    """`flush()` in the hook waited for the hook's own batch: for ever without a timeout."""
+    raised: list[BaseException] = []
+
+    def flush_inside(pruned: list[Any], namespace: Any) -> None:
+        try:
+            background.flush()
+        except RuntimeError as error:
+            raised.append(error)
+
+    with Background(flush_inside, name="bg") as background:
+        reducer_with(background).deliver([{"role": "human", "content": "a", "id": "a"}], "ns")
+        assert background.flush(5)
+    assert len(raised) == 1 and "its own on_prune hook" in str(raised[0])
+    assert background.failed == 0
+
+
+async def test_flushing_an_async_background_from_its_own_hook_is_refused_not_a_hang() -> None:
+    raised: list[BaseException] = []
+
+    async def flush_inside(pruned: list[Any], namespace: Any) -> None:
+        try:
+            await background.aflush()
+        except RuntimeError as error:
+            raised.append(error)
+
+    background = AsyncBackground(flush_inside, name="bg")
+    await reducer_with(background).adeliver([{"role": "human", "content": "a", "id": "a"}], "ns")
+    await asyncio.wait_for(background.aclose(), 5)
+    assert len(raised) == 1 and "its own on_prune hook" in str(raised[0])

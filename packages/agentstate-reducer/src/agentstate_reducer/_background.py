@@ -148,8 +148,17 @@ class Background:
 
         A dropped batch (backlog full, or closed) was never queued, so `flush` does not wait
         for it: a reducer keeps its messages in `reducer.pending`, and its next delivery
-        (`reducer.deliver([])`) hands them over again.
+        (`reducer.deliver([])`) hands them over again. Called from its own hook it raises
+        `RuntimeError`: the hook's batch settles only once the hook returns.
         """
+        with self._lock:
+            inside = threading.current_thread() in self._threads
+        if inside:
+            raise RuntimeError(
+                f"{self!r}.flush() was called from its own on_prune hook, whose batch settles "
+                "only when the hook returns, so it would wait for itself; flush from outside "
+                "the hook (close() from inside it does not wait)"
+            )
         with self._idle:
             return self._idle.wait_for(lambda: self._unsettled == 0, timeout)
 
@@ -398,8 +407,15 @@ class AsyncBackground:
         """Wait until every scheduled batch has settled.
 
         Cancelling it cancels only the wait, never the batches. Batches whose event loop
-        closed before they settled settle as cancelled.
+        closed before they settled settle as cancelled. Awaited from its own hook it raises
+        `RuntimeError`: the hook's batch settles only once the hook returns.
         """
+        if asyncio.current_task() in self._tasks:
+            raise RuntimeError(
+                f"{self!r}.aflush() was awaited in its own on_prune hook, whose batch settles "
+                "only when the hook returns, so it would wait for itself; flush from outside "
+                "the hook (aclose() from inside it does not wait)"
+            )
         while self._reap() > 0 or self._tasks:
             # A task whose loop closed never ends; `_reap` settled its batch.
             self._tasks.difference_update(
