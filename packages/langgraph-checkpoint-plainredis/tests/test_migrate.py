@@ -22,6 +22,7 @@ from langgraph_checkpoint_plainredis import (
     migrate_v010,
 )
 from langgraph_checkpoint_plainredis._cli import main
+from langgraph_checkpoint_plainredis._keys import LegacyKeys
 
 # 0.1.0 could write to a cluster but not read back from one: its data is standalone.
 pytestmark = pytest.mark.standalone
@@ -890,13 +891,13 @@ def documented_migrate_rules(prefix: str) -> list[str]:
     text = ACCESS.read_text()
     (line,) = re.findall(r"^ACL SETUSER \S+ (.+)$", text, re.MULTILINE)
     note = text[text.index("- **`plainredis migrate`**") :].split("\n- ", 1)[0]
-    (extra,) = re.findall(r"plus `(\+[^`]+)`", note)
+    (extra,) = re.findall(r"plus `(\+[^`]+)`", note.replace("\n  ", " "))
     rules = [f"~{prefix}:*" if r == "~lg:*" else ">pw" if r.startswith(">") else r
              for r in line.split()]  # fmt: skip
     return ["resetkeys", *rules, *extra.split()]
 
 
-@pytest.mark.parametrize("refused", ["rename", "exec", None])
+@pytest.mark.parametrize("refused", ["rename", "exec", "scan", None])
 def test_migrate_as_a_user_without_what_it_needs_names_the_access_note(
     client: redis.Redis,
     redis_url: str,
@@ -919,10 +920,16 @@ def test_migrate_as_a_user_without_what_it_needs_names_the_access_note(
     try:
         url = redis_url.replace("redis://", f"redis://{user}:pw@", 1)
         before = everything(client, prefix)
-        code, err = cli(capsys, "migrate", "--url", url, "--prefix", prefix)
-        if refused is None:
+        code = main(["migrate", "--url", url, "--prefix", prefix])
+        out, err = capsys.readouterr()
+        if refused in (None, "scan"):
             assert (code, err) == (0, "")
             check_lg_threads(redis_url, prefix)
+            # without SCAN the keys 0.1.0 let outlive their checkpoint are left, and a rerun
+            # (which the record of the run calls for) looks for them
+            left = "may not SCAN" in out
+            assert left == (refused == "scan")
+            assert client.exists(LegacyKeys(prefix).parked_into) == left
             return
         assert code == 1 and err.count("\n") == 1, err
         assert "plainredis migrate needs" in err and "RENAME, MULTI and EXEC" in err
@@ -930,3 +937,150 @@ def test_migrate_as_a_user_without_what_it_needs_names_the_access_note(
         assert everything(client, prefix) == before
     finally:
         client.execute_command("ACL", "DELUSER", user)
+
+
+# -- 0.1.0 keys that outlived their checkpoint, and registry entries of braced threads -----
+
+
+def expire_010(client: redis.Redis, prefix: str, thread_id: str, ns: str, ids: list[str]) -> None:
+    """What 0.1.0's TTL per key did: the checkpoints `ids` of a timeline expired (its writes
+    and values outlived them); with no `ids`, the timeline itself and every checkpoint of it."""
+    for cid in ids or [_s(c) for c in client.zrange(f"{prefix}:idx:{thread_id}:{ns}", 0, -1)]:
+        assert client.delete(f"{prefix}:cp:{thread_id}:{ns}:{cid}") == 1
+    if not ids:
+        assert client.delete(f"{prefix}:idx:{thread_id}:{ns}") == 1
+
+
+def check_expired(saver: RedisSaver, expected: dict[str, Any], gone: list[str]) -> None:
+    """A timeline reads as 0.1.0 read it, without the checkpoints `gone`."""
+    conf = {"thread_id": expected["thread_id"], "checkpoint_ns": expected["checkpoint_ns"]}
+    listed = {t.checkpoint["id"]: t for t in saver.list({"configurable": conf})}
+    assert list(listed) == [c for c in expected["checkpoint_ids"] if c not in gone]
+    for want in expected["checkpoints"]:
+        if want["checkpoint_id"] not in gone:
+            got = listed[want["checkpoint_id"]]
+            assert contents(got.checkpoint["channel_values"]) == want["messages"]
+            assert [[w[0], w[1]] for w in got.pending_writes] == want["pending_writes"]
+
+
+@pytest.mark.parametrize("where", ["in-place", "to-prefix", "braced"])
+def test_010_keys_that_outlived_their_checkpoint_are_deleted(
+    client: redis.Redis,
+    redis_url: str,
+    prefix: str,
+    capsys: pytest.CaptureFixture[str],
+    where: str,
+) -> None:
+    """0.1.0 set a TTL per key: the writes and values of a checkpoint (or of a whole
+    timeline) that expired outlived it, and the migration, which reached 0.1.0 keys only
+    through the checkpoints its timelines list, left them under the prefix for good, where
+    `plainredis stats --scan` counts them as orphans. They are deleted once every timeline
+    is migrated; the live checkpoints read back whole, a key of another program stays, and
+    a rerun changes nothing."""
+    from langgraph_checkpoint_plainredis._inspect import Inspector
+
+    braced = where == "braced"
+    threads = ("{a}", "a") if braced else ("t-fork", "user-42:session-7")
+    expected = [
+        t
+        for thread, source in zip(threads, (SOURCES[0], SOURCES[2]), strict=True)
+        for t in restore_thread(client, prefix, thread, source)["threads"]
+    ]
+    fork = expected[0]
+    gone = fork["checkpoint_ids"][-2:]  # its oldest: the newest outlives them, as under a TTL
+    outlived = [f"{prefix}:wr:{fork['thread_id']}::{cid}" for cid in gone]
+    assert any(client.exists(key) for key in outlived)
+    expire_010(client, prefix, fork["thread_id"], "", gone)
+    whole = next(t for t in expected if t["checkpoint_ns"])  # a subgraph's timeline
+    if not braced:
+        expire_010(client, prefix, whole["thread_id"], whole["checkpoint_ns"], [])
+    foreign = f"{prefix}:blob:someone-else"
+    client.set(foreign, "not 0.1.0's")
+    target = f"{prefix}-new" if where == "to-prefix" else prefix
+    argv = ["migrate", "--url", redis_url, "--prefix", prefix, "--to-prefix", target]
+    assert cli(capsys, *argv) == (0, "")
+
+    with RedisSaver(redis_url, prefix=target) as saver:
+        for thread in expected:
+            if thread is fork:
+                check_expired(saver, thread, gone)
+            elif thread is whole and not braced:
+                check_expired(saver, thread, thread["checkpoint_ids"])
+            else:
+                check_against_010_reading(saver, thread)
+    with Inspector.connect(redis_url, target) as inspector:
+        orphans = [key for key, _ in inspector.usage(scan=True).orphans]
+    assert orphans == ([] if where == "to-prefix" else [foreign])
+    left = [_s(k) for k in client.scan_iter(match=f"{prefix}:*") if b":{" not in k]
+    kept = [foreign] if where == "to-prefix" else [foreign, f"{prefix}:threads"]
+    assert sorted(k for k in left if ":run:" not in k) == sorted(kept)
+    keys = everything(client, prefix), everything(client, target)
+    assert cli(capsys, *argv) == (0, "")
+    assert (everything(client, prefix), everything(client, target)) == keys
+
+
+@pytest.mark.parametrize("then", ["repaired", "dropped"])
+@pytest.mark.parametrize("value", ["not json", '{"thread": "a", "ns": ""}'])
+def test_a_corrupt_010_registry_entry_of_a_braced_thread_stops_the_migration(
+    client: redis.Redis,
+    redis_url: str,
+    prefix: str,
+    capsys: pytest.CaptureFixture[str],
+    value: str,
+    then: str,
+) -> None:
+    """An unreadable entry for the timeline 'lg:idx:{a}:' was skipped (listed, exit 1) and
+    one naming another timeline was taken for that one's, silently: either way '{a}''s 0.1.0
+    keys stayed where the migration of thread 'a' writes, mixing the two. It stops the run
+    before anything is written, naming the registry, the entry and the fix; once the entry
+    is repaired, or the timeline dropped, the rerun migrates the rest whole."""
+    from langgraph_checkpoint_plainredis._inspect import Inspector
+
+    braced = restore_thread(client, prefix, "{a}", SOURCES[0])["threads"]
+    plain = restore_thread(client, prefix, "a", SOURCES[1])["threads"]
+    registry, field = f"{prefix}:threads", f"{prefix}:idx:{{a}}:"
+    good = client.hget(registry, field)
+    client.hset(registry, field, value)
+    before = everything(client, prefix)
+    code, err = cli(capsys, "migrate", "--url", redis_url, "--prefix", prefix)
+    assert code == 1 and err.count("\n") == 1, err
+    assert repr(registry) in err and repr(field) in err and "thread 'a'" in err, err
+    assert "HDEL" in err and "nothing was changed" in err
+    assert everything(client, prefix) == before
+    with pytest.raises(PlainRedisError, match=re.escape(repr(field))):
+        migrate_v010(client, prefix)
+    assert everything(client, prefix) == before
+
+    if then == "repaired":
+        client.hset(registry, field, good)  # type: ignore[arg-type]
+    else:
+        client.hdel(registry, field)
+        client.delete(field)
+    assert cli(capsys, "migrate", "--url", redis_url, "--prefix", prefix) == (0, "")
+    with RedisSaver(redis_url, prefix=prefix) as saver:
+        for thread in plain + (braced if then == "repaired" else []):
+            check_against_010_reading(saver, thread)
+        listed = {t.config["configurable"]["thread_id"] for t in saver.list(None)}
+    assert listed == ({"a", "{a}"} if then == "repaired" else {"a"})
+    with Inspector.connect(redis_url, prefix) as inspector:
+        assert inspector.usage(scan=True).orphans == []
+
+
+def test_a_010_registry_entry_naming_another_timeline_is_skipped_and_named(
+    client: redis.Redis, redis_url: str, prefix: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An entry whose value names another timeline than its own (its field) was migrated
+    from the key its field names, which was then deleted, whatever it was; it is skipped and
+    listed as an unreadable entry is."""
+    expected = restore_thread(client, prefix, "t", SOURCES[0])["threads"]
+    field = f"{prefix}:idx:lost:"
+    client.zadd(field, {"not a checkpoint of 't'": 0})
+    client.hset(f"{prefix}:threads", field, json.dumps({"thread": "t", "ns": ""}))
+    code, err = cli(capsys, "migrate", "--url", redis_url, "--prefix", prefix)
+    assert code == 1 and repr(field) in err and "HDEL" in err, err
+    assert client.zrange(field, 0, -1) == [b"not a checkpoint of 't'"]
+    client.hdel(f"{prefix}:v010:threads", field)
+    assert cli(capsys, "migrate", "--url", redis_url, "--prefix", prefix) == (0, "")
+    with RedisSaver(redis_url, prefix=prefix) as saver:
+        for thread in expected:
+            check_against_010_reading(saver, thread)

@@ -19,7 +19,13 @@ strand the parked threads) is refused naming the target, and one from another so
 0.1.0's keys of a thread id ``{a}`` are the current layout's keys of thread ``a``
 (`LegacyKeys.shadowed_thread`). Threads are migrated longest id first, so such a thread
 is migrated, and its old keys deleted, before the shorter thread whose keys they are is
-written; `keep_old` is refused when any would stay behind as another thread's keys.
+written; `keep_old` is refused when any would stay behind as another thread's keys, and a
+registry entry of such a thread that cannot be read is an error, not skipped
+(`_refuse_skipping`).
+
+0.1.0 set a TTL per key, so the writes and values of a checkpoint (or of a whole timeline)
+could outlive it, where no timeline reaches them. Once every timeline is migrated, `_sweep`
+finds those by SCAN and deletes the ones that hold 0.1.0 values.
 """
 
 from __future__ import annotations
@@ -302,30 +308,60 @@ def parked_source(client: Any, target: str) -> str | None:
     return None
 
 
+def _refuse_skipping(field: str, value: Any, registry: str, legacy: LegacyKeys) -> None:
+    """Raises `CorruptDataError` naming `registry` and its entry `field` (unreadable, or
+    naming another timeline) when the entry cannot be skipped: the timeline `field` of a
+    thread id such as ``{a}`` is thread ``a``'s in the current layout
+    (`LegacyKeys.shadowed_thread`), which the migration of ``a`` would write into."""
+    head = SEP.join((legacy.prefix, "idx", ""))
+    shadowed = LegacyKeys.shadowed_thread(field[len(head) :]) if field.startswith(head) else None
+    if shadowed is None:
+        return
+    raise CorruptDataError(
+        registry,
+        f"its field {field!r} holds {_shown(_b(value).decode(errors='replace'))}, not 0.1.0's "
+        '{"thread": ..., "ns": ...} naming the thread and namespace of that timeline; skipped, '
+        f"it would stay behind as keys of thread {shadowed!r} in the current layout, which the "
+        f"migration of {shadowed!r} writes into",
+        f"Restore the field from a backup, or drop that timeline: HDEL the field and DEL the "
+        f"key {field!r} (its checkpoints are lost; the run deletes its other 0.1.0 keys). "
+        "Then run the migration again; nothing was changed.",
+    )
+
+
 def _entries(
-    raw: dict[Any, Any], legacy: LegacyKeys, stash: str, target: str, report: MigrationReport
+    raw: dict[Any, Any],
+    registry: str,
+    legacy: LegacyKeys,
+    stash: str,
+    target: str,
+    report: MigrationReport,
 ) -> list[_Entry]:
-    """The parked registry's entries in the order they are migrated; unreadable ones go to
-    `report.skipped`. An entry another 0.1.0 prefix parked here is an error naming it."""
+    """The entries of the registry hash `registry` (`raw`) in the order they are migrated;
+    unreadable ones, and ones naming another timeline than their own, go to
+    `report.skipped`, unless skipping one would mix it with another thread
+    (`_refuse_skipping`). An entry another 0.1.0 prefix parked here is an error naming it."""
     entries: list[_Entry] = []
     for idx_key, value in raw.items():
-        where = _where(value)
-        if where is None:
-            report.skipped.append(_b(idx_key).decode(errors="replace"))
-            continue
-        thread_id, ns = where
         key = _b(idx_key).decode(errors="replace")
-        other = _source(key, thread_id, ns)
-        if key != legacy.idx(thread_id, ns) and other is not None:
-            raise PlainRedisError(
-                f"the 0.1.0 registry entry {key!r} is of prefix {other!r}, not "
-                f"{legacy.prefix!r}: a migration from {other!r} into {target!r} has not "
-                f"finished (it parked that registry at {stash!r}). Run that one again "
-                f"(`plainredis migrate --prefix {shlex.quote(other)} --to-prefix "
-                f"{shlex.quote(target)}`, or migrate_v010(client, prefix={other!r}, "
-                f"to_prefix={target!r})); nothing was changed."
-            )
-        entries.append(_Entry(_b(idx_key), thread_id, ns))
+        where = _where(value)
+        if where is not None and key != legacy.idx(*where):
+            other = _source(key, *where)
+            if other is not None:
+                raise PlainRedisError(
+                    f"the 0.1.0 registry entry {key!r} is of prefix {other!r}, not "
+                    f"{legacy.prefix!r}: a migration from {other!r} into {target!r} has not "
+                    f"finished (it parked that registry at {stash!r}). Run that one again "
+                    f"(`plainredis migrate --prefix {shlex.quote(other)} --to-prefix "
+                    f"{shlex.quote(target)}`, or migrate_v010(client, prefix={other!r}, "
+                    f"to_prefix={target!r})); nothing was changed."
+                )
+            where = None  # its timeline is `key`, whose thread and namespace it does not name
+        if where is None:
+            _refuse_skipping(key, value, registry, legacy)
+            report.skipped.append(key)
+            continue
+        entries.append(_Entry(_b(idx_key), *where))
     # A 0.1.0 thread whose old keys are keys of another thread goes before that thread
     # (`LegacyKeys.shadowed_thread`: it is shorter), so no write lands on a 0.1.0 key that is
     # still to be read and no delete on a migrated key. The sort is stable.
@@ -400,7 +436,9 @@ def migrate_v010(
         progress: Called with a line of text per migrated (thread, namespace).
 
     Returns:
-        Counts of what was migrated.
+        Counts of what was migrated. `old_keys_deleted` includes the 0.1.0 keys of
+        checkpoints 0.1.0 let expire (found by SCAN once every thread is migrated; a user
+        that may not SCAN leaves them, and a rerun by one that may deletes them).
 
     Raises:
         ValueError: A prefix 0.1.0 never wrote under, a target the savers refuse, or two
@@ -445,7 +483,9 @@ def _migrate(
         client.hgetall(legacy.registry) if client.type(legacy.registry) == b"hash" else None
     )
     # Every check reads what is waiting, before anything is written.
-    waiting = _entries({**parked, **(registry or {})}, legacy, stash, target, MigrationReport())
+    waiting = _entries(registry or {}, legacy.registry, legacy, stash, target, MigrationReport())
+    unparked = {k: v for k, v in parked.items() if k not in (registry or {})}
+    waiting += _entries(unparked, stash, legacy, stash, target, MigrationReport())
     if keep_old and target == prefix:
         _refuse_keeping_shadows(waiting, legacy)
     if registry is not None or parked:
@@ -461,7 +501,7 @@ def _migrate(
             pipe.execute()
     report = MigrationReport()
     raw = _read(client, stash, "hash", partial(client.hgetall, stash))
-    entries = _entries(raw, legacy, stash, target, report)
+    entries = _entries(raw, stash, legacy, stash, target, report)
     saver = RedisSaver(client=client, prefix=target, ttl=ttl, serde=serde)
     saver._migrating = True  # it writes while 0.1.0's registry is parked: see _ready_plan
     for entry in entries:
@@ -474,9 +514,95 @@ def _migrate(
         client.hdel(stash, entry.idx_key)
         report.threads += 1
     if not report.skipped:
+        swept: int | None = 0
+        if not keep_old and client.exists(legacy.parked_into):  # once a run, reruns too
+            try:
+                swept = _sweep(client, legacy)
+            except redis.exceptions.NoPermissionError as exc:
+                swept = None
+                if progress:
+                    progress(
+                        f"0.1.0 keys of checkpoints 0.1.0 let expire were not looked for: the "
+                        f"Redis user may not SCAN ({exc}). Run the migration again as a user "
+                        "that may (+scan) to delete them."
+                    )
+            report.old_keys_deleted += swept or 0
+            if progress and swept:
+                progress(f"deleted {swept} 0.1.0 keys of checkpoints 0.1.0 let expire")
         report.old_keys_deleted += client.delete(stash, legacy.seq) if not keep_old else 0
-        client.delete(legacy.parked_into)  # done: a run into any prefix finds nothing
+        if swept is not None:  # kept, a rerun looks for them again
+            client.delete(legacy.parked_into)  # done: a run into any prefix finds nothing
     return report
+
+
+_SWEPT = {"cp": b"string", "blob": b"string", "wr": b"hash"}  # 0.1.0's kinds of value key
+_V010_VALUE = b'{"t": '  # how every 0.1.0 value starts: json.dumps({"t": type, "d": base64})
+_SWEEP_PAGE = 500
+_REGISTRY_END = SEP.join(("", "threads")).encode()  # 0.1.0's registry, parked or not
+
+
+def _glob(text: str) -> str:
+    """A SCAN pattern matching `text` alone: its glob characters escaped."""
+    return re.sub(r"([*?\[\]\\])", r"\\\1", text)
+
+
+def _sweep(client: redis.Redis, legacy: LegacyKeys) -> int:
+    """Deletes the 0.1.0 checkpoints, values and writes under `legacy.prefix` that no
+    timeline listed (0.1.0 set a TTL per key: a checkpoint, or a whole timeline, could expire
+    before its writes and values); returns how many. Run once every timeline of the registry
+    is migrated, so each such key is one no live checkpoint reads; a key is deleted only
+    when it holds 0.1.0's JSON (the current layout's values never start with ``{``), so
+    migrated keys and another program's stay. 0.1.0 keys cannot be parsed: they are found by
+    SCAN, and a 0.1.0 registry among them (another 0.1.0 keyspace nested under
+    ``{prefix}:cp``, say, whose keys they could be) is an error naming it."""
+    doomed: list[bytes] = []
+    for kind, kept in _SWEPT.items():
+        found = client.scan_iter(match=_glob(SEP.join((legacy.prefix, kind, ""))) + "*", count=1000)
+        page: list[bytes] = []
+        for key in found:
+            page.append(key)
+            if len(page) == _SWEEP_PAGE:
+                doomed += _v010_values(client, page, kept)
+                page = []
+        doomed += _v010_values(client, page, kept)
+    for start in range(0, len(doomed), _SWEEP_PAGE):
+        client.delete(*doomed[start : start + _SWEEP_PAGE])
+    return len(doomed)
+
+
+def _v010_values(client: redis.Redis, keys: list[bytes], kept: bytes) -> list[bytes]:
+    """The keys among `keys` that hold a 0.1.0 value of Redis type `kept`; a 0.1.0 registry
+    among them is a `PlainRedisError` naming it (its keyspace is to be migrated first)."""
+    if not keys:
+        return []
+    with client.pipeline(transaction=False) as pipe:
+        for key in keys:
+            pipe.type(key)
+        found = pipe.execute()
+    for key, kind in zip(keys, found, strict=True):
+        if kind == b"hash" and key.endswith(_REGISTRY_END):
+            raise PlainRedisError(
+                f"{key.decode(errors='replace')!r} is a 0.1.0 registry: another 0.1.0 keyspace "
+                "is nested under this prefix, and its keys could be among the 0.1.0 keys no "
+                "checkpoint reads, which this run deletes last. None was deleted: migrate that "
+                "keyspace first (its --prefix is the key without ':threads'), then run this "
+                "migration again; every thread here is migrated already."
+            )
+    typed = [key for key, kind in zip(keys, found, strict=True) if kind == kept]
+    with client.pipeline(transaction=False) as pipe:
+        for key in typed:
+            if kept == b"string":
+                pipe.getrange(key, 0, len(_V010_VALUE) - 1)
+            else:
+                pipe.hgetall(key)
+        values = pipe.execute()
+    return [key for key, value in zip(typed, values, strict=True) if _holds_v010(value)]
+
+
+def _holds_v010(value: Any) -> bool:
+    """Whether the first bytes of a string, or every value of a hash, are 0.1.0's."""
+    values = list(value.values()) if isinstance(value, dict) else [value]
+    return bool(values) and all(_b(v).startswith(_V010_VALUE) for v in values)
 
 
 def _migrate_timeline(
