@@ -14,15 +14,21 @@ from typing import Annotated, Any, TypedDict
 
 import pytest
 from langchain_core.messages import AIMessage, HumanMessage, RemoveMessage
-from langgraph.channels.delta import DeltaChannel
 from langgraph.checkpoint.base import BaseCheckpointSaver, empty_checkpoint
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.serde.types import _DeltaSnapshot
 from langgraph.graph import END, START, StateGraph
-from langgraph.graph.message import _messages_delta_reducer, add_messages
+from langgraph.graph import message as graph_message
+from langgraph.graph.message import add_messages
 
 from agentstate_reducer import MessageReducer, ReducerConfig
 from agentstate_reducer_langgraph import ReducingSaver
+
+# A langgraph before DeltaChannel (the lowest-dependency run) has nothing to test here.
+DeltaChannel = pytest.importorskip("langgraph.channels.delta").DeltaChannel
+if not hasattr(graph_message, "_messages_delta_reducer"):
+    pytest.skip("this langgraph has no _messages_delta_reducer", allow_module_level=True)
+_messages_delta_reducer = graph_message._messages_delta_reducer
 
 WINDOW, KEEP = 6, 4
 

@@ -22,10 +22,13 @@ rebuilds it on a read from the newest snapshot and the writes made since
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from langgraph.checkpoint.base import CheckpointTuple, DeltaChannelHistory, PendingWrite
+from langgraph.checkpoint.base import CheckpointTuple, PendingWrite
 from langgraph.checkpoint.serde.types import _DeltaSnapshot
+
+if TYPE_CHECKING:  # from langgraph-checkpoint 4.2 (the DeltaChannel history it types)
+    from langgraph.checkpoint.base import DeltaChannelHistory
 
 from agentstate_reducer._messages import (  # the reducer's own reading of a message (pinned <0.7)
     REMOVE,
