@@ -23,9 +23,10 @@ written; `keep_old` is refused when any would stay behind as another thread's ke
 registry entry of such a thread that cannot be read is an error, not skipped
 (`_refuse_skipping`).
 
-0.1.0 set a TTL per key, so the writes and values of a checkpoint (or of a whole timeline)
-could outlive it, where no timeline reaches them. Once every timeline is migrated, `_sweep`
-finds those by SCAN and deletes the ones that hold 0.1.0 values.
+0.1.0 set a TTL per key, so the writes and values of a checkpoint could outlive it. The
+writes of one its timeline still lists are deleted with the timeline's keys; values of
+expired checkpoints, which only the checkpoint named, and the keys of a timeline that expired
+whole stay (`plainredis stats --scan` lists them as orphans).
 """
 
 from __future__ import annotations
@@ -324,8 +325,9 @@ def _refuse_skipping(field: str, value: Any, registry: str, legacy: LegacyKeys) 
         f"it would stay behind as keys of thread {shadowed!r} in the current layout, which the "
         f"migration of {shadowed!r} writes into",
         f"Restore the field from a backup, or drop that timeline: HDEL the field and DEL the "
-        f"key {field!r} (its checkpoints are lost; the run deletes its other 0.1.0 keys). "
-        "Then run the migration again; nothing was changed.",
+        f"key {field!r} (its checkpoints are lost, and its other 0.1.0 keys stay as orphans "
+        "that `plainredis stats --scan` lists). Then run the migration again; nothing was "
+        "changed.",
     )
 
 
@@ -436,9 +438,7 @@ def migrate_v010(
         progress: Called with a line of text per migrated (thread, namespace).
 
     Returns:
-        Counts of what was migrated. `old_keys_deleted` includes the 0.1.0 keys of
-        checkpoints 0.1.0 let expire (found by SCAN once every thread is migrated; a user
-        that may not SCAN leaves them, and a rerun by one that may deletes them).
+        Counts of what was migrated.
 
     Raises:
         ValueError: A prefix 0.1.0 never wrote under, a target the savers refuse, or two
@@ -514,95 +514,9 @@ def _migrate(
         client.hdel(stash, entry.idx_key)
         report.threads += 1
     if not report.skipped:
-        swept: int | None = 0
-        if not keep_old and client.exists(legacy.parked_into):  # once a run, reruns too
-            try:
-                swept = _sweep(client, legacy)
-            except redis.exceptions.NoPermissionError as exc:
-                swept = None
-                if progress:
-                    progress(
-                        f"0.1.0 keys of checkpoints 0.1.0 let expire were not looked for: the "
-                        f"Redis user may not SCAN ({exc}). Run the migration again as a user "
-                        "that may (+scan) to delete them."
-                    )
-            report.old_keys_deleted += swept or 0
-            if progress and swept:
-                progress(f"deleted {swept} 0.1.0 keys of checkpoints 0.1.0 let expire")
         report.old_keys_deleted += client.delete(stash, legacy.seq) if not keep_old else 0
-        if swept is not None:  # kept, a rerun looks for them again
-            client.delete(legacy.parked_into)  # done: a run into any prefix finds nothing
+        client.delete(legacy.parked_into)  # done: a run into any prefix finds nothing
     return report
-
-
-_SWEPT = {"cp": b"string", "blob": b"string", "wr": b"hash"}  # 0.1.0's kinds of value key
-_V010_VALUE = b'{"t": '  # how every 0.1.0 value starts: json.dumps({"t": type, "d": base64})
-_SWEEP_PAGE = 500
-_REGISTRY_END = SEP.join(("", "threads")).encode()  # 0.1.0's registry, parked or not
-
-
-def _glob(text: str) -> str:
-    """A SCAN pattern matching `text` alone: its glob characters escaped."""
-    return re.sub(r"([*?\[\]\\])", r"\\\1", text)
-
-
-def _sweep(client: redis.Redis, legacy: LegacyKeys) -> int:
-    """Deletes the 0.1.0 checkpoints, values and writes under `legacy.prefix` that no
-    timeline listed (0.1.0 set a TTL per key: a checkpoint, or a whole timeline, could expire
-    before its writes and values); returns how many. Run once every timeline of the registry
-    is migrated, so each such key is one no live checkpoint reads; a key is deleted only
-    when it holds 0.1.0's JSON (the current layout's values never start with ``{``), so
-    migrated keys and another program's stay. 0.1.0 keys cannot be parsed: they are found by
-    SCAN, and a 0.1.0 registry among them (another 0.1.0 keyspace nested under
-    ``{prefix}:cp``, say, whose keys they could be) is an error naming it."""
-    doomed: list[bytes] = []
-    for kind, kept in _SWEPT.items():
-        found = client.scan_iter(match=_glob(SEP.join((legacy.prefix, kind, ""))) + "*", count=1000)
-        page: list[bytes] = []
-        for key in found:
-            page.append(key)
-            if len(page) == _SWEEP_PAGE:
-                doomed += _v010_values(client, page, kept)
-                page = []
-        doomed += _v010_values(client, page, kept)
-    for start in range(0, len(doomed), _SWEEP_PAGE):
-        client.delete(*doomed[start : start + _SWEEP_PAGE])
-    return len(doomed)
-
-
-def _v010_values(client: redis.Redis, keys: list[bytes], kept: bytes) -> list[bytes]:
-    """The keys among `keys` that hold a 0.1.0 value of Redis type `kept`; a 0.1.0 registry
-    among them is a `PlainRedisError` naming it (its keyspace is to be migrated first)."""
-    if not keys:
-        return []
-    with client.pipeline(transaction=False) as pipe:
-        for key in keys:
-            pipe.type(key)
-        found = pipe.execute()
-    for key, kind in zip(keys, found, strict=True):
-        if kind == b"hash" and key.endswith(_REGISTRY_END):
-            raise PlainRedisError(
-                f"{key.decode(errors='replace')!r} is a 0.1.0 registry: another 0.1.0 keyspace "
-                "is nested under this prefix, and its keys could be among the 0.1.0 keys no "
-                "checkpoint reads, which this run deletes last. None was deleted: migrate that "
-                "keyspace first (its --prefix is the key without ':threads'), then run this "
-                "migration again; every thread here is migrated already."
-            )
-    typed = [key for key, kind in zip(keys, found, strict=True) if kind == kept]
-    with client.pipeline(transaction=False) as pipe:
-        for key in typed:
-            if kept == b"string":
-                pipe.getrange(key, 0, len(_V010_VALUE) - 1)
-            else:
-                pipe.hgetall(key)
-        values = pipe.execute()
-    return [key for key, value in zip(typed, values, strict=True) if _holds_v010(value)]
-
-
-def _holds_v010(value: Any) -> bool:
-    """Whether the first bytes of a string, or every value of a hash, are 0.1.0's."""
-    values = list(value.values()) if isinstance(value, dict) else [value]
-    return bool(values) and all(_b(v).startswith(_V010_VALUE) for v in values)
 
 
 def _migrate_timeline(
@@ -623,8 +537,9 @@ def _migrate_timeline(
         cid = _s(raw_id)
         cp_key = legacy.cp(thread_id, ns, cid)
         typed = _unwrap(_read(client, cp_key, "string", partial(client.get, cp_key)), cp_key)
-        if typed is None:
-            continue  # expired under 0.1.0's TTL: nothing to carry over
+        if typed is None:  # expired under 0.1.0's TTL: nothing to carry over
+            old_keys.append(legacy.wr(thread_id, ns, cid))  # its writes may outlive it
+            continue
         checkpoint, metadata, parent_id = _checkpoint_doc(_loads(serde, typed, cp_key), cp_key)
         old_versions = dict(checkpoint["channel_versions"])
         checkpoint["channel_versions"] = {ch: _version(v) for ch, v in old_versions.items()}
