@@ -13,13 +13,14 @@ import uuid
 from typing import Annotated, Any, TypedDict
 
 import pytest
-from langchain_core.messages import AIMessage, HumanMessage, RemoveMessage
+from langchain_core.messages import AIMessage, HumanMessage, RemoveMessage, ToolMessage
 from langgraph.checkpoint.base import BaseCheckpointSaver, empty_checkpoint
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.serde.types import _DeltaSnapshot
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph import message as graph_message
 from langgraph.graph.message import add_messages
+from langgraph.types import Command, interrupt
 
 from agentstate_reducer import MessageReducer, ReducerConfig
 from agentstate_reducer_langgraph import ReducingSaver
@@ -183,3 +184,153 @@ async def test_the_async_paths_cut_and_clean_too(hook: Any) -> None:
     got = await saver.aget_delta_channel_history(config=tip.config, channels=["messages"])
     want = await saver.inner.aget_delta_channel_history(config=tip.config, channels=["messages"])
     assert got == want
+
+
+# -- pending writes of a step that stopped part way, on a DeltaChannel --------------------------
+
+
+def stopping_graph(
+    checkpointer: Any, frequency: int, stop: str, armed: dict[str, bool], load: bool = False
+) -> Any:
+    """chat, then `trim` (removing all but the first and the last three messages of the list
+    in memory) beside `halt`, which interrupts or raises while `armed`: trim's writes stay
+    pending on the checkpoint the step started from. With `load`, a step before chat adds
+    twelve messages, so that the run cuts a snapshot before it stops."""
+    State = schema(strict_reducer, frequency)
+
+    def many(state: Any) -> dict[str, Any]:
+        return {"messages": [HumanMessage(f"m{i}", id=f"m{i}") for i in range(12)]}
+
+    def chat(state: Any) -> dict[str, Any]:
+        return {"messages": [AIMessage("re", id=f"ai-{state['messages'][-1].id}")]}
+
+    def trim(state: Any) -> dict[str, Any]:
+        old = state["messages"][1:-3] if armed["on"] else []
+        return {"messages": [RemoveMessage(id=m.id) for m in old]}
+
+    def halt(state: Any) -> dict[str, Any]:
+        if armed["on"] and stop == "interrupt":
+            interrupt("ok?")
+        elif armed["on"]:
+            raise RuntimeError("boom")
+        return {}
+
+    builder = StateGraph(State).add_node("chat", chat)
+    if load:
+        builder.add_node("load", many).add_edge(START, "load").add_edge("load", "chat")
+    else:
+        builder.add_edge(START, "chat")
+    return (
+        builder.add_node("trim", trim)
+        .add_node("halt", halt)
+        .add_edge("chat", "trim")
+        .add_edge("chat", "halt")
+        .add_edge("trim", END)
+        .add_edge("halt", END)
+        .compile(checkpointer=checkpointer)
+    )
+
+
+def resume(graph: Any, stop: str) -> dict[str, Any]:
+    """Goes on after the stop: answers the interrupt, or retries the step that raised."""
+    result: dict[str, Any] = graph.invoke(
+        Command(resume="yes") if stop == "interrupt" else None, CONFIG
+    )
+    return result
+
+
+@pytest.mark.parametrize("stop", ["interrupt", "raise"])
+def test_pending_writes_of_a_stopped_step_replay_onto_the_cut_window(
+    inner: BaseCheckpointSaver[Any], stop: str
+) -> None:
+    """trim's removes name messages the cut took from the snapshot the step starts from:
+    get_state, the resume and the retry raised "Attempting to delete a message with an ID
+    that doesn't exist", for ever."""
+    armed = {"on": False}
+    graph = stopping_graph(wrapped(inner), 1, stop, armed)
+    for i in range(7):
+        graph.invoke(turn(i), CONFIG)
+    armed["on"] = True
+    if stop == "raise":
+        with pytest.raises(RuntimeError, match="boom"):
+            graph.invoke(turn(7), CONFIG)
+    else:
+        assert "__interrupt__" in graph.invoke(turn(7), CONFIG)
+    ids = [m.id for m in graph.get_state(CONFIG).values["messages"]]  # raised
+    assert ids[0] == "h0" and ids[-2:] == ["h7", "ai-h7"] and len(ids) <= 4
+    armed["on"] = False
+    assert [m.id for m in resume(graph, stop)["messages"]] == ids
+
+
+@pytest.mark.parametrize("stop", ["interrupt", "raise"])
+def test_pending_writes_on_a_checkpoint_between_snapshots_replay_onto_its_rebuilt_window(
+    inner: BaseCheckpointSaver[Any], stop: str
+) -> None:
+    """The step stops on a checkpoint that holds no value (between snapshots), rebuilt from a
+    snapshot this run cut and the writes since: its pending removes are cleaned against
+    that rebuilt window (they raised, as above)."""
+    armed = {"on": True}
+    saver = wrapped(inner)
+    graph = stopping_graph(saver, 2, stop, armed, load=True)
+    if stop == "raise":
+        with pytest.raises(RuntimeError, match="boom"):
+            graph.invoke(turn(0), CONFIG)
+    else:
+        graph.invoke(turn(0), CONFIG)
+    tip = inner.get_tuple(CONFIG)
+    assert tip is not None and tip.pending_writes
+    assert "messages" not in tip.checkpoint["channel_values"]  # no value: rebuilt
+    ids = [m.id for m in graph.get_state(CONFIG).values["messages"]]  # raised
+    assert ids[0] == "h0" and ids[-1] == "ai-m11" and len(ids) <= 4
+    armed["on"] = False
+    assert [m.id for m in resume(graph, stop)["messages"]] == ids
+
+
+def test_a_pending_rewrite_of_a_cut_tool_result_is_not_appended() -> None:
+    """A node rewrites an old tool result, whose call the cut took, beside a sibling that
+    interrupts: the pending rewrite came back at the end of the window without its call,
+    and the next snapshot stored it so."""
+    State = schema(_messages_delta_reducer, 1)
+
+    def load(state: Any) -> dict[str, Any]:
+        calls: list[Any] = []
+        for i in range(6):
+            call = {"name": "t", "args": {}, "id": f"c{i}"}
+            calls += [AIMessage("", id=f"a{i}", tool_calls=[call])]
+            calls += [ToolMessage(f"r{i}", tool_call_id=f"c{i}", id=f"t{i}")]
+        return {"messages": [*calls, HumanMessage("later", id="later"), AIMessage("ok", id="ok")]}
+
+    def fix(state: Any) -> dict[str, Any]:
+        old = next(m for m in state["messages"] if m.type == "tool")
+        return {"messages": [ToolMessage("fixed", tool_call_id=old.tool_call_id, id=old.id)]}
+
+    def ask(state: Any) -> dict[str, Any]:
+        interrupt("?")
+        return {}
+
+    graph = (
+        StateGraph(State)
+        .add_node("load", load)
+        .add_node("fix", fix)
+        .add_node("ask", ask)
+        .add_edge(START, "load")
+        .add_edge("load", "fix")
+        .add_edge("load", "ask")
+        .add_edge("fix", END)
+        .add_edge("ask", END)
+        .compile(checkpointer=wrapped(InMemorySaver()))
+    )
+    graph.invoke({"messages": [HumanMessage("go", id="go")]}, CONFIG)
+    assert [m.id for m in graph.get_state(CONFIG).values["messages"]] == ["go", "later", "ok"]
+    graph.invoke(Command(resume="y"), CONFIG)
+    assert [m.id for m in graph.get_state(CONFIG).values["messages"]] == ["go", "later", "ok"]
+
+
+async def test_the_async_reads_rebuild_the_window_of_pending_writes_too() -> None:
+    armed = {"on": True}
+    graph = stopping_graph(wrapped(InMemorySaver()), 2, "interrupt", armed, load=True)
+    await graph.ainvoke(turn(0), CONFIG)
+    ids = [m.id for m in (await graph.aget_state(CONFIG)).values["messages"]]
+    armed["on"] = False
+    done = await graph.ainvoke(Command(resume="yes"), CONFIG)
+    assert [m.id for m in done["messages"]] == ids and ids[-1] == "ai-m11"

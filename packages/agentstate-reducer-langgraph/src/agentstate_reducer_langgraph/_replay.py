@@ -39,23 +39,65 @@ from agentstate_reducer._messages import (  # the reducer's own reading of a mes
     tool_call_ids,
 )
 
-__all__ = ["replayable", "replayable_history"]
+__all__ = ["needs_history", "rebuilt", "replayable", "replayable_history"]
 
 # langgraph.graph.message.REMOVE_ALL_MESSAGES: a remove that names no message.
 _REMOVE_ALL = "__remove_all__"
 
 
-def replayable(item: CheckpointTuple, key: str) -> CheckpointTuple:
+def replayable(item: CheckpointTuple, key: str, window: list[Any] | None = None) -> CheckpointTuple:
     """`item`, its pending writes to channel `key` as they replay onto its window: without
     removes of messages, nor tool results of calls, that neither the window nor those writes
-    hold (the same object when there are none)."""
+    hold (the same object when there are none). The window is the list `item` stores (a
+    `DeltaChannel` snapshot's), else `window`, rebuilt by the caller (`needs_history`)."""
     if not item.pending_writes:
         return item
-    window = item.checkpoint["channel_values"].get(key)
-    if not isinstance(window, list):
+    if window is None:
+        window = _stored(item.checkpoint["channel_values"].get(key))
+    if window is None:
         return item
     pending = _cleaned(window, item.pending_writes, key)
     return item if pending is None else item._replace(pending_writes=pending)
+
+
+def needs_history(item: CheckpointTuple, key: str) -> bool:
+    """Whether `item` holds no value of `key`, a `DeltaChannel` between its snapshots
+    (its metadata counts the channel's updates since one), while pending writes to it could
+    be dropped: its window is then rebuilt from the history (`rebuilt`) to clean them."""
+    counters = (item.metadata or {}).get("counters_since_delta_snapshot") or {}
+    written = [
+        m for _, channel, v in item.pending_writes or () if channel == key for m in _items(v)
+    ]
+    return key not in item.checkpoint["channel_values"] and key in counters and _droppable(written)
+
+
+def rebuilt(histories: Mapping[str, DeltaChannelHistory], key: str) -> list[Any]:
+    """The window of a `DeltaChannel` checkpoint, by message id, from its history: the seed's
+    list with the writes since replayed as `add_messages` replays them (a remove takes its id
+    out, `REMOVE_ALL_MESSAGES` empties, a message replaces the one of its id or is appended)."""
+    history = histories.get(key) or {"writes": []}
+    held: dict[Any, Any] = {}
+
+    def hold(message: Any) -> None:
+        found = id_of(message)
+        held[found if found is not None else object()] = message
+
+    for message in _stored(history.get("seed")) or []:
+        hold(message)
+    for _, channel, value in history["writes"]:
+        if channel != key:
+            continue
+        reset, value = _overwrite(value)
+        if reset:
+            held.clear()
+        for message in _items(value if value is not None else []):
+            if not _is_remove(message):
+                hold(message)
+            elif id_of(message) == _REMOVE_ALL:
+                held.clear()
+            else:
+                held.pop(id_of(message), None)
+    return list(held.values())
 
 
 def replayable_history(
@@ -68,10 +110,8 @@ def replayable_history(
     if history is None or not history["writes"]:
         return histories
     seed = history.get("seed")
-    window = seed.value if isinstance(seed, _DeltaSnapshot) else seed
+    window = [] if seed is None else _stored(seed)  # no seed: the channel replays from empty
     if window is None:
-        window = []  # no seed: the channel replays from empty
-    if not isinstance(window, list):
         return histories
     writes = _cleaned(window, history["writes"], key)
     if writes is None:
@@ -86,7 +126,7 @@ def _cleaned(
     removes of messages nothing holds or tool results of calls nothing holds; None when
     there are none."""
     written = [m for _, channel, v in writes if channel == key for m in _items(v)]
-    if not any(_is_remove(m) or _is_tool(m) for m in written):
+    if not _droppable(written):
         return None
     held = [*window, *(m for m in written if not _is_remove(m))]
     present = {id_of(m) for m in held}
@@ -116,6 +156,32 @@ def _without(value: Any, drop: Any) -> Any:
         kept = [m for m in value if not drop(m)]
         return value if len(kept) == len(value) else kept
     return [] if drop(value) else value
+
+
+def _stored(value: Any) -> list[Any] | None:
+    """The message list a stored channel value holds: a list, or a `DeltaChannel` snapshot's."""
+    if isinstance(value, _DeltaSnapshot):
+        value = value.value
+    return value if isinstance(value, list) else None
+
+
+def _overwrite(value: Any) -> tuple[bool, Any]:
+    """Whether a write is an `Overwrite` (LangGraph's class, or its two dict forms), and the
+    value it writes; the write itself when it is not one. (LangGraph snapshots a
+    `DeltaChannel` an `Overwrite` wrote, so a history rarely holds one.)"""
+    if type(value).__name__ == "Overwrite" and hasattr(value, "value"):
+        return True, value.value
+    if isinstance(value, dict):
+        if "__overwrite__" in value and len(value) == 1:
+            return True, value["__overwrite__"]
+        if value.get("type") == "__overwrite__" and set(value) == {"type", "value"}:
+            return True, value["value"]
+    return False, value
+
+
+def _droppable(messages: Iterable[Any]) -> bool:
+    """Whether any of `messages` is a remove or a tool result, which a cleaning may drop."""
+    return any(_is_remove(m) or _is_tool(m) for m in messages)
 
 
 def _items(value: Any) -> Iterable[Any]:

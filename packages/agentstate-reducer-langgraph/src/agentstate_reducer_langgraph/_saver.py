@@ -31,7 +31,7 @@ from agentstate_reducer import (
 from ._delivery import DeliveryRunner
 from ._outbox import Delivery, DeliveryMode, DrainReport, Outbox, OutboxStats
 from ._redis import RedisSink
-from ._replay import replayable, replayable_history
+from ._replay import needs_history, rebuilt, replayable, replayable_history
 
 __all__ = [
     "ReducingSaver",
@@ -363,7 +363,7 @@ class ReducingSaver(BaseCheckpointSaver[Any]):
 
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         item = await self.inner.aget_tuple(config)
-        return item if item is None else self._replayable(item)
+        return item if item is None else await self._areplayable(item)
 
     async def alist(
         self,
@@ -374,12 +374,26 @@ class ReducingSaver(BaseCheckpointSaver[Any]):
         limit: int | None = None,
     ) -> AsyncIterator[CheckpointTuple]:
         async for item in self.inner.alist(config, filter=filter, before=before, limit=limit):
-            yield self._replayable(item)
+            yield await self._areplayable(item)
 
     def _replayable(self, item: CheckpointTuple) -> CheckpointTuple:
         """A stored checkpoint whose pending writes replay onto its window (see `_replay`);
         with pass-through, as the inner saver returned it."""
-        return item if self.passthrough else replayable(item, self.messages_key)
+        if self.passthrough:
+            return item
+        key = self.messages_key
+        if not needs_history(item, key):
+            return replayable(item, key)
+        history = self.inner.get_delta_channel_history(config=item.config, channels=[key])
+        return replayable(item, key, rebuilt(history, key))
+
+    async def _areplayable(self, item: CheckpointTuple) -> CheckpointTuple:
+        """`_replayable`, reading a `DeltaChannel`'s history with the async API."""
+        key = self.messages_key
+        if self.passthrough or not needs_history(item, key):
+            return self._replayable(item)
+        history = await self.inner.aget_delta_channel_history(config=item.config, channels=[key])
+        return replayable(item, key, rebuilt(history, key))
 
     # -- writing ---------------------------------------------------------------------------
 
