@@ -127,6 +127,24 @@ def test_pending_batches_drain_at_interpreter_exit(tmp_path: Path) -> None:
     assert out.read_text().splitlines() == ["2", "2", "2"]
 
 
+def test_exit_does_not_wait_for_a_background_closed_without_waiting() -> None:
+    """`close(wait=False)` is a promise not to wait (here for a hook that hangs): exit kept
+    it until a close learned to wait after an earlier one (for a close from the hook)."""
+    script = textwrap.dedent(
+        """
+        import threading
+        from agentstate_reducer import Background
+
+        background = Background(lambda pruned, namespace: threading.Event().wait(), workers=1)
+        background([1], None)
+        background.close(wait=False)
+        print("closed", flush=True)
+        """
+    )
+    done = subprocess.run([sys.executable, "-c", script], timeout=30, capture_output=True)
+    assert done.returncode == 0 and done.stdout == b"closed\n"
+
+
 @pytest.mark.parametrize("value", [0, -1, 1.5, True])
 def test_sizes_are_validated(value: Any) -> None:
     with pytest.raises(ValueError, match="workers="):

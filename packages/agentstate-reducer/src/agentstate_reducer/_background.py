@@ -56,8 +56,11 @@ _live: weakref.WeakSet[Background] = weakref.WeakSet()
 
 @atexit.register
 def _drain_at_exit() -> None:
+    # One closed already was closed as its owner chose: `close(wait=False)` is a promise not
+    # to wait (for a hook that hangs, say), which exit keeps.
     for background in list(_live):
-        background.close()
+        if not background._closed:
+            background.close()
 
 
 class Background:
