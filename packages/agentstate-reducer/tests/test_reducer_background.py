@@ -678,3 +678,64 @@ async def test_flushing_an_async_background_from_its_own_hook_is_refused_not_a_h
     await reducer_with(background).adeliver([{"role": "human", "content": "a", "id": "a"}], "ns")
     await asyncio.wait_for(background.aclose(), 5)
     assert len(raised) == 1 and "its own on_prune hook" in str(raised[0])
+
+
+@pytest.mark.parametrize("how", ["gather", "wait_for", "to_thread"])
+async def test_a_hook_flushing_its_own_background_from_a_task_or_thread_it_starts_is_refused(
+    how: str,
+) -> None:
+    """The guard looked at the current task only: a flush from a task the hook started
+    (`gather`, `wait_for` on Python before 3.12) or from `asyncio.to_thread` waited on the
+    hook itself, for ever."""
+    raised: list[BaseException] = []
+
+    async def flush_inside(pruned: list[Any], namespace: Any) -> None:
+        try:
+            if how == "gather":
+                await asyncio.gather(background.aflush())
+            elif how == "wait_for":
+                await asyncio.wait_for(background.aflush(), 30)
+            else:
+                await asyncio.to_thread(sync.flush)
+        except RuntimeError as error:
+            raised.append(error)
+
+    background = AsyncBackground(flush_inside, name="bg")
+    sync = Background(lambda pruned, namespace: asyncio.run(flush_inside(pruned, namespace)))
+    if how == "to_thread":  # a sync Background whose (coroutine) hook flushes it in a thread
+        sync([{"role": "human", "content": "a", "id": "a"}], "ns")
+        assert sync.flush(5)
+    else:
+        await reducer_with(background).adeliver(
+            [{"role": "human", "content": "a", "id": "a"}], "ns"
+        )
+        await asyncio.wait_for(background.aflush(), 5)
+    sync.close()
+    assert len(raised) == 1 and "its own on_prune hook" in str(raised[0])
+
+
+def test_exit_runs_what_is_queued_behind_a_hook_that_closed_its_background() -> None:
+    """A close from the hook does not wait; exit skipped such a Background as one closed
+    without waiting, so the batches behind the hook never ran."""
+    script = textwrap.dedent(
+        """
+        import threading, time
+        from agentstate_reducer import Background
+
+        closed = threading.Event()
+
+        def hook(pruned, namespace):
+            if pruned == ["first"]:
+                background.close()
+                closed.set()
+                time.sleep(0.2)
+            print("ran", pruned[0], flush=True)
+
+        background = Background(hook, workers=1)
+        for name in ("first", "second", "third"):
+            background([name], None)
+        closed.wait(5)  # exit comes after the hook closed it
+        """
+    )
+    done = subprocess.run([sys.executable, "-c", script], timeout=30, capture_output=True)
+    assert done.stdout.decode().split() == ["ran", "first", "ran", "second", "ran", "third"]

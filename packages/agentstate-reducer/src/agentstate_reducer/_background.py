@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import contextvars
 import functools
 import inspect
 import logging
@@ -52,6 +53,12 @@ def _count_dropped(background: Background | AsyncBackground, size: int) -> None:
 
 
 _live: weakref.WeakSet[Background] = weakref.WeakSet()
+# The Background whose hook runs in this context, and whether that batch has settled: tasks
+# and `asyncio.to_thread` calls the hook starts inherit it, so a flush or close from them is
+# known to come from the hook too (plain executor threads do not copy the context).
+_running: contextvars.ContextVar[tuple[Any, Callable[[], bool]] | None] = contextvars.ContextVar(
+    "agentstate_reducer_running", default=None
+)
 
 
 @atexit.register
@@ -59,7 +66,7 @@ def _drain_at_exit() -> None:
     # One closed already was closed as its owner chose: `close(wait=False)` is a promise not
     # to wait (for a hook that hangs, say), which exit keeps.
     for background in list(_live):
-        if not background._closed:
+        if not background._waitless:
             background.close()
 
 
@@ -107,6 +114,7 @@ class Background:
         self._idle = threading.Condition(self._lock)
         self._unsettled = 0
         self._closed = False
+        self._waitless = False
         _live.add(self)
 
     def __call__(self, pruned: list[Any], namespace: Any) -> None:
@@ -154,9 +162,7 @@ class Background:
         (`reducer.deliver([])`) hands them over again. Called from its own hook it raises
         `RuntimeError`: the hook's batch settles only once the hook returns.
         """
-        with self._lock:
-            inside = threading.current_thread() in self._threads
-        if inside:
+        if self._inside():
             raise RuntimeError(
                 f"{self!r}.flush() was called from its own on_prune hook, whose batch settles "
                 "only when the hook returns, so it would wait for itself; flush from outside "
@@ -176,7 +182,9 @@ class Background:
             first = not self._closed
             self._closed = True
             threads = list(self._threads)
-            inside = threading.current_thread() in threads
+            inside = self._inside()
+            if not wait and not inside:
+                self._waitless = True
         if first:
             for _ in threads:
                 self._queue.put(None)
@@ -188,6 +196,13 @@ class Background:
             # A worker a hook ended meanwhile was replaced (`_replace`): join that one too.
             with self._lock:
                 threads = [thread for thread in self._threads if thread.is_alive()]
+
+    def _inside(self) -> bool:
+        """Whether this runs in a hook of this Background whose batch has not settled."""
+        owner = _running.get()
+        if owner is not None and owner[0] is self and not owner[1]():
+            return True
+        return threading.current_thread() in self._threads
 
     def __enter__(self) -> Background:
         return self
@@ -219,6 +234,8 @@ class Background:
             pruned, namespace, done = item
             error: BaseException | None = None
             fatal = False
+            settled = threading.Event()
+            token = _running.set((self, settled.is_set))
             try:
                 result = self.fn(pruned, namespace)
                 if inspect.isawaitable(result):
@@ -246,6 +263,8 @@ class Background:
                         fatal = True
                         raise
             finally:
+                _running.reset(token)
+                settled.set()
                 _settle(done, error)
                 with self._idle:
                     self._unsettled -= 1
@@ -413,7 +432,7 @@ class AsyncBackground:
         closed before they settled settle as cancelled. Awaited from its own hook it raises
         `RuntimeError`: the hook's batch settles only once the hook returns.
         """
-        if asyncio.current_task() in self._tasks:
+        if self._inside():
             raise RuntimeError(
                 f"{self!r}.aflush() was awaited in its own on_prune hook, whose batch settles "
                 "only when the hook returns, so it would wait for itself; flush from outside "
@@ -437,9 +456,16 @@ class AsyncBackground:
         and an `aclose()` from elsewhere waits for them.
         """
         self._closed = True
-        if asyncio.current_task() in self._tasks:
+        if self._inside():
             return
         await self.aflush()
+
+    def _inside(self) -> bool:
+        """Whether this runs in a hook of this AsyncBackground whose batch has not settled."""
+        owner = _running.get()
+        if owner is not None and owner[0] is self and not owner[1]():
+            return True
+        return asyncio.current_task() in self._tasks
 
     async def __aenter__(self) -> AsyncBackground:
         return self
@@ -484,6 +510,7 @@ class AsyncBackground:
         if self._slots is None:
             self._slots = asyncio.Semaphore(self.workers)
         error: BaseException | None = None
+        _running.set((self, lambda: queued.settled))  # the task's own context copy
         try:
             async with self._slots:
                 result = self.fn(queued.messages, queued.namespace)

@@ -149,7 +149,9 @@ class MessageReducer:
 
         Args:
             pruned: Messages that left the window; `[]` only retries.
-            namespace: Passed to every hook unchanged, and part of the ledger key.
+            namespace: Passed to every hook as given (a failed batch it joins for a retry keeps
+                that batch's: a list and a tuple of the same items are one namespace), and
+                part of the ledger key.
 
         Returns:
             Per hook: delivered, queued, failed and skipped message identities.
