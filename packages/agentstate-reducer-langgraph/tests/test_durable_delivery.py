@@ -732,6 +732,39 @@ def test_background_mode_delivers_off_the_put_and_close_flushes(
     assert saver.delivery_stats().backlog == 0
 
 
+def test_a_hook_closing_the_background_delivery_does_not_join_itself(
+    client: redis.Redis, prefix: str
+) -> None:
+    """A hook on the background thread that closed the delivery (a shutdown handler, say)
+    raised "cannot join current thread": its batch failed, to be retried."""
+    errors: list[BaseException] = []
+    got: list[str] = []
+
+    def close_once(pruned: list[Any], namespace: Any) -> None:
+        if not got:
+            try:
+                assert saver.delivery is not None
+                saver.delivery.close()
+            except RuntimeError as error:
+                errors.append(error)
+        got.extend(m.id for m in pruned)
+
+    ledger = RedisDeliveryLedger(client, prefix=prefix)
+    saver = ReducingSaver(
+        InMemorySaver(),
+        reducer(ledger, close_once),
+        outbox=RedisOutbox(client, prefix=prefix),
+        delivery=Delivery("background", poll_interval=0.05),
+    )
+    graph = chat_graph(saver)
+    for i in range(8):
+        turn(graph, "t", f"q{i}")
+    assert saver.delivery is not None
+    saver.delivery.close()
+    assert errors == [] and got and len(got) == len(set(got))
+    assert saver.delivery_stats().backlog == 0
+
+
 async def seven_async_turns(saver: ReducingSaver, thread: str) -> None:
     """Seven `ainvoke` turns on `thread`, then the delivery closed with nothing left."""
     graph = chat_graph(saver)

@@ -676,7 +676,8 @@ class _ThreadWorker:
         with self._cond:
             self._closed = True
             self._cond.notify_all()
-        self._thread.join(timeout)
+        if threading.current_thread() is not self._thread:  # a hook may close it: no self-join
+            self._thread.join(timeout)
 
     def _loop(self) -> None:
         options = self.runner.options
