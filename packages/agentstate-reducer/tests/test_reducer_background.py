@@ -739,3 +739,18 @@ def test_exit_runs_what_is_queued_behind_a_hook_that_closed_its_background() -> 
     )
     done = subprocess.run([sys.executable, "-c", script], timeout=30, capture_output=True)
     assert done.stdout.decode().split() == ["ran", "first", "ran", "second", "ran", "third"]
+
+
+async def test_a_reducers_aflush_in_its_own_scheduled_hook_waits_for_the_others_only() -> None:
+    """`MessageReducer.aflush()` awaited in a hook task `deliver` scheduled waited for that
+    very task: for ever."""
+    seen: list[str] = []
+
+    async def hook(pruned: list[Any], namespace: Any) -> None:
+        await reducer.aflush()
+        seen.extend(m["id"] for m in pruned)
+
+    reducer = MessageReducer(config=ReducerConfig(min_messages=1, max_messages=2, on_prune=[hook]))
+    reducer.deliver([{"role": "human", "content": "a", "id": "m1"}], "ns")  # scheduled: a task
+    await asyncio.wait_for(reducer.aflush(), 5)
+    assert seen == ["m1"] and reducer.pending == 0

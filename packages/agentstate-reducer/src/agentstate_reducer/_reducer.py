@@ -226,10 +226,11 @@ class MessageReducer:
         may leave a delivery task or coroutine hooks running on it. Await this before the
         loop ends (before `asyncio.run` returns): a task the loop cancels leaves its
         messages in `pending`, for the next delivery. What failed stays in `pending` too.
-        `AsyncBackground` hooks drain with their own `aclose`.
+        `AsyncBackground` hooks drain with their own `aclose`. Awaited in a hook's own
+        task, it waits for the others (that one settles once the hook returns).
         """
-        loop = asyncio.get_running_loop()
-        while tasks := [task for task in self._tasks.copy() if task.get_loop() is loop]:
+        loop, me = asyncio.get_running_loop(), asyncio.current_task()
+        while tasks := [t for t in self._tasks.copy() if t.get_loop() is loop and t is not me]:
             await asyncio.wait(tasks)  # unlike gather, never cancels them when cancelled
 
     def _abandon(self, jobs: list[Job], stop: BaseException) -> None:
