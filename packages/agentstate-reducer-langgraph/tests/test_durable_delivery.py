@@ -711,20 +711,31 @@ def test_a_fresh_process_delivers_what_a_crashed_one_staged_and_forks_add_nothin
     assert repeated == [] and set(delivered) < set(hook.got)
 
 
+def eight_turns_in_background(
+    client: redis.Redis, prefix: str, ledger: RedisDeliveryLedger, hook: Any, made: Any = None
+) -> ReducingSaver:
+    """A saver delivering to `hook` on its background thread (handed to `made` first), after
+    eight turns of "t"."""
+    saver = ReducingSaver(
+        InMemorySaver(),
+        reducer(ledger, hook),
+        outbox=RedisOutbox(client, prefix=prefix),
+        delivery=Delivery("background", poll_interval=0.05),
+    )
+    if made is not None:
+        made(saver)
+    graph = chat_graph(saver)
+    for i in range(8):
+        turn(graph, "t", f"q{i}")
+    return saver
+
+
 def test_background_mode_delivers_off_the_put_and_close_flushes(
     client: redis.Redis, prefix: str
 ) -> None:
     ledger = RedisDeliveryLedger(client, prefix=prefix)
     sink = Counter(ledger, name="count")
-    saver = ReducingSaver(
-        InMemorySaver(),
-        reducer(ledger, sink),
-        outbox=RedisOutbox(client, prefix=prefix),
-        delivery=Delivery("background", poll_interval=0.05),
-    )
-    graph = chat_graph(saver)
-    for i in range(8):
-        turn(graph, "t", f"q{i}")
+    saver = eight_turns_in_background(client, prefix, ledger, sink)
     assert saver.delivery is not None
     saver.delivery.close()
     counts = sink.counts(("memories", "t"))
@@ -739,26 +750,19 @@ def test_a_hook_closing_the_background_delivery_does_not_join_itself(
     raised "cannot join current thread": its batch failed, to be retried."""
     errors: list[BaseException] = []
     got: list[str] = []
+    savers: list[ReducingSaver] = []
 
     def close_once(pruned: list[Any], namespace: Any) -> None:
-        if not got:
+        delivery = savers[0].delivery
+        if not got and delivery is not None:
             try:
-                assert saver.delivery is not None
-                saver.delivery.close()
+                delivery.close()
             except RuntimeError as error:
                 errors.append(error)
         got.extend(m.id for m in pruned)
 
     ledger = RedisDeliveryLedger(client, prefix=prefix)
-    saver = ReducingSaver(
-        InMemorySaver(),
-        reducer(ledger, close_once),
-        outbox=RedisOutbox(client, prefix=prefix),
-        delivery=Delivery("background", poll_interval=0.05),
-    )
-    graph = chat_graph(saver)
-    for i in range(8):
-        turn(graph, "t", f"q{i}")
+    saver = eight_turns_in_background(client, prefix, ledger, close_once, savers.append)
     assert saver.delivery is not None
     saver.delivery.close()
     assert errors == [] and got and len(got) == len(set(got))

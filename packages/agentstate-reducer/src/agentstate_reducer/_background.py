@@ -61,6 +61,16 @@ _running: contextvars.ContextVar[tuple[Any, Callable[[], bool]] | None] = contex
 )
 
 
+def _waits_for_itself(
+    background: Background | AsyncBackground, flush: str, close: str
+) -> Exception:
+    return RuntimeError(
+        f"{background!r}.{flush}() was called in its own on_prune hook, whose batch settles "
+        f"only when the hook returns, so it would wait for itself; flush from outside the "
+        f"hook ({close}() from inside it does not wait)"
+    )
+
+
 @atexit.register
 def _drain_at_exit() -> None:
     # One closed already was closed as its owner chose: `close(wait=False)` is a promise not
@@ -163,11 +173,7 @@ class Background:
         `RuntimeError`: the hook's batch settles only once the hook returns.
         """
         if self._inside():
-            raise RuntimeError(
-                f"{self!r}.flush() was called from its own on_prune hook, whose batch settles "
-                "only when the hook returns, so it would wait for itself; flush from outside "
-                "the hook (close() from inside it does not wait)"
-            )
+            raise _waits_for_itself(self, "flush", "close")
         with self._idle:
             return self._idle.wait_for(lambda: self._unsettled == 0, timeout)
 
@@ -433,11 +439,7 @@ class AsyncBackground:
         `RuntimeError`: the hook's batch settles only once the hook returns.
         """
         if self._inside():
-            raise RuntimeError(
-                f"{self!r}.aflush() was awaited in its own on_prune hook, whose batch settles "
-                "only when the hook returns, so it would wait for itself; flush from outside "
-                "the hook (aclose() from inside it does not wait)"
-            )
+            raise _waits_for_itself(self, "aflush", "aclose")
         while self._reap() > 0 or self._tasks:
             # A task whose loop closed never ends; `_reap` settled its batch.
             self._tasks.difference_update(
