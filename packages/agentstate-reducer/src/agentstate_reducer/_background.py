@@ -73,8 +73,8 @@ def _waits_for_itself(
 
 @atexit.register
 def _drain_at_exit() -> None:
-    # One closed already was closed as its owner chose: `close(wait=False)` is a promise not
-    # to wait (for a hook that hangs, say), which exit keeps.
+    # Its owner's `close(wait=False)` was a promise not to wait (for a hook that hangs, say),
+    # which exit keeps; one its own hook closed still runs what is queued.
     for background in list(_live):
         if not background._waitless:
             background.close()
