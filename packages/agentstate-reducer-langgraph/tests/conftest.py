@@ -46,15 +46,25 @@ def client(server_url: str) -> Iterator[redis.Redis]:
     c.close()
 
 
-@pytest.fixture(params=["memory", "sqlite", "plainredis"])
+@pytest.fixture(params=["memory", "sqlite", "postgres", "plainredis"])
 def inner(request: pytest.FixtureRequest) -> Iterator[BaseCheckpointSaver[Any]]:
     """An inner saver of each storage style: per channel version in process, whole
-    checkpoints in SQLite, and per channel version on a real Redis (thread ``t``)."""
+    checkpoints in SQLite, rows in the harness's PostgreSQL (each with its own history
+    query), and per channel version on a real Redis (thread ``t``)."""
     if request.param == "memory":
         yield InMemorySaver()
     elif request.param == "sqlite":
         with sqlite3.connect(":memory:", check_same_thread=False) as conn:
             yield SqliteSaver(conn)
+    elif request.param == "postgres":  # where the workspace has it, as plainredis
+        postgres = pytest.importorskip("langgraph.checkpoint.postgres")
+        with postgres.PostgresSaver.from_conn_string(
+            request.getfixturevalue("postgres_url")
+        ) as saver:
+            saver.setup()
+            saver.delete_thread("t")  # a test stopped before its clean-up
+            yield saver
+            saver.delete_thread("t")
     else:  # where the workspace has it (not a dependency of this package)
         plainredis = pytest.importorskip("langgraph_checkpoint_plainredis")
         url = request.getfixturevalue("server_url")
