@@ -23,11 +23,14 @@ class Cut:
             is pruned.
         orphans: Indices at or after `start` also pruned: tool results whose call was cut,
             or that answer no call in the list.
+        kept_tokens: In token mode, the tokens of the messages the cut keeps (counted once,
+            here); None in count mode.
     """
 
     preserved: int
     start: int
     orphans: tuple[int, ...]
+    kept_tokens: int | None = None
 
     def pruned_indices(self) -> list[int]:
         """Return every pruned index, ascending."""
@@ -111,7 +114,11 @@ def plan_cut(
 
     start = _choose(candidates, n, tokens, budget, limit)
     orphans = tuple(i for i in range(start, n) if parent.get(i, start) < start)
-    return Cut(preserved=preserved, start=start, orphans=orphans)
+    kept = None
+    if tokens is not None:
+        gone = set(orphans)
+        kept = sum(tokens[:preserved]) + sum(tokens[i] for i in range(start, n) if i not in gone)
+    return Cut(preserved=preserved, start=start, orphans=orphans, kept_tokens=kept)
 
 
 def checked_count(count_tokens: TokenCounter, message: Any, index: int) -> int:

@@ -336,23 +336,26 @@ class MessageReducer:
         if summary is not None and self.config.inject_summary:
             block = summary_block(summary, pruned, messages, self.config.summary_message_factory)
             window = [*messages[: cut.preserved], *block, *tail]
-            if self._fits(window):
+            if self._fits(window, block, cut):
                 surviving = window
         logger.debug("cut %d messages to %d", len(messages), len(surviving))
         return ReducerResult(surviving=surviving, pruned=pruned, summary=summary)
 
-    def _fits(self, window: list[Any]) -> bool:
-        """Whether `window`, the summary block included, stays within `max_messages` (count
-        mode) or `max_tokens` (token mode); else the block is not injected (logged).
+    def _fits(self, window: list[Any], block: list[Any], cut: Cut) -> bool:
+        """Whether `window`, the summary `block` included, stays within `max_messages`
+        (count mode) or `max_tokens` (token mode); else the block is not injected (logged).
 
         In count mode the cut left room for the block within `min_messages`, so it only does
         not fit when the newest turn, which is never pruned, overflows that room. In token
-        mode the block's size is known only now: injected over `max_tokens`, it would make
-        the next call cut again (and summarize again) with nothing added."""
+        mode the block's size is known only now (the cut counted the rest): injected over
+        `max_tokens`, it would make the next call cut again (and summarize again) with
+        nothing added."""
         c = self.config
-        if c.max_tokens is not None:
+        if c.max_tokens is not None and cut.kept_tokens is not None:
             count = resolve_token_counter(c.token_counter)
-            size = sum(checked_count(count, m, i) for i, m in enumerate(window))
+            size = cut.kept_tokens + sum(
+                checked_count(count, m, cut.preserved + i) for i, m in enumerate(block)
+            )
             if size <= c.max_tokens:
                 return True
             logger.info(
