@@ -389,9 +389,11 @@ class ReducingSaver(BaseCheckpointSaver[Any]):
 
     async def _areplayable(self, item: CheckpointTuple) -> CheckpointTuple:
         """`_replayable`, reading a `DeltaChannel`'s history with the async API."""
+        if self.passthrough:
+            return item
         key = self.messages_key
-        if self.passthrough or not needs_history(item, key):
-            return self._replayable(item)
+        if not needs_history(item, key):
+            return replayable(item, key)
         history = await self.inner.aget_delta_channel_history(config=item.config, channels=[key])
         return replayable(item, key, rebuilt(history, key))
 
