@@ -10,6 +10,7 @@ import redis
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from agentstate_reducer._ledger import namespace_key
 from agentstate_reducer_langgraph import RedisDeliveryLedger
 from agentstate_reducer_langgraph._keys import DeliveryKeys, namespace_tag, tag_of
 
@@ -113,6 +114,29 @@ def test_a_tag_decodes_back_so_distinct_namespaces_never_collide(first: Any, sec
         assert check(first) != check(second)
     else:
         assert check(first) == check(second)
+
+
+# Few values that Python's equality (or an earlier stand-in) takes for one another, so that
+# two draws often meet.
+_ALIKE = st.recursive(
+    st.sampled_from([0, 1, True, False, 0.0, 1.0, -0.0, None, "1", "true", "json", '{"a": 1}'])
+    | st.just({"a": 1}),
+    lambda inner: st.lists(inner, max_size=2).map(tuple) | st.lists(inner, max_size=2),
+    max_leaves=3,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(NAMESPACES | _ALIKE, _ALIKE)
+def test_the_in_memory_ledger_keys_namespaces_apart_as_the_redis_ledger_does(
+    first: Any, second: Any
+) -> None:
+    """`InMemoryLedger` and the retry buffer (`namespace_key`) take two namespaces for one
+    exactly when `RedisDeliveryLedger` does: a hook moved from one ledger to the other
+    neither gets a message again nor loses one (``1``, ``True`` and ``1.0`` were one
+    namespace in memory and three in Redis)."""
+    same_tag = namespace_tag(first) == namespace_tag(second)
+    assert (namespace_key(first) == namespace_key(second)) is same_tag
 
 
 def test_a_delivery_in_the_empty_namespace_is_not_one_in_the_empty_part(

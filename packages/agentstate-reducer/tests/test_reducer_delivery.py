@@ -162,6 +162,34 @@ def test_a_namespace_is_the_same_as_a_list_or_a_tuple() -> None:
     assert ledger.seen("hook", ("a", "b"), ["m"]) == {"m"}
 
 
+@pytest.mark.parametrize(
+    ("one", "other"),
+    [
+        # Python's equality makes these one value; a durable ledger stores their JSON
+        # text, which keeps them apart, and so does the in-memory one.
+        (("memories", 1), ("memories", True)),
+        (("memories", 1), ("memories", 1.0)),
+        ((0,), (False,)),
+        # A tuple of strings never reads as another value's stand-in.
+        (("json", '{"a": 1}'), {"a": 1}),  # 0.6.0's stand-in for the dict
+        (("json", '{"a":1}'), {"a": 1}),
+        (("json", "1"), 1),
+        ("memories", ("memories",)),
+    ],
+)
+def test_namespaces_a_durable_ledger_keeps_apart_are_apart(one: Any, other: Any) -> None:
+    hook = Recorder()
+    reducer = reducer_with(hook)
+    pruned = conversation(1, calls=0)
+    reducer.deliver(pruned, one)
+    reducer.deliver(pruned, other)
+    assert [ns for _, ns in hook.calls] == [one, other]
+    ledger = InMemoryLedger()
+    ledger.mark("hook", one, ["m"])
+    assert ledger.seen("hook", other, ["m"]) == set()
+    assert ledger.seen("hook", one, ["m"]) == {"m"}
+
+
 def test_a_retry_kept_under_a_tuple_namespace_joins_the_same_namespace_as_a_list() -> None:
     down = True
     hook = Recorder(fail=lambda: down)

@@ -17,9 +17,9 @@ class DeliveryLedger(Protocol):
     implementation (a database table keyed by hook, namespace and id) makes delivery
     exactly-once across restarts. Methods may be called from worker threads.
 
-    `namespace` is passed as the caller gave it; a list and a tuple of the same items are
-    the same namespace (`InMemoryLedger` keys them alike), so a durable ledger should
-    store them alike too.
+    `namespace` is passed as the caller gave it. `InMemoryLedger` keys it by its JSON text
+    (`namespace_key`): a list and a tuple of the same items are the same namespace, while
+    ``1``, ``True`` and ``1.0`` are three. A durable ledger should key it alike.
     """
 
     def seen(self, hook_key: str, namespace: Any, message_ids: Sequence[str]) -> set[str]:
@@ -49,25 +49,23 @@ class AsyncDeliveryLedger(Protocol):
         ...
 
 
+_AS_JSON = object()  # heads the key of a namespace kept as its JSON text (no caller's value)
+
+
 def namespace_key(namespace: Any) -> Hashable:
-    """Return a hashable stand-in for `namespace` (lists and dicts are not hashable).
+    """Return a hashable stand-in for `namespace`, keying namespaces apart exactly where a
+    durable ledger that stores their JSON text does.
 
-    Lists count as tuples, at any depth: a namespace that made a JSON round trip (a tuple
-    read back as a list) is the same namespace, so its messages are not delivered again.
+    A tuple or list of strings, the usual ``("memories", user_id)``, is the tuple of its
+    parts. Anything else is its JSON text (lists and tuples alike, at any depth, so a
+    namespace that made a JSON round trip is the same namespace and its messages are not
+    delivered again), behind a marker no namespace can hold: ``1``, ``True`` and ``1.0``
+    stay three namespaces (Python's equality would make them one), and no tuple of strings
+    reads as another value's JSON text.
     """
-    namespace = _tupled(namespace)
-    try:
-        hash(namespace)
-    except TypeError:
-        return ("json", json.dumps(namespace, sort_keys=True, default=str))
-    key: Hashable = namespace
-    return key
-
-
-def _tupled(value: Any) -> Any:
-    if isinstance(value, (list, tuple)):
-        return tuple(_tupled(item) for item in value)
-    return value
+    if isinstance(namespace, (tuple, list)) and all(isinstance(part, str) for part in namespace):
+        return tuple(namespace)
+    return (_AS_JSON, json.dumps(namespace, sort_keys=True, separators=(",", ":"), default=str))
 
 
 class InMemoryLedger:
