@@ -482,6 +482,41 @@ def test_expired_threads_leave_the_index_when_met(redis_url: str, prefix: str, c
         assert index_members(client, prefix, "user_id", "u") == []
 
 
+def test_reindex_empties_the_indexes_of_values_no_thread_holds_any_more(
+    redis_url: str, prefix: str, client: Any, redis_kind: str
+) -> None:
+    """With a TTL, the index of a value whose threads all expired (a user gone) is met by no
+    put (each looks at members of the indexes it adds to) and by no query: it stayed for
+    ever, one zset per value ever written. `reindex()` sweeps every index of its fields."""
+    with RedisSaver(redis_url, prefix=prefix, ttl=0.3, index_metadata=("user_id",)) as saver:
+        saver.reindex()
+        for i in range(30):
+            put(saver, f"gone{i}", "c1", {"user_id": f"u{i}"})
+        with RedisSaver(redis_url, prefix=prefix, index_metadata=("user_id",)) as keeper:
+            put(keeper, "kept", "c1", {"user_id": "u0"})  # no TTL: u0's index keeps it
+        time.sleep(0.6)
+        index_keys = [k for k in client.scan_iter(f"{prefix}:by:*") if client.type(k) == b"zset"]
+        assert len(index_keys) == 30
+        if redis_kind.endswith("-cluster"):  # members younger than the grace period stay
+            return
+        saver.reindex()
+        assert [k for k in client.scan_iter(f"{prefix}:by:*") if client.type(k) == b"zset"] == [
+            KeySpace(prefix).index("user_id", index_tag("u0") or "").encode()
+        ]
+        assert index_members(client, prefix, "user_id", "u0") == ["kept"]
+        assert listed(saver, {"user_id": "u0"}) == [("kept", "", "c1")]
+
+
+def test_reindex_leaves_a_nested_keyspace_that_looks_like_an_index_alone(
+    redis_url: str, prefix: str, client: Any
+) -> None:
+    foreign = f"{prefix}:by:user_id:sx"  # the shape of an index key, but a set
+    client.sadd(foreign, "m")
+    with RedisSaver(redis_url, prefix=prefix, index_metadata=("user_id",)) as saver:
+        saver.reindex()
+    assert client.smembers(foreign) == {b"m"}
+
+
 # -- async ---------------------------------------------------------------------------------
 
 

@@ -1408,6 +1408,17 @@ class SaverCore:
         )
         for i in range(0, len(drop), _REGISTRY_PAGE):
             yield [Eval("index_clear", (k,), ()) for k in drop[i : i + _REGISTRY_PAGE]]
+        own = sorted(
+            {k for k in map(_s, found) if self.keyspace.index_field(k) in fields} - set(drop)
+        )
+        # Members of threads gone (deleted, expired) leave first. A key of a keyspace nested
+        # under `{prefix}:by` may look like one: only zsets are indexes.
+        for i in range(0, len(own), _REGISTRY_PAGE):
+            page = own[i : i + _REGISTRY_PAGE]
+            kinds = yield [("TYPE", key) for key in page]
+            for key, kind in zip(page, kinds, strict=True):
+                if _s(kind) == "zset":
+                    yield from self._sweep_index(key)
         if fields:
             batch: list[ThreadKeys] = []
             for tk in (yield from self._every_thread()):
@@ -1438,6 +1449,22 @@ class SaverCore:
                     seen[component] = listed_thread(self.keyspace, component, self.keyspace.threads)
             if cursor == "0":
                 return list(seen.values())
+
+    def _sweep_index(self, key: str) -> Generator[Step, list[Any], None]:
+        """Takes the members of threads gone out of index zset `key`, a page at a time (see
+        `_drop_unused`): the index of a value no put writes any more (a user whose threads all
+        expired) is met by no put's two-member look, so only a query on that value or this
+        sweep ever empties it, and an empty zset is no key."""
+        field = self.keyspace.index_field(key) or ""
+        upper = "+inf"
+        while True:
+            (reply,) = yield [Eval("index_page", (key,), (field, upper, "-inf", _INDEX_PAGE))]
+            flat = reply[2] or []
+            scored = [(member_text(flat[i], key), _s(flat[i + 1])) for i in range(0, len(flat), 2)]
+            yield from self._drop_unused(key, scored, int(_s(reply[1])))
+            if len(scored) < _INDEX_PAGE:
+                return
+            upper = "(" + scored[-1][1]
 
     def _reindex_threads(self, tks: Sequence[ThreadKeys]) -> Generator[Step, list[Any], None]:
         """Adds threads `tks` to the index of each (field, value) their checkpoints' metadata
