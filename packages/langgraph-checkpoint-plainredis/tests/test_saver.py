@@ -1948,6 +1948,59 @@ def test_an_id_utf8_cannot_encode_is_refused_naming_it(sync_saver: RedisSaver) -
     assert sync_saver.get_tuple(cfg("user")) is None
 
 
+def _bad_calls() -> list[tuple[str, Any, type, str]]:
+    good = checkpoint({"m": 1}, {"m": 1}, "c-bad")
+    no_id = {k: v for k, v in good.items() if k != "id"}
+    unserializable = checkpoint({"m": object()}, {"m": 1}, "c-bad")
+    put = "put"
+    return [
+        (put, ({**good, "id": None}, {}, {}), ValueError, r"checkpoint\['id'\] is None"),
+        (put, (no_id, {}, {}), ValueError, r"checkpoint\['id'\] is missing.*empty_checkpoint"),
+        (put, ({**good, "id": "c\ud800"}, {}, {}), ValueError, r"checkpoint\['id'\].*surrogate"),
+        (put, ([1, 2], {}, {}), TypeError, "checkpoint must be a dict"),
+        (put, ({**good, "channel_versions": None}, {}, {}), TypeError, "channel_versions"),
+        (put, (good, {}, None), TypeError, r"new_versions must be a dict.*pass \{\}"),
+        (put, (good, None, {}), TypeError, r"metadata must be a dict"),
+        (put, ({**good, "channel_versions": {1: 1}}, {}, {}), TypeError, "not a str: int 1"),
+        (put, ({**good, "channel_versions": {"\ud800": 1}}, {}, {}), ValueError, "channel name"),
+        (put, (good, {"run_id": "r\ud800"}, {}), ValueError, r"metadata\['run_id'\]"),
+        (put, (good, {"x": object()}, {}), TypeError, "the metadata cannot be serialized"),
+        (put, (unserializable, {}, {"m": 1}), TypeError, "value of channel 'm' cannot be seria"),
+        ("put_writes", ([("a", 1, 2)], "t1"), TypeError, r"write #0 must be a \(channel"),
+        ("put_writes", ({"a": 1}, "t1"), TypeError, "writes must be a sequence"),
+        ("put_writes", ([("\ud800", 1)], "t1"), ValueError, "write #0's channel"),
+        ("put_writes", ([("a", 1)], "t\ud800"), ValueError, "task_id"),
+        ("put_writes", ([("a", object())], "t1"), TypeError, "value written to 'a' cannot be"),
+        ("get_tuple", (), ValueError, r"get_tuple: config\['configurable'\]\['checkpoint_id'\]"),
+        ("list", (), ValueError, r"list: before: config"),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("method", "args", "error", "match"),
+    _bad_calls(),
+    ids=lambda v: v if isinstance(v, str) and len(v) < 12 else None,
+)
+def test_bad_arguments_are_refused_naming_them_and_store_nothing(
+    sync_saver: RedisSaver, method: str, args: Any, error: type, match: str
+) -> None:
+    """Arguments LangGraph never passes are refused before anything is sent, with what to
+    pass (they raised KeyError, AttributeError or the encoder's bare errors)."""
+    stored = sync_saver.put(cfg("t"), checkpoint({"m": 1}, {"m": 1}), {}, {"m": 1})
+    before = sync_saver.get_tuple(cfg("t"))
+    with pytest.raises(error, match=match):
+        if method == "put":
+            sync_saver.put(cfg("t"), *args)
+        elif method == "put_writes":
+            sync_saver.put_writes(stored, *args)
+        elif method == "get_tuple":
+            sync_saver.get_tuple(cfg("t", cid="c\ud800"))
+        else:
+            list(sync_saver.list(cfg("t"), before=cfg("t", cid="c\ud800")))
+    assert sync_saver.get_tuple(cfg("t")) == before
+    assert len(list(sync_saver.list(cfg("t")))) == 1
+
+
 # -- the two classes -------------------------------------------------------------------
 
 

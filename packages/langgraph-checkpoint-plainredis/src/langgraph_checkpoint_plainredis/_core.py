@@ -316,6 +316,64 @@ def _str_field(conf: Mapping[str, Any], name: str, default: str | None = None) -
     )
 
 
+def _named_id(config: RunnableConfig | None, what: str) -> Any:
+    """The checkpoint id `config` names (None: none), when it can be part of a key."""
+    value = get_checkpoint_id(config) if config else None
+    return _id_value(value, f"{what}: config['configurable']['checkpoint_id']")
+
+
+def _id_value(value: Any, what: str) -> Any:
+    """A checkpoint id as given (a str, or an int as InMemorySaver keeps it), or None."""
+    if value is None or (isinstance(value, int) and not isinstance(value, bool)):
+        return value
+    if isinstance(value, str):
+        return _utf8(value, what)
+    raise TypeError(
+        f"{what} must be a str, got {type(value).__name__} {value!r}: pass the id of a "
+        "checkpoint (LangGraph's are str)"
+    )
+
+
+def _put_arguments(checkpoint: Any, metadata: Any, new_versions: Any) -> Any:
+    """Refuses a `put` LangGraph would never make, before anything is sent: returns the
+    checkpoint's id."""
+    if not isinstance(checkpoint, Mapping):
+        raise TypeError(
+            f"put: checkpoint must be a dict (a LangGraph Checkpoint), got "
+            f"{type(checkpoint).__name__} {checkpoint!r}"
+        )
+    if checkpoint.get("id") is None:
+        state = "is None" if "id" in checkpoint else "is missing"
+        raise ValueError(
+            f"put: checkpoint['id'] {state}: pass a checkpoint LangGraph made "
+            "(empty_checkpoint() and create_checkpoint() give it a fresh id)"
+        )
+    cid = _id_value(checkpoint["id"], "put: checkpoint['id']")
+    versions = checkpoint.get("channel_versions")
+    for name, value in (
+        ("checkpoint['channel_versions']", versions),
+        ("new_versions", new_versions),
+    ):
+        if not isinstance(value, Mapping):
+            raise TypeError(
+                f"put: {name} must be a dict of channel name -> version, got "
+                f"{type(value).__name__} {value!r}: pass {{}} when there is none"
+            )
+        for channel in value:
+            if not isinstance(channel, str):
+                raise TypeError(
+                    f"put: {name} has a channel name that is not a str: "
+                    f"{type(channel).__name__} {channel!r}"
+                )
+            _utf8(channel, f"put: a channel name in {name}")
+    if not isinstance(metadata, Mapping):
+        raise TypeError(
+            f"put: metadata must be a dict (CheckpointMetadata), got {type(metadata).__name__} "
+            f"{metadata!r}: pass {{}} for none"
+        )
+    return cid
+
+
 # The longest ttl, in seconds (about 31 years), far below where a script's PEXPIRE fails:
 # redis.call spells a number of 1e17 (ms) or more with an exponent, not an integer.
 MAX_TTL = 10**9
@@ -545,6 +603,17 @@ class SaverCore:
             for i in range(0, len(members), 500)
         ]
 
+    def _dump(self, value: Any, what: str) -> tuple[str, bytes]:
+        """`value` serialized, or a `TypeError` naming what it is (the serializer's own names
+        only the type), before anything is sent."""
+        try:
+            return self.serde.dumps_typed(value)
+        except TypeError as exc:
+            raise TypeError(
+                f"{what} cannot be serialized by {type(self.serde).__name__}: {exc}. Store "
+                "values it can serialize, or pass serde= a serializer that handles them"
+            ) from exc
+
     def _loads(self, typed: tuple[str, bytes], key: str) -> Any:
         try:
             return self.serde.loads_typed(typed)
@@ -693,22 +762,24 @@ class SaverCore:
         conf = _configurable(config, "put")
         thread_id = _str_field(conf, "thread_id")
         ns = _str_field(conf, "checkpoint_ns", "")
+        cid = _put_arguments(checkpoint, metadata, new_versions)
         tk = self.keyspace.thread(thread_id)
-        cid = checkpoint["id"]
         parent_id = _str_field(conf, "checkpoint_id") if conf.get("checkpoint_id") else None
 
         copy: dict[str, Any] = dict(checkpoint)
         values: dict[str, Any] = copy.pop("channel_values", None) or {}
         meta = get_checkpoint_metadata(config, metadata)
         run_id = meta.get("run_id")
-        run = escape_run(str(run_id)) if run_id is not None else ""  # "" and 0 are runs too
+        run = (  # "" and 0 are runs too
+            escape_run(_utf8(str(run_id), "put: metadata['run_id']")) if run_id is not None else ""
+        )
 
         written: dict[str, bytes] = {}
         memo = self._memo
         for channel, version in new_versions.items():
             suffix = blob_suffix(channel, version)
             if channel in values:
-                typed = self.serde.dumps_typed(values[channel])
+                typed = self._dump(values[channel], f"put: the value of channel {channel!r}")
                 if memo is not None and len(typed[1]) >= COMPRESS_MIN:
                     slot = (thread_id, ns, channel)
                     stream = memo.compress(slot, suffix, typed[0], typed[1])
@@ -722,8 +793,8 @@ class SaverCore:
             parent_id,
             run,
             refs,
-            self.serde.dumps_typed(copy),
-            self.serde.dumps_typed(meta),
+            self._dump(copy, "put: the checkpoint"),
+            self._dump(meta, "put: the metadata"),
         )
         run_key = self.keyspace.run(str(run_id)) if run else None
         self._check_indexing("put")
@@ -930,12 +1001,25 @@ class SaverCore:
                     f"put_writes: {what} must be a str, got {type(value).__name__} {value!r}: "
                     "pass the id of the task that made the writes as a str"
                 )
-        for channel, _ in writes:
+            _utf8(value, f"put_writes: {what}")
+        if isinstance(writes, (str, bytes, Mapping)):
+            raise TypeError(
+                f"put_writes: writes must be a sequence of (channel name, value) pairs, got "
+                f"{type(writes).__name__} {writes!r}: pass e.g. [('messages', value)]"
+            )
+        for i, write in enumerate(writes):
+            if not isinstance(write, (tuple, list)) or len(write) != 2:
+                raise TypeError(
+                    f"put_writes: write #{i} must be a (channel name, value) pair, got "
+                    f"{type(write).__name__} {write!r}"
+                )
+            channel = write[0]
             if not isinstance(channel, str):
                 raise TypeError(
                     f"put_writes: a write's channel must be a str, got "
                     f"{type(channel).__name__} {channel!r}: pass (channel name, value) pairs"
                 )
+            _utf8(channel, f"put_writes: write #{i}'s channel")
         tk = self.keyspace.thread(thread_id)
         held = self._held_by(thread_id, ns) if self._ttl_ms else []
         args: list[str | bytes | int] = [
@@ -954,7 +1038,13 @@ class SaverCore:
             idx = WRITES_IDX_MAP.get(channel, i)
             args += [
                 write_field(task_id, idx),
-                encode_write(task_id, idx, task_path, channel, self.serde.dumps_typed(value)),
+                encode_write(
+                    task_id,
+                    idx,
+                    task_path,
+                    channel,
+                    self._dump(value, f"put_writes: the value written to {channel!r}"),
+                ),
                 1 if idx < 0 else 0,
             ]
         keys = (tk.wr(ns, cid), tk.keys(ns), tk.ns, tk.cp(ns, cid), tk.idx(ns), *self._registry)
@@ -984,7 +1074,7 @@ class SaverCore:
         conf = _configurable(config, "get_tuple")
         thread_id = _str_field(conf, "thread_id")
         ns = _str_field(conf, "checkpoint_ns", "")
-        cid = get_checkpoint_id(config) or ""
+        cid = _named_id(config, "get_tuple") or ""
         tk = self.keyspace.thread(thread_id)
         refresh = self._ttl_ms if self.refresh_on_read else 0
         keys = (tk.idx(ns), tk.keys(ns), tk.ns, *self._registry)
@@ -1132,7 +1222,7 @@ class SaverCore:
             return
         if isinstance(config, Mapping) and not config:
             config = None  # {} lists every thread, as InMemorySaver and PostgresSaver do
-        before_id = (get_checkpoint_id(before) if before else None) or None  # '': no bound
+        before_id = _named_id(before, "list: before") or None  # '': no bound
         if config is None and filter and (usable := self._usable_index(filter)):
             if (yield from self._list_indexed(*usable, before_id, filter, remaining)):
                 return
@@ -1173,7 +1263,7 @@ class SaverCore:
         conf = _configurable(config, "list")
         thread_id = _str_field(conf, "thread_id")
         ns = conf.get("checkpoint_ns")
-        only = get_checkpoint_id(config) or None  # '': no checkpoint named, as in get_tuple
+        only = _named_id(config, "list") or None  # '': no checkpoint named, as in get_tuple
         yield from self._list_thread(
             self.keyspace.thread(thread_id),
             None if ns is None else _str_field(conf, "checkpoint_ns"),
