@@ -333,6 +333,38 @@ def test_async_batches_cancelled_while_their_hook_runs_wait_for_a_new_loop(
     assert "a batch of 1 messages was cancelled before its hook finished" in caplog.text
 
 
+@pytest.mark.skipif(sys.version_info < (3, 11), reason="3.10 has no Task.cancelling()")
+async def test_an_async_background_hook_cancelled_by_itself_fails_its_batch_only(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A hook's own `CancelledError` (nothing cancelled its task) was raised on: the task
+    ended cancelled and the batch was logged as cut short by the loop ending, with no
+    traceback, telling to await `aclose()`; it is a failed batch, kept for retry."""
+    cancelled: list[bool] = [True]
+    got: list[str] = []
+
+    async def remember(pruned: list[Any], namespace: Any) -> None:
+        if cancelled[0]:
+            future = asyncio.get_running_loop().create_future()
+            future.cancel()
+            await future
+        got.extend(ids(pruned))
+
+    background = AsyncBackground(remember, name="amem")
+    reducer = reducer_with(background)
+    await reducer.adeliver(conversation(1, calls=0), "ns")
+    tasks = list(background._tasks)
+    await asyncio.wait_for(background.aflush(), 5)
+    assert tasks and not any(task.cancelled() for task in tasks)
+    assert background.failed == 1 and reducer.pending == 3
+    assert "amem: hook failed on 3 messages" in caplog.text
+    assert "cancelled before its hook finished" not in caplog.text
+    cancelled[0] = False
+    await reducer.adeliver([], "ns")
+    await asyncio.wait_for(background.aclose(), 5)
+    assert got == ["sys", "h0", "b0"] and reducer.pending == 0
+
+
 async def test_cancelling_async_background_aflush_leaves_the_batches_running() -> None:
     """`aflush` gathered the batches, so a timeout around it cancelled the hooks themselves."""
     release = asyncio.Event()

@@ -688,6 +688,150 @@ def test_a_coroutine_hook_cancelled_inside_a_sync_deliver_fails_alone() -> None:
     assert reducer.pending == 0 and later.ids == ["sys", "h0", "b0"]
 
 
+async def _cancelled_by_itself() -> None:
+    """What a hook awaits when a client cancels its own request: a cancelled future."""
+    future = asyncio.get_running_loop().create_future()
+    future.cancel()
+    await future
+
+
+@pytest.mark.skipif(sys.version_info < (3, 11), reason="3.10 has no Task.cancelling()")
+async def test_a_coroutine_hook_cancelled_by_itself_fails_alone_in_adeliver() -> None:
+    """A hook's own `CancelledError` escaped `adeliver` (and `areduce`), though nothing
+    cancelled the caller, while `deliver` reported the same hook as failed."""
+    cancelled, later = [True], Recorder()
+
+    async def remember(pruned: list[Any], namespace: Any) -> None:
+        if cancelled[0]:
+            await _cancelled_by_itself()
+
+    reducer = reducer_with(remember, later)
+    report = await reducer.adeliver(conversation(1, calls=0), "ns")
+    assert report.hooks[0].failed == ("sys", "h0", "b0") and reducer.pending == 3
+    assert later.ids == ["sys", "h0", "b0"]
+    result = await reducer.areduce(conversation(3, calls=0), namespace="ns")
+    assert result.delivery is not None and result.delivery.hooks[0].failed
+    cancelled[0] = False
+    assert (await reducer.adeliver([], "ns")).hooks[0].delivered[:3] == ("sys", "h0", "b0")
+    assert reducer.pending == 0
+
+
+@pytest.mark.skipif(sys.version_info < (3, 11), reason="3.10 has no Task.cancelling()")
+@pytest.mark.parametrize("step", ["aseen", "amark"])
+async def test_an_async_ledgers_own_cancelled_error_does_not_escape_adeliver(
+    step: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A ledger's own `CancelledError` (its client cancelled a request) escaped `adeliver`
+    like a hook's: a failed lookup keeps the batch for retry, a failed mark is logged."""
+
+    class OwnCancel(OffLoopLedger):
+        async def aseen(self, hook_key: str, namespace: Any, message_ids: Sequence[str]) -> Any:
+            if step == "aseen" and not self.rows:
+                self.rows.add(("", None, ""))
+                await _cancelled_by_itself()
+            return await super().aseen(hook_key, namespace, message_ids)
+
+        async def amark(self, hook_key: str, namespace: Any, message_ids: Sequence[str]) -> None:
+            if step == "amark":
+                await _cancelled_by_itself()
+            await super().amark(hook_key, namespace, message_ids)
+
+    ledger = OwnCancel()
+    ledger.stalled = False
+    hook = Recorder()
+    reducer = reducer_with(hook, ledger=ledger)
+    report = (await reducer.adeliver(conversation(1, calls=0), "ns")).hooks[0]
+    if step == "aseen":
+        assert report.failed == ("sys", "h0", "b0") and hook.calls == [] and reducer.pending == 3
+        assert "ledger lookup failed" in caplog.text
+        assert (await reducer.adeliver([], "ns")).hooks[0].delivered == ("sys", "h0", "b0")
+    else:
+        assert report.delivered == ("sys", "h0", "b0") and len(hook.calls) == 1
+        assert "could not record 3 messages" in caplog.text
+    assert reducer.pending == 0
+
+
+async def test_a_caller_cancelled_while_a_hook_runs_is_still_cancelled() -> None:
+    """Telling a hook's own `CancelledError` from the caller's must not swallow the caller's,
+    also when the hook turns it into a fresh one."""
+    started = asyncio.Event()
+
+    async def remember(pruned: list[Any], namespace: Any) -> None:
+        started.set()
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            raise asyncio.CancelledError("the hook's own") from None
+
+    reducer = reducer_with(remember)
+    await cancel_adeliver(reducer, started.wait())
+    assert reducer.pending == 3
+
+
+async def test_caller_cancelled_on_python_3_10_takes_every_cancellation_for_the_callers(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Without `Task.cancelling` a real cancellation cannot be told apart: it must go on."""
+    from agentstate_reducer import _delivery
+
+    class Task310:  # an asyncio.Task as Python 3.10 has it: no `cancelling`
+        pass
+
+    assert not _delivery.caller_cancelled()
+    monkeypatch.setattr(_delivery.asyncio, "current_task", lambda: Task310())
+    assert _delivery.caller_cancelled()
+
+
+@pytest.mark.parametrize(
+    ("item", "kind"), [("bye", "str"), (7, "int"), (None, "NoneType"), (("user", "hi"), "tuple")]
+)
+async def test_items_that_are_not_messages_are_refused_by_every_entry_point(
+    item: Any, kind: str
+) -> None:
+    """Every str (int, None) had one identity: a cut pruned several, the hook got the first."""
+    hook = Recorder()
+    reducer = reducer_with(hook, min_messages=1, max_messages=2)
+    items = [{"role": "human", "content": "a", "id": "a"}, item, item, item]
+    expected = rf"message 1 is a {kind} \(.*\), not a message; pass message objects or "
+    for call in (reducer.plan, reducer.reduce):
+        with pytest.raises(TypeError, match=expected):
+            call(items)
+    for acall in (reducer.aplan, reducer.areduce):
+        with pytest.raises(TypeError, match=expected):
+            await acall(items)
+    with pytest.raises(TypeError, match="pruned " + expected):
+        reducer.deliver(items, "ns")
+    with pytest.raises(TypeError, match="pruned " + expected):
+        await reducer.adeliver(items, "ns")
+    assert hook.calls == [] and reducer.pending == 0
+
+
+def test_strings_pruned_in_one_cut_no_longer_reach_the_hook_as_one() -> None:
+    got: list[Any] = []
+    config = ReducerConfig(min_messages=2, max_messages=3, on_prune=[lambda p, ns: got.extend(p)])
+    with pytest.raises(TypeError, match=r"message 0 is a str \('hello'\)"):
+        MessageReducer(config=config).reduce(["hello", "how are you", "fine", "bye", "see you"])
+    assert got == []
+
+
+def test_every_documented_message_shape_is_still_accepted() -> None:
+    """Mappings, and objects with a `type`, `role` or `content` attribute, are messages."""
+    from types import MappingProxyType, SimpleNamespace
+
+    messages = [
+        {"type": "human", "content": "a"},
+        MappingProxyType({"role": "assistant", "content": "b"}),
+        SimpleNamespace(type="human", content="c"),
+        SimpleNamespace(role="assistant", content="d"),
+        SimpleNamespace(content="e"),
+        {"role": "human", "content": "f"},
+    ]
+    hook = Recorder()
+    result = reducer_with(hook, min_messages=1, max_messages=2).reduce(messages, None, "ns")
+    assert result.surviving == [messages[0], messages[-1]]  # the first is preserved
+    assert hook.calls[0][0] == messages[1:-1]
+
+
 def test_a_sync_deliver_interrupted_by_a_hook_leaves_every_unfinished_hook_for_retry() -> None:
     """A `KeyboardInterrupt` in a hook goes on, but the hooks it stopped keep their messages."""
     interrupt, first, later = [True], Recorder(), Recorder()

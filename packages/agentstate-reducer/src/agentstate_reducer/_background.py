@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ._config import RememberFn
-from ._delivery import hook_key
+from ._delivery import caller_cancelled, hook_key
 
 logger = logging.getLogger("agentstate_reducer")
 
@@ -512,6 +512,7 @@ class AsyncBackground:
         if self._slots is None:
             self._slots = asyncio.Semaphore(self.workers)
         error: BaseException | None = None
+        own = False  # a CancelledError the hook raised itself, this task not cancelled
         _running.set((self, lambda: queued.settled))  # the task's own context copy
         try:
             async with self._slots:
@@ -520,19 +521,22 @@ class AsyncBackground:
                     await result
         except BaseException as exc:
             error = exc
+            own = isinstance(exc, asyncio.CancelledError) and not caller_cancelled()
             # `_settle_batch` logs a cancellation; a GeneratorExit closes the coroutine of a
             # task its loop closed on, collected after `_reap` settled its batch.
-            if not isinstance(exc, (asyncio.CancelledError, GeneratorExit)):
+            if own or not isinstance(exc, (asyncio.CancelledError, GeneratorExit)):
                 logger.warning(
                     "AsyncBackground %s: hook failed on %d messages; they stay undelivered",
                     self.name,
                     len(queued.messages),
                     exc_info=True,
                 )
-            if not isinstance(exc, Exception):
+            # The hook's own CancelledError failed its batch only: raised on, it ended this
+            # task as cancelled, logged as a loop that ended before the batch finished.
+            if not isinstance(exc, Exception) and not own:
                 raise
         finally:
-            pending = self._settle_batch(queued, error)
+            pending = self._settle_batch(queued, error, cancelled=not own)
             if inspect.isawaitable(pending):
                 try:
                     await pending
@@ -551,8 +555,11 @@ class AsyncBackground:
             follow_up.add_done_callback(self._tasks.discard)
             follow_up.add_done_callback(_log_bookkeeping_error)
 
-    def _settle_batch(self, queued: _Queued, error: BaseException | None) -> Any:
-        """Settle `queued` once: count it, log a cancellation, call its `done`."""
+    def _settle_batch(
+        self, queued: _Queued, error: BaseException | None, *, cancelled: bool = True
+    ) -> Any:
+        """Settle `queued` once: count it, log a cancellation (unless `cancelled` is False:
+        a `CancelledError` that is the hook's own, logged as a failure), call its `done`."""
         with self._lock:
             if queued.settled:  # by `_reap`; its task's coroutine is closed now (collected)
                 return None
@@ -561,7 +568,7 @@ class AsyncBackground:
             self._unsettled -= 1
             if error is not None:
                 self.failed += 1
-        if isinstance(error, asyncio.CancelledError):
+        if cancelled and isinstance(error, asyncio.CancelledError):
             logger.warning(
                 "AsyncBackground %s: a batch of %d messages was cancelled before its hook "
                 "finished; they stay undelivered (a reducer keeps them for its next "

@@ -41,6 +41,25 @@ def hook_key(hook: object) -> str:
     return f"{getattr(target, '__module__', None) or '?'}.{qualname}"
 
 
+def caller_cancelled() -> bool:
+    """Whether the running task is being cancelled: a `CancelledError` a hook raised then
+    is (or hides) that cancellation and must go on; otherwise it is the hook's own (a
+    client whose internal request was cancelled, say) and the hook failed like any other.
+
+    Python 3.11+ counts a task's pending cancellations (`Task.cancelling`). Python 3.10
+    keeps no such count, so there every `CancelledError` counts as the caller's: letting a
+    hook's own one go on only fails that delivery (its batch is kept for the next one),
+    while taking a real cancellation for a hook failure would swallow it.
+    """
+    task = asyncio.current_task()
+    if task is None:  # no task to cancel: the error is the hook's
+        return False
+    cancelling = getattr(task, "cancelling", None)
+    if cancelling is None:  # Python 3.10
+        return True
+    return bool(cancelling())
+
+
 def hook_keys(hooks: Sequence[object]) -> list[str]:
     """Return one key per hook; repeated keys get `#2`, `#3`, ... in list order."""
     keys: list[str] = []
@@ -169,7 +188,7 @@ class Dispatcher:
         if not isinstance(self.ledger, AsyncDeliveryLedger):
             return self.prepare(hooks, pruned, namespace, dedupe)
         steps = self._prepare(hooks, pruned, namespace, dedupe)
-        answer: set[str] | Exception | None = None
+        answer: set[str] | BaseException | None = None
         try:
             while True:
                 try:
@@ -180,13 +199,17 @@ class Dispatcher:
                     answer = await self.ledger.aseen(lookup.key, lookup.namespace, lookup.ids)
                 except Exception as exc:
                     answer = exc
+                except asyncio.CancelledError as exc:
+                    if caller_cancelled():
+                        raise
+                    answer = exc  # the ledger's own: a failed lookup, as in `prepare`
         except BaseException:  # cancelled while the ledger answered (a request's timeout)
             steps.close()
             raise
 
     def _prepare(
         self, hooks: Sequence[RememberFn], pruned: Sequence[Any], namespace: Any, dedupe: bool
-    ) -> Generator[Lookup, set[str] | Exception | None, tuple[list[Job], ReportBuilder]]:
+    ) -> Generator[Lookup, set[str] | BaseException | None, tuple[list[Job], ReportBuilder]]:
         """The I/O-free part of `prepare`: yields each ledger lookup, gets its answer back.
 
         Closed before it returns (a cancelled `aprepare`), it releases every claim it took
@@ -263,12 +286,15 @@ class Dispatcher:
             await asyncio.shield(mark)
         except Exception as exc:
             _unrecorded(job, exc)
-        except BaseException:  # cancelled, or the mark itself was
-            if mark.done():
-                self._marked(job, mark)
+        except BaseException as exc:  # cancelled, or the mark itself was
+            if isinstance(exc, asyncio.CancelledError) and mark.done() and not caller_cancelled():
+                _unrecorded(job, exc)  # the ledger's own, this task not cancelled: a failure
             else:
-                mark.add_done_callback(functools.partial(self._marked, job))
-            raise
+                if mark.done():
+                    self._marked(job, mark)
+                else:
+                    mark.add_done_callback(functools.partial(self._marked, job))
+                raise
         self._settle(job, error)
 
     def _marked(self, job: Job, mark: asyncio.Future[None]) -> None:
@@ -294,7 +320,7 @@ class Dispatcher:
         namespace: Any,
         messages: OrderedDict[str, Any],
         report: ReportBuilder,
-    ) -> Generator[Lookup, set[str] | Exception | None, list[str]]:
+    ) -> Generator[Lookup, set[str] | BaseException | None, list[str]]:
         # Claim before asking the ledger: a concurrent delivery of the same messages then
         # either sees the claim or, once released, sees the ledger entry.
         with self._lock:
@@ -312,7 +338,7 @@ class Dispatcher:
             with self._lock:
                 self._in_flight.difference_update((key, ns, i) for i in claimed)
             raise
-        if isinstance(seen, Exception):
+        if isinstance(seen, BaseException):  # a CancelledError only when the ledger's own
             logger.error(
                 "delivery ledger lookup failed for hook %s; will retry", key, exc_info=seen
             )

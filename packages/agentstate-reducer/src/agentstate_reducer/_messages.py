@@ -136,6 +136,27 @@ def message_identity(message: Any) -> str:
     return "sha256:" + hashlib.sha256(text.encode("utf-8")).hexdigest()[:32]
 
 
+def check_messages(messages: Sequence[Any], what: str = "message") -> None:
+    """Raise `TypeError` for an item that is no message: not a mapping, and no object with a
+    `type`, `role` or `content` attribute (a str, an int, None, a tuple).
+
+    Such items all got one identity, so a hook was handed only the first of them.
+
+    Args:
+        messages: The items to check.
+        what: What the items are, for the error (`message`, `pruned message`).
+    """
+    for index, message in enumerate(messages):
+        if is_mapping(message) or is_langchain_message(message):
+            continue
+        if any(hasattr(message, name) for name in ("type", "role", "content")):
+            continue
+        raise TypeError(
+            f"{what} {index} is a {type(message).__name__} ({message!r:.60}), not a message; "
+            "pass message objects or {'role': ..., 'content': ...} dicts"
+        )
+
+
 def is_langchain_message(message: Any) -> bool:
     """Return True when `message` is a LangChain `BaseMessage`, without importing LangChain."""
     cls = type(message)

@@ -13,10 +13,10 @@ from typing import Any
 from ._background import AsyncBackground, Background, BatchDropped
 from ._config import ReducerConfig, ReducerResult
 from ._cut import Cut, checked_count, plan_cut
-from ._delivery import Dispatcher, Job, ReportBuilder, hook_keys
+from ._delivery import Dispatcher, Job, ReportBuilder, caller_cancelled, hook_keys
 from ._ledger import AsyncDeliveryLedger, DeliveryLedger, InMemoryLedger
 from ._merge import merge_messages
-from ._messages import is_langchain_message, message_identity
+from ._messages import check_messages, is_langchain_message, message_identity
 from ._report import DeliveryReport
 from ._summary import summary_block, summary_size
 from ._tokens import resolve_token_counter
@@ -95,6 +95,10 @@ class MessageReducer:
 
         Returns:
             The cut; `delivery` is None.
+
+        Raises:
+            TypeError: An item is not a message (a str, say): each of those had one
+                identity, so a hook got only the first.
         """
         messages, cut, pruned = self._cut(existing, new)
         if cut is None:
@@ -156,11 +160,12 @@ class MessageReducer:
         Returns:
             Per hook: delivered, queued, failed and skipped message identities.
         """
+        pruned = _checked(pruned)
         loop = self._loop_for_ledger()
         if loop is not None:
-            return self._deliver_on(loop, list(pruned), namespace)
+            return self._deliver_on(loop, pruned, namespace)
         jobs, report = self._dispatcher.prepare(
-            list(self.config.on_prune), list(pruned), namespace, self.config.dedupe_on_prune
+            list(self.config.on_prune), pruned, namespace, self.config.dedupe_on_prune
         )
         for n, job in enumerate(jobs):
             returned = False
@@ -192,10 +197,14 @@ class MessageReducer:
         """Like `deliver`, awaiting coroutine hooks in turn; plain hooks run inline.
 
         A ledger with `aseen` and `amark` (`AsyncDeliveryLedger`) is awaited, so its I/O
-        never blocks the event loop.
+        never blocks the event loop. A `CancelledError` a hook raises while this task is
+        not being cancelled is the hook's own: it failed, as in `deliver`. On Python 3.10,
+        which cannot tell (no `Task.cancelling`), it goes on, as a cancellation of the caller
+        does; either way its batch and those of the hooks not run yet wait for the next
+        delivery.
         """
         jobs, report = await self._dispatcher.aprepare(
-            list(self.config.on_prune), list(pruned), namespace, self.config.dedupe_on_prune
+            list(self.config.on_prune), _checked(pruned), namespace, self.config.dedupe_on_prune
         )
         for n, job in enumerate(jobs):
             returned = False
@@ -209,6 +218,13 @@ class MessageReducer:
                         await result
                 except Exception as exc:
                     self._failed(job, exc, report)  # marks nothing: no ledger call to await
+                    continue
+                except asyncio.CancelledError as exc:
+                    if caller_cancelled():
+                        raise
+                    # The hook's own (this task was never cancelled): it failed, as in
+                    # `deliver`. Python 3.10 cannot tell the two apart: see caller_cancelled.
+                    self._failed(job, exc, report)
                     continue
                 returned = True
                 await self._dispatcher.afinish(job, None)
@@ -306,6 +322,7 @@ class MessageReducer:
 
     def _cut(self, existing: Any, new: Any) -> tuple[list[Any], Cut | None, list[Any]]:
         messages = [*_listify(existing), *_listify(new)]
+        check_messages(messages)
         c = self.config
         counter = None
         reserve = 0
@@ -484,6 +501,13 @@ def _listify(value: Any) -> list[Any]:
     if isinstance(value, Mapping) or is_langchain_message(value):
         return [value]
     return list(value)
+
+
+def _checked(pruned: Iterable[Any]) -> list[Any]:
+    """`pruned` as a list, checked to hold only messages (`check_messages`)."""
+    items = list(pruned)
+    check_messages(items, "pruned message")
+    return items
 
 
 async def _await(awaitable: Any) -> Any:
