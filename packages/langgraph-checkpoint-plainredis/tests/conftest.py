@@ -1,8 +1,10 @@
 from __future__ import annotations
 
+import sys
 import uuid
 import zlib
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -11,6 +13,10 @@ from redis.cluster import RedisCluster
 
 from agentstate_testkit.savers import SyncAsAsync
 from langgraph_checkpoint_plainredis import AsyncRedisSaver, RedisSaver, _deflate
+
+# `cli_helpers` importable: the workspace runs pytest with --import-mode=importlib, which
+# does not put test directories on sys.path.
+sys.path.insert(0, str(Path(__file__).parent))
 
 
 @pytest.fixture

@@ -12,14 +12,13 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Annotated, Any, TypedDict
+from typing import Any
 
 import pytest
 import redis
-from langchain_core.messages import AIMessage, HumanMessage
+from cli_helpers import chat, cli, listed
+from langchain_core.messages import HumanMessage
 from langgraph.checkpoint.base import empty_checkpoint
-from langgraph.graph import START, StateGraph
-from langgraph.graph.message import add_messages
 from redis.cluster import RedisCluster
 
 from agentstate_testkit import servers
@@ -27,37 +26,6 @@ from langgraph_checkpoint_plainredis import AsyncRedisSaver, PlainRedisError, Re
 from langgraph_checkpoint_plainredis._cli import main
 from langgraph_checkpoint_plainredis._inspect import jsonable
 from langgraph_checkpoint_plainredis._keys import KeySpace
-
-
-class State(TypedDict):
-    messages: Annotated[list[Any], add_messages]
-
-
-def reply(state: State) -> dict[str, Any]:
-    return {"messages": [AIMessage(content=f"echo: {state['messages'][-1].content}")]}
-
-
-def chat(url: str, prefix: str, threads: dict[str, int], ttl: float | None = None) -> None:
-    """Runs `turns` chat turns on each thread, through a real graph."""
-    with RedisSaver(url, prefix=prefix, ttl=ttl) as saver:
-        app = StateGraph(State).add_node("reply", reply).add_edge(START, "reply")
-        graph = app.compile(checkpointer=saver)
-        for thread_id, turns in threads.items():
-            for turn in range(turns):
-                config = {"configurable": {"thread_id": thread_id}}
-                graph.invoke({"messages": [HumanMessage(f"question {turn} 你好")]}, config)
-
-
-def cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def listed(url: str, prefix: str, thread_id: str) -> list[Any]:
-    with RedisSaver(url, prefix=prefix) as saver:
-        return list(saver.list({"configurable": {"thread_id": thread_id, "checkpoint_ns": ""}}))
-
 
 THREADS = {"user-42:session-7": 2, "a": 1, "a:b": 3, "with space ✓": 1}
 

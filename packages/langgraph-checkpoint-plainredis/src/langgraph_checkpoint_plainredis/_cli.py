@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import io
 import json
 import os
 import shlex
@@ -11,7 +12,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from typing import TextIO
-from urllib.parse import urlsplit
+from urllib.parse import unquote_plus, urlsplit
 
 import redis
 
@@ -31,7 +32,8 @@ are stored as raw bytes, which redis-cli cannot show; these commands decode them
 Every command but migrate takes --url (default: $REDIS_URL, else
 %s) and --prefix (default: lg).
 
-Exit status: 0 done, 1 runtime error or declined prompt, 2 bad arguments."""
+Exit status: 0 done, 1 runtime error or declined prompt, 2 bad arguments, 141 the
+reader of the output stopped reading (as `| head` does)."""
 
 
 def _text(value: str) -> str:
@@ -252,8 +254,27 @@ def _expiry(expires_ms: float | None, now_ms: float) -> str:
     return at.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+_HIDDEN_OPTIONS = ("password", "username")  # query options redis-py logs in with
+
+
+def _redact_query(url: str) -> str:
+    """`url` with the values of its query's `_HIDDEN_OPTIONS` masked; the rest as written."""
+    base, mark, rest = url.partition("?")
+    if not mark:
+        return url
+    query, hash_mark, fragment = rest.partition("#")
+    items = [
+        f"{item.partition('=')[0]}=***"
+        if unquote_plus(item.partition("=")[0]) in _HIDDEN_OPTIONS
+        else item
+        for item in query.split("&")
+    ]
+    return base + "?" + "&".join(items) + hash_mark + fragment
+
+
 def _redact(url: str) -> str:
-    """The URL without its password."""
+    """The URL without its password, nor the password and username of its query."""
+    url = _redact_query(url)
     try:
         parts = urlsplit(url)
     except ValueError:
@@ -307,7 +328,8 @@ def _ask(question: str) -> bool:
     """Asks on stderr and reads a line from stdin; only y or yes agrees."""
     sys.stderr.write(f"{question} [y/N] ")
     sys.stderr.flush()
-    answer = sys.stdin.readline()
+    # No stdin at all (closed, as with `0<&-`) is no answer, as an empty one is.
+    answer = sys.stdin.readline() if sys.stdin is not None else ""
     if not answer:
         sys.stderr.write("\n")
     return answer.strip().lower() in ("y", "yes")
@@ -360,12 +382,15 @@ def _history_command(args: argparse.Namespace, ns: str | None = None) -> str:
     `args` name) that `args` name, quoted for a POSIX shell (the URL is left out: it may
     carry a password)."""
     ns = args.ns if ns is None else ns
-    words = ["plainredis", "history", args.thread]
-    if args.prefix != "lg":
-        words += ["--prefix", args.prefix]
-    if ns:
-        words += ["--ns", ns]
-    return shlex.join(words)
+    # argparse takes a word that starts with '-' for an option: such a value is written
+    # `--ns=-x`, and such a thread id goes last, after `--`.
+    words: list[str] = []
+    for flag, value in (("--prefix", "" if args.prefix == "lg" else args.prefix), ("--ns", ns)):
+        if value:
+            words += [f"{flag}={value}"] if value.startswith("-") else [flag, value]
+    if args.thread.startswith("-"):
+        return shlex.join(["plainredis", "history", *words, "--", args.thread])
+    return shlex.join(["plainredis", "history", args.thread, *words])
 
 
 def _elsewhere(inspector: Inspector, args: argparse.Namespace) -> str | None:
@@ -383,11 +408,12 @@ def _elsewhere(inspector: Inspector, args: argparse.Namespace) -> str | None:
 def _show(inspector: Inspector, args: argparse.Namespace) -> int:
     doc = inspector.show(args.thread, args.ns, args.checkpoint)
     if doc is None:
-        which = f"checkpoint {args.checkpoint!r}" if args.checkpoint else "no checkpoint"
+        named = args.checkpoint is not None  # '' too: no checkpoint has an empty id
+        which = f"checkpoint {args.checkpoint!r}" if named else "no checkpoint"
         elsewhere = _elsewhere(inspector, args)
         return _fail(
             f"{which} in thread {args.thread!r}, namespace {args.ns!r}, prefix "
-            f"{args.prefix!r}{' was not found' if args.checkpoint else ''}: "
+            f"{args.prefix!r}{' was not found' if named else ''}: "
             + (elsewhere or f"`{_history_command(args)}` lists its checkpoints")
         )
     print(json.dumps(doc, indent=2, ensure_ascii=False))
@@ -505,9 +531,15 @@ def _migrate(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         # What the migration's saver refuses (decode_responses=true in the query, say),
         # refused before anything is read or written.
         validate_client(client, "RedisSaver", "sync")
+        # The login, before the run: a password that is not UTF-8 cannot be sent, and is
+        # refused as the other commands refuse it (a usage error naming --url).
+        client.ping()
     except ValueError as exc:
         client.close()
         parser.error(f"--url {_redact(args.url)!r}: {exc}")
+    except BaseException:  # a server down or a login refused: `main` says what to do
+        client.close()
+        raise
     try:
         report = migrate_v010(
             client,
@@ -524,6 +556,12 @@ def _migrate(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         f"{report.blobs} blobs, {report.writes} writes; deleted {report.old_keys_deleted} "
         "old keys"
     )
+    if not report.found:
+        print(
+            f"no 0.1.0 registry at {LegacyKeys(args.prefix).registry!r} (and none parked by an "
+            "unfinished run): nothing to migrate. Already migrated, or not 0.1.0's --prefix? "
+            "(0.1.0's default was lg)"
+        )
     for skipped in report.skipped:
         print(f"skipped unreadable registry entry {skipped!r}", file=sys.stderr)
     if report.skipped:
@@ -568,8 +606,44 @@ def _run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         return _COMMANDS[args.command](inspector, args)
 
 
+_KEY_REFUSED = (  # Redis's NOPERM replies for a key outside the user's ACL key patterns
+    "access one of the keys",
+    "access a key",
+    "access at least one of the keys",
+)
+
+
+def _replaceable_output() -> None:
+    """Text a terminal's encoding cannot show (an id on a cp1252 console, say) is written
+    with backslash escapes rather than failing the command after part of its output."""
+    for stream in (sys.stdout, sys.stderr):
+        if isinstance(stream, io.TextIOWrapper) and stream.errors == "strict":
+            stream.reconfigure(errors="backslashreplace")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Runs the command line; returns the exit status (argparse exits 2 on bad arguments)."""
+    _replaceable_output()
+    try:
+        code = _main(argv)
+        sys.stdout.flush()  # a reader gone shows at the last flush too
+    except BrokenPipeError:
+        # The reader stopped reading (`plainredis threads | head -1`): stop quietly, with
+        # the status of a command SIGPIPE ended. Output still buffered would fail again at
+        # exit: stdout points at /dev/null from here.
+        try:
+            fd = sys.stdout.fileno()
+        except (OSError, ValueError):  # not a file (a capturing test's buffer, say)
+            pass
+        else:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, fd)
+            os.close(devnull)
+        return 128 + 13  # 128 + SIGPIPE
+    return code
+
+
+def _main(argv: Sequence[str] | None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
     if args.url is None:
@@ -587,6 +661,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except redis.exceptions.NoPermissionError as exc:
         if args.command == "migrate":
             return _fail(_migrate_refused(url, exc))
+        if any(reply in str(exc).lower() for reply in _KEY_REFUSED):
+            pattern = KeySpace(args.prefix).pattern
+            return _fail(
+                f"the Redis user of {url} may not access the keys of --prefix "
+                f"{args.prefix!r} ({exc}): give it the ACL key pattern ~{pattern} "
+                f"(ACL SETUSER <user> ~{pattern}), or pass the --prefix its key patterns cover"
+            )
         return _fail(
             f"the Redis user of {url} may not run this ({exc}); the inspector needs the "
             "saver's commands plus TYPE, ZCARD, MEMORY USAGE and SCAN"

@@ -30,7 +30,7 @@ from redis.exceptions import ResponseError
 
 from ._core import _s, info_refused, parked_check, refuse_parked
 from ._errors import LegacyKeyspaceError, WrongTypeError
-from ._keys import ThreadKeys, listed_namespace, listed_thread, member_text
+from ._keys import SEP, ThreadKeys, listed_namespace, listed_thread, member_text
 from ._shell import _parameters, check_database
 from ._sync import RedisSaver, close_client
 
@@ -404,8 +404,10 @@ class Inspector:
 
     def show(self, thread_id: str, ns: str, checkpoint_id: str | None) -> dict[str, Any] | None:
         """One checkpoint (the newest when `checkpoint_id` is None), as `describe` gives it."""
+        if checkpoint_id == "":  # no checkpoint has one; the saver reads '' as the newest
+            return None
         conf: dict[str, Any] = {"thread_id": thread_id, "checkpoint_ns": ns}
-        if checkpoint_id:
+        if checkpoint_id is not None:
             conf["checkpoint_id"] = checkpoint_id
         tup = self.saver.get_tuple({"configurable": conf})
         return None if tup is None else describe(tup)
@@ -434,9 +436,11 @@ class Inspector:
             keys, checkpoints = found[tk.component]
             ids, members = index[2 * i], index[2 * i + 1]
             checkpoints[0] += len(ids)
-            keys += [tk.idx(ns), tk.keys(ns), *(tk.cp(ns, _s(c)) for c in ids)]
+            # A member that is not UTF-8 (no saver writes one) names its key, not a traceback.
+            keys += [tk.idx(ns), tk.keys(ns)]
+            keys += [tk.cp(ns, member_text(c, tk.idx(ns))) for c in ids]
             for raw in members:
-                if key := tk.indexed_key(ns, _s(raw)):
+                if key := tk.indexed_key(ns, member_text(raw, tk.keys(ns))):
                     keys.append(key)
         return [
             (list(dict.fromkeys(found[tk.component][0])), found[tk.component][1][0])
@@ -511,10 +515,11 @@ class Inspector:
                 measured += self._memory(rest[start : start + _BATCH])
                 report("orphans", len(measured), len(rest))
             index = self._index_keys(rest)
+            runs = self._run_keys(rest, run_prefix)
             for key, size in zip(rest, measured, strict=True):
                 if size is None:
                     continue  # gone since the SCAN
-                if key.startswith(run_prefix):
+                if key in runs:
                     result.run_keys += 1
                     result.run_bytes += size
                 elif key in index:
@@ -523,6 +528,17 @@ class Inspector:
                 else:
                     result.orphans.append((key.decode(errors="replace"), size))
         return result
+
+    def _run_keys(self, keys: Sequence[bytes], run_prefix: bytes) -> set[bytes]:
+        """The run sets among `keys`: a set named by the run prefix and an escaped run id,
+        which holds no separator; a key with one there (``lg:run:x:cp:...``, a key of a
+        saver whose prefix is ``lg:run``) or of another type is another program's."""
+        sep = SEP.encode()
+        candidates = [
+            key for key in keys if key.startswith(run_prefix) and sep not in key[len(run_prefix) :]
+        ]
+        found = self._pipeline([("TYPE", key) for key in candidates])
+        return {key for key, kind in zip(candidates, found, strict=True) if _s(kind) == "set"}
 
     def _index_keys(self, keys: Sequence[bytes]) -> set[bytes]:
         """The keys of the metadata index among `keys`: its marker hash and its zsets

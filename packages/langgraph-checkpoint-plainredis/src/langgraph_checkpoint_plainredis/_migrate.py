@@ -68,6 +68,9 @@ class MigrationReport:
     blobs: int = 0
     old_keys_deleted: int = 0
     skipped: list[str] = field(default_factory=list)
+    # False: no 0.1.0 registry under the prefix, none parked and no unfinished run's record
+    # (a keyspace already migrated, an empty one, or a mistyped prefix).
+    found: bool = True
 
 
 def _unwrap(raw: Any, key: str) -> tuple[str, bytes] | None:
@@ -488,6 +491,9 @@ def _migrate(
     waiting += _entries(unparked, stash, legacy, stash, target, MigrationReport())
     if keep_old and target == prefix:
         _refuse_keeping_shadows(waiting, legacy)
+    # 0.1.0 data to finish: a registry, a parked one, or the record of a run that stopped
+    # after its last thread. Without any, `legacy.seq` is not 0.1.0's and is left alone.
+    found = registry is not None or bool(parked) or bool(client.exists(legacy.parked_into))
     if registry is not None or parked:
         # Park the old registry (the current layout keeps a zset under that name) and record
         # under the source where it went, together: a rerun into another target is refused.
@@ -499,7 +505,7 @@ def _migrate(
             elif registry is not None:
                 pipe.rename(legacy.registry, stash)
             pipe.execute()
-    report = MigrationReport()
+    report = MigrationReport(found=found)
     raw = _read(client, stash, "hash", partial(client.hgetall, stash))
     entries = _entries(raw, stash, legacy, stash, target, report)
     saver = RedisSaver(client=client, prefix=target, ttl=ttl, serde=serde)
@@ -514,7 +520,11 @@ def _migrate(
         client.hdel(stash, entry.idx_key)
         report.threads += 1
     if not report.skipped:
-        report.old_keys_deleted += client.delete(stash, legacy.seq) if not keep_old else 0
+        if not keep_old:
+            report.old_keys_deleted += client.delete(stash)
+            # 0.1.0's counter is a string; a key of another type there is another program's.
+            if found and _s(client.type(legacy.seq)) == "string":
+                report.old_keys_deleted += client.delete(legacy.seq)
         client.delete(legacy.parked_into)  # done: a run into any prefix finds nothing
     return report
 

@@ -1,0 +1,286 @@
+"""`plainredis` where a review found it failing: a foreign `PREFIX:seq` deleted by migrate,
+tracebacks on odd members, pipes, stdin, encodings and URLs, misleading messages."""
+
+from __future__ import annotations
+
+import argparse
+import io
+import os
+import re
+import shlex
+import subprocess
+import sys
+import uuid
+from typing import Any
+
+import pytest
+import redis
+from cli_helpers import chat, cli, listed
+from langgraph.checkpoint.base import empty_checkpoint
+
+from langgraph_checkpoint_plainredis import RedisSaver
+from langgraph_checkpoint_plainredis._cli import _history_command, _parser, main
+from langgraph_checkpoint_plainredis._keys import KeySpace
+
+
+def command(*argv: str) -> list[str]:
+    return [sys.executable, "-m", "langgraph_checkpoint_plainredis", *argv]
+
+
+@pytest.fixture
+def standalone(redis_kind: str) -> None:
+    if redis_kind.endswith("-cluster"):
+        pytest.skip("migrate and ACL users: a standalone server")
+
+
+def test_migrate_deletes_seq_only_after_a_010_keyspace_and_says_when_there_is_none(
+    redis_url: str,
+    prefix: str,
+    client: redis.Redis,
+    capsys: pytest.CaptureFixture[str],
+    standalone: None,
+) -> None:
+    """With no 0.1.0 registry under the prefix, migrate deleted `PREFIX:seq` (another
+    program's key: 0.1.0 kept a string counter there) and said only 'migrated 0'."""
+    chat(redis_url, prefix, {"a": 1})  # the current layout, nothing from 0.1.0
+    seq = f"{prefix}:seq"
+    client.zadd(seq, {"another program's member": 1})
+    argv = ("migrate", "--url", redis_url, "--prefix", prefix)
+    code, out, err = cli(capsys, *argv)
+    assert (code, err) == (0, "")  # an already migrated keyspace: a rerun still succeeds
+    assert "deleted 0 old keys" in out
+    assert f"no 0.1.0 registry at '{prefix}:threads'" in out and "--prefix" in out
+    assert client.type(seq) == b"zset" and client.zcard(seq) == 1
+    client.delete(seq)
+    client.set(seq, "42")  # a string, but no 0.1.0 data: not this run's to delete
+    for keep in ([], ["--keep-old"]):
+        code, out, _ = cli(capsys, *argv, *keep)
+        assert code == 0 and "no 0.1.0 registry" in out
+        assert client.get(seq) == b"42"
+    assert len(listed(redis_url, prefix, "a")) == 3
+
+
+def test_migrate_of_a_010_keyspace_deletes_its_seq_but_not_a_foreign_one(
+    redis_url: str,
+    prefix: str,
+    client: redis.Redis,
+    capsys: pytest.CaptureFixture[str],
+    standalone: None,
+) -> None:
+    """A 0.1.0 run to finish (here the record of one that stopped after its last thread):
+    its string counter goes; a key of another type there stays."""
+    argv = ("migrate", "--url", redis_url, "--prefix", prefix)
+    for value, kept in ((b"7", False), (None, True)):
+        client.set(f"{prefix}:v010:parked", prefix)
+        if value is None:
+            client.sadd(f"{prefix}:seq", "foreign")
+        else:
+            client.set(f"{prefix}:seq", value)
+        code, out, _ = cli(capsys, *argv)
+        assert code == 0 and "no 0.1.0 registry" not in out
+        assert bool(client.exists(f"{prefix}:seq")) is kept
+        assert not client.exists(f"{prefix}:v010:parked")
+        client.delete(f"{prefix}:seq")
+
+
+@pytest.mark.parametrize("where", ["keys", "idx"])
+def test_stats_names_the_key_of_a_member_that_is_not_utf8(
+    redis_url: str,
+    prefix: str,
+    client: Any,
+    capsys: pytest.CaptureFixture[str],
+    where: str,
+) -> None:
+    """A member no saver writes (not UTF-8) in a timeline or its key index was a
+    UnicodeDecodeError traceback; it is a one-line error naming the key and the fix."""
+    chat(redis_url, prefix, {"t": 1, "u": 1})
+    tk = KeySpace(prefix).thread("u")
+    key = tk.keys("") if where == "keys" else tk.idx("")
+    client.zadd(key, {b"c\xff" if where == "keys" else b"\xff\xfe": 0})
+    code, out, err = cli(capsys, "stats", "--url", redis_url, "--prefix", prefix)
+    assert (code, out) == (1, "")
+    assert err.count("\n") == 1 and err.startswith("plainredis: error: ")
+    assert repr(key) in err and "not UTF-8" in err and "Remove that member" in err
+
+
+def test_output_to_a_reader_that_went_away_stops_quietly(
+    redis_url: str,
+    prefix: str,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`plainredis threads | head -1` printed a BrokenPipeError traceback and exited 1."""
+    chat(redis_url, prefix, {"t": 1})
+
+    class Gone(io.StringIO):
+        def write(self, text: str) -> int:
+            raise BrokenPipeError(32, "Broken pipe")
+
+    for cmd in ("threads", "stats"):
+        monkeypatch.setattr(sys, "stdout", Gone())
+        assert main([cmd, "--url", redis_url, "--prefix", prefix]) == 141
+        monkeypatch.undo()
+        assert capsys.readouterr().err in ("", f"1 thread under prefix {prefix!r}\n")
+
+    # A real pipe whose reader is gone before the command writes a byte.
+    with subprocess.Popen(
+        command("threads", "--url", redis_url, "--prefix", prefix),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    ) as proc:
+        assert proc.stdout is not None and proc.stderr is not None
+        proc.stdout.close()
+        err = proc.stderr.read().decode()
+    assert proc.returncode == 141, err
+    assert "Traceback" not in err and "BrokenPipe" not in err
+
+
+def test_credentials_in_the_url_query_are_not_printed(capsys: pytest.CaptureFixture[str]) -> None:
+    """`?password=` and `?username=` values were printed as typed in error messages."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    url = f"redis://127.0.0.1:{port}/0?username=opsuser&password=s3cret&db=0"
+    code, _, err = cli(capsys, "threads", "--url", url)
+    assert code == 1 and "s3cret" not in err and "opsuser" not in err
+    assert "?username=***&password=***&db=0" in err
+    with pytest.raises(SystemExit):  # a usage error names the URL too
+        main(["threads", "--url", f"redis://127.0.0.1:{port}/0?password=s3cret&bogus=1"])
+    err = capsys.readouterr().err
+    assert "s3cret" not in err and "password=***&bogus=1" in err
+
+
+def test_no_stdin_is_no_answer(
+    redis_url: str,
+    prefix: str,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With stdin closed (`0<&-`, sys.stdin is None) delete and prune raised AttributeError."""
+    chat(redis_url, prefix, {"a": 1})
+    monkeypatch.setattr(sys, "stdin", None)
+    for argv in (["delete", "a"], ["prune", "a"]):
+        code, _, err = cli(capsys, *argv, "--url", redis_url, "--prefix", prefix)
+        assert code == 1 and "(pass --yes to skip the question)" in err
+    assert len(listed(redis_url, prefix, "a")) == 3
+
+
+def test_show_of_an_empty_checkpoint_id_is_not_found(
+    redis_url: str, prefix: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`show THREAD ""` printed the newest checkpoint, as if no id had been given."""
+    chat(redis_url, prefix, {"a": 1})
+    code, out, err = cli(capsys, "show", "a", "", "--url", redis_url, "--prefix", prefix)
+    assert (code, out) == (1, "")
+    assert f"checkpoint '' in thread 'a', namespace '', prefix {prefix!r} was not found" in err
+
+
+def test_the_suggested_history_command_runs_for_a_thread_id_like_an_option(
+    redis_url: str, prefix: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """For thread '-x' it suggested `plainredis history -x`, which argparse refuses."""
+    chat(redis_url, prefix, {"-x": 1})
+    for ns in ("", "-n"):
+        code, _, err = cli(
+            capsys, "show", "--url", redis_url, "--prefix", prefix, f"--ns={ns}", "--", "-x", "no"
+        )
+        assert code == 1
+        found = re.search(r"`(plainredis history [^`]*)`", err)
+        assert found is not None, err
+        suggested = shlex.split(found.group(1))
+        assert suggested[-2:] == ["--", "-x"]
+        # As given (the URL left out, as it may carry a password), with --url before `--`.
+        code, out, err = cli(capsys, "history", "--url", redis_url, *suggested[2:])
+        assert code == 0 and len(out.splitlines()) == 4, err
+    # A prefix and a namespace like options too: the words parse back to what they name.
+    for thread, prefix_, ns in (("-x", "-p", "-n"), ("t", "-p", "--n"), ("-", "lg", "")):
+        args = argparse.Namespace(thread=thread, prefix=prefix_, ns=ns)
+        words = shlex.split(_history_command(args))
+        parsed = _parser().parse_args([*words[1:2], "--url", "redis://h", *words[2:]])
+        assert (parsed.thread, parsed.prefix, parsed.ns) == (thread, prefix_, ns), words
+
+
+def test_text_the_output_encoding_cannot_show_is_escaped(redis_url: str, prefix: str) -> None:
+    """With PYTHONIOENCODING=cp1252, threads, show and stats failed on a thread id '✓'."""
+    chat(redis_url, prefix, {"weird id ✓": 1})
+    env = dict(os.environ, PYTHONIOENCODING="cp1252")
+    for cmd in (["threads"], ["show", "weird id ✓"], ["stats"]):
+        done = subprocess.run(
+            command(*cmd, "--url", redis_url, "--prefix", prefix), capture_output=True, env=env
+        )
+        assert done.returncode == 0, done.stderr.decode(errors="replace")
+        assert b"weird id \\u2713" in done.stdout
+
+
+def test_migrate_refuses_a_password_that_is_not_utf8_as_a_usage_error(
+    redis_url: str, capsys: pytest.CaptureFixture[str], standalone: None
+) -> None:
+    """migrate raised UnicodeEncodeError; the other commands exit 2 naming --url."""
+    hostport = redis_url.split("//", 1)[1].split("/", 1)[0]
+    url = f"redis://u:p\udcff@{hostport}/0"
+    for cmd in ("migrate", "threads"):
+        with pytest.raises(SystemExit) as exit_info:
+            main([cmd, "--url", url])
+        assert exit_info.value.code == 2
+        err = capsys.readouterr().err
+        assert f"--url 'redis://u:***@{hostport}/0'" in err and "\udcff" not in err
+
+
+def test_stats_scan_counts_only_this_prefixs_run_sets(
+    redis_url: str, prefix: str, client: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The keys of a saver with prefix 'P:run' (and any key under 'P:run:') were counted as
+    run sets of 'P'; they are orphans, as keys of another program are."""
+
+    def put_runs(prefix: str, thread_id: str, run_ids: list[str]) -> None:
+        with RedisSaver(redis_url, prefix=prefix) as saver:
+            config: Any = {"configurable": {"thread_id": thread_id, "checkpoint_ns": ""}}
+            for step, run_id in enumerate(run_ids):
+                metadata: Any = {"source": "loop", "step": step, "run_id": run_id}
+                config = saver.put(config, empty_checkpoint(), metadata, {})
+
+    put_runs(prefix, "a", ["r1", "r:2", "r1"])
+    runs = [k for k in client.scan_iter(match=f"{prefix}:run:*", count=1000)]
+    assert runs and all(client.type(k) == b"set" for k in runs)
+    run_bytes = sum(client.memory_usage(k, samples=0) for k in runs)
+    nested = f"{prefix}:run"
+    put_runs(nested, "b", ["r1", "r3"])
+    client.set(f"{prefix}:run:not-a-set", "x")
+    # The nested saver's keys (its run sets 'P:run:run:r1' and its registry 'P:run:threads',
+    # a zset, among them) and the string: all under 'P:run:'.
+    nested_keys = [k for k in client.scan_iter(match=f"{nested}:*", count=1000)]
+    assert f"{nested}:run:r3".encode() in nested_keys
+    code, out, _ = cli(capsys, "stats", "--scan", "--top", "0", "--url", redis_url,
+                       "--prefix", prefix)  # fmt: skip
+    assert code == 0
+    assert f"run sets: {len(runs):,} keys, {run_bytes:,} bytes\n" in out
+    orphans = re.search(r"orphans \(keys no registered thread reaches\): ([\d,]+) keys", out)
+    assert orphans is not None
+    assert int(orphans.group(1).replace(",", "")) == len(set(nested_keys) - set(runs))
+
+
+def test_a_key_pattern_refusal_names_the_prefix_and_the_acl_pattern(
+    redis_url: str,
+    prefix: str,
+    client: redis.Redis,
+    capsys: pytest.CaptureFixture[str],
+    standalone: None,
+) -> None:
+    """A user whose ACL key patterns leave the prefix out was told it lacked commands."""
+    if int(client.info("server")["redis_version"].split(".")[0]) < 6:
+        pytest.skip("ACL users: Redis 6 and later")
+    chat(redis_url, prefix, {"a": 1})
+    user = f"cli-{uuid.uuid4().hex[:8]}"
+    client.execute_command("ACL", "SETUSER", user, "on", ">pw", "~elsewhere:*", "&*", "+@all")
+    try:
+        hostport = redis_url.split("//", 1)[1]
+        url = f"redis://{user}:pw@{hostport}"
+        for argv in (["threads"], ["stats"], ["history", "a"], ["show", "a"]):
+            code, _, err = cli(capsys, *argv, "--url", url, "--prefix", prefix)
+            assert code == 1 and err.count("\n") == 1, err
+            assert f"may not access the keys of --prefix {prefix!r}" in err, err
+            assert f"~{prefix}:*" in err and "pw@" not in err
+    finally:
+        client.execute_command("ACL", "DELUSER", user)
