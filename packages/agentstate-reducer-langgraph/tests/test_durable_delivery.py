@@ -1283,3 +1283,199 @@ async def test_resp3_asyncio_clients_work_where_the_server_has_hello(
     await aclient.aclose()
     client.close()
     resp2.close()
+
+
+# -- asyncio background delivery past the end of its event loop ---------------------------
+
+
+class ThreadedOutbox:
+    """A blocking `RedisOutbox` whose asyncio methods run in a worker thread: usable from
+    any event loop (a `redis.asyncio` client's connections belong to the loop that opened
+    them)."""
+
+    def __init__(self, outbox: RedisOutbox) -> None:
+        self.outbox = outbox
+
+    def stage(self, batch: StagedBatch, **kwargs: Any) -> int:
+        return self.outbox.stage(batch, **kwargs)
+
+    def claim(self, **kwargs: Any) -> list[StagedBatch]:
+        return self.outbox.claim(**kwargs)
+
+    def settle(self, settlements: Sequence[Settlement]) -> None:
+        self.outbox.settle(settlements)
+
+    def stats(self) -> Any:
+        return self.outbox.stats()
+
+    async def astage(self, batch: StagedBatch, **kwargs: Any) -> int:
+        return await asyncio.to_thread(self.outbox.stage, batch, **kwargs)
+
+    async def aclaim(self, **kwargs: Any) -> list[StagedBatch]:
+        return await asyncio.to_thread(lambda: self.outbox.claim(**kwargs))
+
+    async def asettle(self, settlements: Sequence[Settlement]) -> None:
+        await asyncio.to_thread(self.outbox.settle, settlements)
+
+    async def astats(self) -> Any:
+        return await asyncio.to_thread(self.outbox.stats)
+
+
+def stuck_hook(name: str, got: list[str], stuck: list[bool]) -> Any:
+    """A coroutine hook (an LLM extractor) that is still running when its loop ends while
+    `stuck[0]`; it records what it finished."""
+
+    async def hook(pruned: list[Any], namespace: Any) -> None:
+        while stuck[0]:
+            await asyncio.sleep(0.01)
+        got.extend(m.id for m in pruned)
+
+    hook.name = name  # type: ignore[attr-defined]
+    return hook
+
+
+PRUNED = ["b", "c", "d", "e"]  # of a, ..., h: the reducer keeps the first
+NEW = {"messages": 1}
+
+
+def test_a_background_aput_batch_outlives_its_loop_and_a_deleted_thread(
+    client: redis.Redis, prefix: str
+) -> None:
+    """aput + background: the task dies with its loop (`asyncio.run` ending, a serverless
+    handler) in the middle of the hook, after the thread was deleted. The batch was
+    marked committed only in memory, so the next drain discarded it: never delivered."""
+    inner, ledger = InMemorySaver(), RedisDeliveryLedger(client, prefix=prefix)
+    unfinished: list[str] = []
+    saver = ReducingSaver(
+        inner,
+        reducer(ledger, stuck_hook("mem", unfinished, [True])),
+        outbox=ThreadedOutbox(RedisOutbox(client, prefix=prefix)),
+        delivery=Delivery("background", lease=0.2, poll_interval=60),
+    )
+
+    async def handler() -> None:
+        await saver.aput(cfg("t"), checkpoint_with(list("abcdefgh")), {}, NEW)
+        await saver.adelete_thread("t")  # the conversation closed
+
+    asyncio.run(handler())
+    assert unfinished == [] and inner.get_tuple(cfg("t")) is None
+    got: list[str] = []
+    drainer = ReducingSaver(
+        inner,
+        reducer(ledger, stuck_hook("mem", got, [False])),
+        outbox=RedisOutbox(client, prefix=prefix),
+        delivery=Delivery("manual", grace=0),  # an uncommitted batch would be dropped
+    )
+    time.sleep(0.3)  # the stager's lease expires
+    report = drainer.drain()
+    assert (report.delivered, report.discarded) == (1, 0)
+    assert got == PRUNED
+    assert drainer.delivery_stats().backlog == 0
+
+
+@pytest.mark.parametrize("how", ["aflush", "aclose", "aput"])
+def test_a_new_loop_delivers_what_the_background_task_of_an_ended_one_left(
+    client: redis.Redis, prefix: str, how: str
+) -> None:
+    """`aflush`/`aclose` on a new loop delivered nothing the first loop's task held, and
+    `aclose` raised CancelledError awaiting that dead task; the task a later `aput` starts
+    takes it over too."""
+    got: list[str] = []
+    stuck = [True]
+    hook = stuck_hook("mem", got, stuck)
+    started: list[bool] = []
+
+    async def watched(pruned: list[Any], namespace: Any) -> None:
+        started.append(True)
+        await hook(pruned, namespace)
+
+    watched.name = "mem"  # type: ignore[attr-defined]
+    saver = ReducingSaver(
+        InMemorySaver(),
+        reducer(RedisDeliveryLedger(client, prefix=prefix), watched),
+        outbox=ThreadedOutbox(RedisOutbox(client, prefix=prefix)),
+        delivery=Delivery("background", poll_interval=60),
+    )
+    assert saver.delivery is not None
+
+    async def handler() -> None:
+        await saver.aput(cfg("t"), checkpoint_with(list("abcdefgh")), {}, NEW)
+        await asyncio.sleep(0.05)  # the task is in the hook when the loop ends
+
+    asyncio.run(handler())
+    assert got == [] and started
+    stuck[0] = False
+
+    async def shutdown() -> None:
+        assert saver.delivery is not None
+        if how == "aput":
+            await saver.aput(cfg("t2"), checkpoint_with(list("ijklmnop")), {}, NEW)
+            await asyncio.wait_for(saver.delivery.aflush(), 5)
+        else:
+            await asyncio.wait_for(getattr(saver.delivery, how)(), 5)
+
+    asyncio.run(shutdown())
+    assert got[:4] == PRUNED and got[4:] == (["j", "k", "l", "m"] if how == "aput" else [])
+    got[4:] = []
+    assert saver.delivery_stats().backlog == 0
+    asyncio.run(saver.delivery.aclose())  # nothing left; no dead task awaited
+    assert got == PRUNED
+
+
+def test_acks_left_at_exit_are_sent_through_an_asyncio_outbox(
+    server_url: str, client: redis.Redis, prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """At interpreter exit the held acks went to the blocking `settle`, which an outbox on
+    a `redis.asyncio` client refuses ("needs a blocking client"): they were lost."""
+    from agentstate_reducer_langgraph import _delivery
+
+    got: list[str] = []
+    aclient = aioredis.Redis.from_url(server_url, protocol=2)
+    saver = ReducingSaver(
+        InMemorySaver(),
+        reducer(RedisDeliveryLedger(client, prefix=prefix), stuck_hook("mem", got, [False])),
+        outbox=RedisOutbox(aclient, prefix=prefix),
+        delivery="inline",  # its ack waits for the next outbox call
+    )
+    assert saver.delivery is not None
+    live: Any = _delivery.weakref.WeakSet([saver.delivery])
+    monkeypatch.setattr(_delivery, "_live", live)
+
+    async def handler() -> None:
+        await saver.aput(cfg("t"), checkpoint_with(list("abcdefgh")), {}, NEW)
+
+    asyncio.run(handler())  # the loop, and the connections the client opened on it, end
+    assert got == PRUNED
+    blocking = RedisOutbox(client, prefix=prefix)
+    assert blocking.stats().backlog == 1  # delivered, its ack still in memory
+    _delivery._close_at_exit()
+    assert blocking.stats().backlog == 0
+    assert saver.delivery.failures == 0
+
+
+def test_an_unencodable_memory_namespace_says_what_to_use_and_stores_nothing(
+    client: redis.Redis, prefix: str
+) -> None:
+    """A namespace holding an object msgpack cannot encode raised the serializer's bare
+    "Type is not msgpack serializable" from the staging."""
+
+    class Tenant:
+        def __str__(self) -> str:
+            return "acme"
+
+    plain = Plain()
+    inner = InMemorySaver()
+    saver = ReducingSaver(
+        inner,
+        reducer(RedisDeliveryLedger(client, prefix=prefix), plain),
+        outbox=RedisOutbox(client, prefix=prefix),
+    )
+    config = cfg("t")
+    config["configurable"]["memory_namespace"] = ("memories", Tenant())
+    with pytest.raises(TypeError) as raised:
+        saver.put(config, checkpoint_with(list("abcdefgh")), {}, NEW)
+    message = str(raised.value)
+    assert "memory_namespace" in message and "Tenant" in message
+    assert "str, int" in message and "str(value)" in message
+    assert inner.get_tuple(cfg("t")) is None and plain.got == []
+    assert saver.delivery_stats().staged == 0

@@ -17,7 +17,7 @@ import threading
 import time
 import weakref
 from collections import deque
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -76,6 +76,9 @@ class _Shared:
         self.discarded = 0
         self.thread: _ThreadWorker | None = None
         self.task: _TaskWorker | None = None
+        # Whether the outbox was called from asyncio: it may then need an event loop (a
+        # `redis.asyncio` client), so what is left at exit is sent on a fresh one.
+        self.asyncio = False
         self.root = inner
         self.allowlist: dict[Any, None] = {}  # in registration order: a set that keeps it
         self.reader = inner
@@ -146,7 +149,7 @@ _live: weakref.WeakSet[DeliveryRunner] = weakref.WeakSet()
 def _close_at_exit() -> None:
     for runner in list(_live):
         try:
-            runner.close(timeout=10)
+            runner.close_at_exit(timeout=10)
         except Exception:
             logger.exception("closing delivery at exit failed; staged batches stay in the outbox")
 
@@ -526,6 +529,31 @@ class DeliveryRunner:
             worker.close(timeout)
         self.flush_acks()
 
+    def close_at_exit(self, timeout: float) -> None:
+        """`close` at interpreter exit. When this delivery used the outbox from asyncio,
+        the acks and commit marks still held are sent with `asettle` on a fresh event loop
+        (the app's has ended, and the outbox's client may be a `redis.asyncio` one, which
+        `settle` refuses). Batches an asyncio task still held stay in the outbox, marked
+        committed once their put returned: the next drain delivers them once their lease
+        expires."""
+        worker, self._thread = self._thread, None
+        if worker is not None:
+            worker.close(timeout)
+        if not self._shared.asyncio:
+            self.flush_acks()
+            return
+        for attempt in (1, 2):
+            with self._lock:
+                if not self._acks:
+                    return
+            try:
+                asyncio.run(asyncio.wait_for(self.aflush_acks(), timeout))
+            except RuntimeError:
+                # A `redis.asyncio` connection opened on the ended loop fails its first
+                # command on this one ("Event loop is closed") and is dropped: once more.
+                if attempt == 2:
+                    raise
+
     def _thread_worker(self) -> _ThreadWorker:
         with self._lock:
             if self._thread is None:
@@ -536,6 +564,7 @@ class DeliveryRunner:
 
     async def astage(self, batch: StagedBatch) -> int:
         """`stage`, for asyncio."""
+        self._shared.asyncio = True
         now, visible_at = self._stage_times()
         acks = self._take_acks()
         try:
@@ -554,8 +583,14 @@ class DeliveryRunner:
             if self.mode == "manual":
                 await self._asend(self._take_acks() + self._commits([own]))
             elif self.mode == "background":
-                self._pend(self._commits([own]))
-                self._task_worker().submit(own)
+                # Unlike the thread, the task dies with its event loop (a script's
+                # `asyncio.run`, a serverless handler), taking what it holds: mark the batch
+                # committed now, as manual mode does, so that whatever happens to the
+                # checkpoint before it is delivered the next drain delivers it.
+                try:
+                    await self._asend(self._take_acks() + self._commits([own]))
+                finally:  # after the mark: the task starts no sooner than it used to
+                    self._task_worker().submit(own)
             elif self.mode == "inline":
                 await self._adeliver_own([own], defer=True)
                 if due > 0:
@@ -575,14 +610,25 @@ class DeliveryRunner:
             self._pend(settle)
             raise
 
-    async def _adeliver_own(self, own: Sequence[_Own], *, defer: bool) -> None:
+    async def _adeliver_own(
+        self,
+        own: Sequence[_Own],
+        *,
+        defer: bool,
+        on_cancel: Callable[[Sequence[_Own]], None] | None = None,
+    ) -> None:
+        """`_deliver_own`, for asyncio. Cancelled (its loop ends), it settles what it
+        finished with the next outbox call and hands the rest to `on_cancel`."""
+        outcomes: list[_Outcome] = []
         try:
-            outcomes = [
-                self._outcome(o.batch, await self.reducer.adeliver(o.pruned, o.namespace))
-                for o in own
-            ]
-        except BaseException:
+            for o in own:
+                report = await self.reducer.adeliver(o.pruned, o.namespace)
+                outcomes.append(self._outcome(o.batch, report))
+        except BaseException as exc:
             self._pend(self._commits(own))
+            if on_cancel is not None and isinstance(exc, asyncio.CancelledError):
+                self._pend(self._settlements(outcomes, defer=True))
+                on_cancel(own[len(outcomes) :])
             raise
         settle = self._settlements(outcomes, defer=defer)
         if settle:
@@ -628,22 +674,52 @@ class DeliveryRunner:
             await self._asend(acks)
 
     async def aflush(self) -> None:
-        """Waits until the background task delivered what it was handed; sends acks."""
-        if self._task is not None:
-            await self._task.aflush()
+        """Waits until the background task delivered what it was handed; sends acks.
+
+        When the task's event loop has ended (or the task died with it), the batches it had
+        not delivered are delivered here, on the running loop."""
+        worker = self._task
+        if worker is not None:
+            if worker.usable():
+                await worker.aflush()
+            else:
+                await self._aadopt(worker, close=False)
         await self.aflush_acks()
 
     async def aclose(self) -> None:
-        """Delivers what the background task holds, stops it and sends pending acks."""
+        """Delivers what the background task holds, stops it and sends pending acks; on a
+        new event loop, delivers here what the task of an ended one left."""
         worker, self._task = self._task, None
         if worker is not None:
-            await worker.aclose()
+            if worker.usable():
+                await worker.aclose()
+            else:
+                await self._aadopt(worker, close=True)
         await self.aflush_acks()
 
+    async def _aadopt(self, worker: _TaskWorker, *, close: bool) -> None:
+        """`worker.aflush()` or `worker.aclose()` from a loop that is not the worker's. On
+        a loop still running in another thread they run there; when the worker's loop has
+        ended, what it had not delivered is delivered here."""
+        if worker.alive_elsewhere():
+            done = worker.aclose() if close else worker.aflush()
+            await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(done, worker.loop))
+            return
+        if self._task is worker:
+            self._task = None  # the next background `aput` starts a task on this loop
+        own = worker.take_leftover()
+        if own:
+            await self._adeliver_own(own, defer=False)
+
     def _task_worker(self) -> _TaskWorker:
-        if self._task is None or not self._task.usable():
-            self._task = _TaskWorker(self)
-        return self._task
+        old = self._task
+        if old is not None and old.usable():
+            return old
+        worker = self._task = _TaskWorker(self)
+        if old is not None and not old.alive_elsewhere():
+            for own in old.take_leftover():  # what the task of an ended loop left
+                worker.submit(own)
+        return worker
 
     def __repr__(self) -> str:
         return f"DeliveryRunner({self.outbox!r}, mode={self.mode!r})"
@@ -723,12 +799,30 @@ class _TaskWorker:
         self._closed = False
         self._task = self._loop.create_task(self._run(), name="agentstate-delivery")
 
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        return self._loop
+
     def usable(self) -> bool:
         try:
             running = asyncio.get_running_loop()
         except RuntimeError:
             return False
         return running is self._loop and not self._task.done()
+
+    def alive_elsewhere(self) -> bool:
+        """Whether the task still runs, on a loop running in another thread."""
+        return not self._task.done() and not self._loop.is_closed() and self._loop.is_running()
+
+    def _requeue(self, own: Sequence[_Own]) -> None:
+        self._queue.extendleft(reversed(own))
+
+    def take_leftover(self) -> list[_Own]:
+        """Stops the task (its loop is over) and returns what it had not delivered."""
+        self._closed = True
+        own = list(self._queue)
+        self._queue.clear()
+        return own
 
     def submit(self, own: _Own) -> None:
         self._queue.append(own)
@@ -762,7 +856,9 @@ class _TaskWorker:
             self._idle.clear()
             try:
                 if own:
-                    await self.runner._adeliver_own(own, defer=False)
+                    # Cancelled (the loop ends), what it did not deliver waits for
+                    # `aflush`/`aclose` or the task of the next loop.
+                    await self.runner._adeliver_own(own, defer=False, on_cancel=self._requeue)
                 if not closing and self._loop.time() >= next_poll:
                     report = await self.runner.adrain()
                     full = report.claimed >= options.batch_size

@@ -285,9 +285,51 @@ class Delivery:
 
 
 def encode_payload(serde: Any, namespace: Any, messages: list[Any]) -> tuple[str, bytes]:
-    """The payload of a batch, with the inner saver's serializer."""
-    typed: tuple[str, bytes] = serde.dumps_typed({"namespace": namespace, "messages": messages})
+    """The payload of a batch, with the inner saver's serializer.
+
+    Raises:
+        TypeError: The namespace (`memory_namespace`) holds a value the serializer cannot
+            encode; raised before the batch is staged, so nothing is stored.
+    """
+    try:
+        typed: tuple[str, bytes] = serde.dumps_typed({"namespace": namespace, "messages": messages})
+    except Exception as exc:
+        culprit = _unencodable(serde, namespace)
+        if culprit is None:
+            raise  # the messages: the inner put would fail on them too
+        raise TypeError(
+            f"memory_namespace {namespace!r} holds a {type(culprit).__module__}."
+            f"{type(culprit).__qualname__}, which the saver's serializer cannot store with "
+            f"the pruned batch ({exc}): build the namespace from str, int, float, bool, "
+            "None, tuple, list or dict values (e.g. str(value))"
+        ) from exc
     return typed
+
+
+_PLAIN = (str, int, float, bool, type(None), bytes)
+
+
+def _unencodable(serde: Any, value: Any) -> Any:
+    """The part of `value` `serde` cannot encode (the innermost one found), or None when
+    `value` encodes."""
+    try:
+        serde.dumps_typed(value)
+    except Exception:
+        pass
+    else:
+        return None
+    if isinstance(value, dict):
+        parts: list[Any] = [*value.keys(), *value.values()]
+    elif isinstance(value, (tuple, list)):
+        parts = list(value)
+    else:
+        return value
+    for part in parts:
+        if not isinstance(part, _PLAIN):
+            found = _unencodable(serde, part)
+            if found is not None:
+                return found
+    return value
 
 
 def decode_payload(serde: Any, payload: tuple[str, bytes]) -> tuple[list[Any], Any]:
