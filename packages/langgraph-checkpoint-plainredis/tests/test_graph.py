@@ -163,6 +163,51 @@ def test_a_subgraph_paused_beside_a_slow_branch_waits_as_long_as_its_parent(
         assert runs["a"] == 1
 
 
+def paused_two_levels_down() -> tuple[Any, dict[str, int]]:
+    """A graph whose subgraph's subgraph prepares, then pauses on an interrupt."""
+    runs = {"prep": 0}
+
+    def prep(state: Log) -> dict[str, Any]:
+        runs["prep"] += 1
+        return {"log": ["prep"]}
+
+    def ask(state: Log) -> dict[str, Any]:
+        return {"log": [f"answer:{interrupt('question?')}"]}
+
+    inner = StateGraph(Log).add_node("prep", prep).add_node("ask", ask)
+    inner = inner.add_edge(START, "prep").add_edge("prep", "ask").add_edge("ask", END).compile()
+    middle = StateGraph(Log).add_node("inner", inner).add_edge(START, "inner")
+    middle = middle.add_edge("inner", END).compile()
+    graph = StateGraph(Log).add_node("child", middle).add_edge(START, "child")
+    return graph.add_edge("child", END), runs
+
+
+def test_reads_keep_subgraphs_paused_on_an_interrupt_alive(redis_url: str, prefix: str) -> None:
+    """With `refresh_on_read`, a thread paused inside a subgraph and only read for longer than
+    the TTL kept its root but lost the subgraphs' checkpoints (a read refreshed the namespace
+    it read): the resume ran the paused subgraph again from its start. A read now refreshes
+    the subgraphs the interrupt writes name, at every level, found in Redis (this reader never
+    saw the pause)."""
+    graph, runs = paused_two_levels_down()
+    config = {"configurable": {"thread_id": "waiting"}}
+    memory = graph.compile(checkpointer=InMemorySaver())
+    memory.invoke({"log": []}, config)
+    expected = memory.invoke(Command(resume="yes"), config)
+    assert expected == {"log": ["prep", "answer:yes"]} and runs["prep"] == 1
+    runs["prep"] = 0
+    with RedisSaver(redis_url, prefix=prefix, ttl=1.5, refresh_on_read=True) as writer:
+        graph.compile(checkpointer=writer).invoke({"log": []}, config)
+    # 3 s of reads 0.3 s apart with a 1.5 s TTL: each read has 1.2 s to spare.
+    with RedisSaver(redis_url, prefix=prefix, ttl=1.5, refresh_on_read=True) as reader:
+        app = graph.compile(checkpointer=reader)
+        started = time.monotonic()
+        while time.monotonic() - started < 3:
+            assert app.get_state(config).next == ("child",)
+            time.sleep(0.3)
+        assert app.invoke(Command(resume="yes"), config) == expected
+    assert runs["prep"] == 1
+
+
 class Step(TypedDict, total=False):
     x: str
     log: Annotated[list[str], operator.add]

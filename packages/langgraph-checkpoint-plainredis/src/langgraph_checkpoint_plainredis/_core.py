@@ -1098,10 +1098,15 @@ class SaverCore:
             runs = [(stored.run, found)] if stored.run else []
             if len(entry) > 4 and entry[4]:  # the newest, refreshed with one read by id
                 runs.append((_s(entry[4][0]), _s(entry[4][1])))
+            members = [tk.run_member(ns, cid_) for _, cid_ in runs]
+            # the newest checkpoints of subgraphs paused in the step read, refreshed with it
+            for run, member in entry[6] if len(entry) > 6 and entry[6] else ():
+                runs.append((_s(run), ""))
+                members.append(_s(member))
             if runs:
                 yield [
-                    self._run_join(self.keyspace.run_escaped(run), tk.run_member(ns, cid_))
-                    for run, cid_ in runs
+                    self._run_join(self.keyspace.run_escaped(run), member)
+                    for (run, _), member in zip(runs, members, strict=True)
                 ]
         asked = config if cid else None
         tup = self._tuple(tk, ns, found, entry, asked=asked, stored=stored, shown=conf["thread_id"])

@@ -344,6 +344,36 @@ local function read_entry(n, cid, payload, wr_prefix, blob_prefix, sent)
   return {cid, payload, writes, values}, nil
 end
 
+-- The subgraph namespaces of timeline `n` paused on an interrupt at its checkpoint `cid`:
+-- each `__interrupt__` write (field `<task>:-3`) there is a task whose subgraph paused, and
+-- that subgraph's namespace is `n|<node>:<task>` (escaped, so `%3A`), found in the thread's
+-- namespace set `nskey`. Read only. Returns a list of escaped namespaces, or nil and an error.
+local function paused_subgraphs(n, cid, wr_prefix, nskey)
+  local wrkey = wr_prefix .. n .. ':' .. cid
+  local fields = redis.pcall('HKEYS', wrkey)
+  if fields.err then return nil, read_error(wrkey, fields, 'hash') end
+  local tasks, any = {}, false
+  for _, f in ipairs(fields) do
+    if string.sub(f, -3) == ':-3' then
+      tasks[string.sub(f, 1, #f - 3)] = true
+      any = true
+    end
+  end
+  if not any then return {}, nil end
+  local head = n == '' and '' or (n .. '|')
+  local subs = {}
+  for _, m in ipairs(redis.call('ZRANGE', nskey, 0, -1)) do
+    if #m > #head and string.sub(m, 1, #head) == head then
+      local rest = string.sub(m, #head + 1)
+      local at = string.find(rest, '%3A', 1, true)
+      if at and not string.find(rest, '|', 1, true) and tasks[string.sub(rest, at + 3)] then
+        subs[#subs + 1] = m
+      end
+    end
+  end
+  return subs, nil
+end
+
 -- On a cluster the registry and run sets live in other hash slots than the thread, so
 -- a script may not touch them: it reports what to change and the client does it.
 -- REGISTRY is the registry key when the script may touch it (standalone), else nil.
@@ -1171,6 +1201,35 @@ if ttl > 0 and ARGV[1] ~= '' then
   if err then return err end
   if newest == cid then newest = nil end
 end
+-- Subgraphs paused on an interrupt in the step read (or in the newest), and theirs in turn:
+-- a resume reads their newest checkpoints, which live as long as what was read. Found (and
+-- checked) before anything is refreshed.
+local paused = {}
+if ttl > 0 then
+  local todo, seen = {{n, cid}}, {}
+  if newest then todo[2] = {n, newest} end
+  local i = 1
+  while i <= #todo do
+    local subs
+    subs, err = paused_subgraphs(todo[i][1], todo[i][2], ARGV[4], KEYS[3])
+    if err then return err end
+    i = i + 1
+    for _, sub in ipairs(subs) do
+      if not seen[sub] then
+        seen[sub] = true
+        err = check(keys_prefix .. sub, 'zset')
+        if err then return err end
+        local sub_newest, sub_payload
+        sub_newest, sub_payload, err = latest(idx_prefix .. sub, ARGV[3], sub)
+        if err then return err end
+        if sub_newest then
+          paused[#paused + 1] = {sub, sub_newest, sub_payload}
+          todo[#todo + 1] = {sub, sub_newest}
+        end
+      end
+    end
+  end
+end
 if ttl > 0 then
   local now = now_ms()
   local score = expiry(now, ttl)
@@ -1190,7 +1249,18 @@ if ttl > 0 then
     -- when its bytes carry their marks: a graph without one has none to refresh)
     entry[6] = delta_marked(newest_payload) and {newest, newest_payload} or false
   end
+  local joins = {}
+  for _, s in ipairs(paused) do
+    refresh_checkpoint(s[1], s[2], s[3], ARGV[3], ARGV[4], ARGV[5], keys_prefix .. s[1], ttl,
+      score, REGISTRY and ARGV[8])
+    settle(ARGV[7], s[1], idx_prefix .. s[1], keys_prefix .. s[1], KEYS[3], now)
+    local run = not REGISTRY and header(s[3]) or ''
+    if run and run ~= '' then joins[#joins + 1] = {run, ARGV[7] .. ':' .. s[1] .. ':' .. s[2]} end
+  end
   settle(ARGV[7], n, KEYS[1], KEYS[2], KEYS[3], now)
+  if #joins > 0 then  -- on a cluster: the run sets of the paused checkpoints (other slots)
+    entry[5], entry[6], entry[7] = entry[5] or false, entry[6] or false, joins
+  end
 end
 return entry
 """
