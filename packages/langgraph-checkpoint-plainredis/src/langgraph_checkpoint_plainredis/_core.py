@@ -1461,15 +1461,16 @@ class SaverCore:
             lower = started
 
     def _drop_unused(
-        self, key: str, unused: Sequence[tuple[str, str]], now: int
+        self, key: str, unused: Sequence[tuple[str, str]], now: int, grace: int = 0
     ) -> Generator[Step, list[Any], None]:
         """Takes out of index `key` the members (with the scores a page read) a query found
         no checkpoint for, whose thread is gone (deleted, or expired): see INDEX_DROP. A
-        thread still there stays, though nothing of it matches now."""
+        thread still there stays, though nothing of it matches now; with `grace` (ms), so
+        does a member added less than that ago."""
         head, tail = self.keyspace.ns_affixes
-        grace = 0
-        if self._cluster:
-            grace = _INDEX_GRACE_MS
+        here = 1
+        if self._cluster:  # the namespace keys live in other slots: checked from here
+            grace, here = max(grace, _INDEX_GRACE_MS), 0
             old = [(m, sc) for m, sc in unused if float(sc) < now - grace]
             if not old:
                 return
@@ -1477,7 +1478,7 @@ class SaverCore:
             found = yield [("EXISTS", tk.ns) for tk in tks]
             unused = [pair for pair, there in zip(old, found, strict=True) if not int(there)]
         if unused:
-            args: list[str | bytes | int] = [head, tail, grace]
+            args: list[str | bytes | int] = [head, tail, grace, here]
             for member, score in unused:
                 args += [member, score]
             yield [Eval("index_drop", (key,), tuple(args))]
@@ -1556,7 +1557,8 @@ class SaverCore:
             (reply,) = yield [Eval("index_page", (key,), (field, upper, "-inf", _INDEX_PAGE))]
             flat = reply[2] or []
             scored = [(member_text(flat[i], key), _s(flat[i + 1])) for i in range(0, len(flat), 2)]
-            yield from self._drop_unused(key, scored, int(_s(reply[1])))
+            # `copy_thread` adds its thread a round trip before it writes it: spared a while
+            yield from self._drop_unused(key, scored, int(_s(reply[1])), _INDEX_GRACE_MS)
             if len(scored) < _INDEX_PAGE:
                 return
             upper = "(" + scored[-1][1]

@@ -1891,26 +1891,27 @@ return 0
 
 
 INDEX_DROP = r"""
--- KEYS: a metadata index zset; ARGV: namespace key head, tail, grace ms, then member, score, ...
--- Removes members a query found no checkpoint for, whose score is still the one it read (a
--- put since re-added the member, at a later score: it stays). Grace 0 (a standalone server):
--- only a member whose thread has no namespace key, `head .. member .. tail`, checked here. A
--- cluster client checked that key in its own slot before: a put may have come in between,
--- so only a member whose score is older than `grace` ms goes (a put adds its thread to the
--- index before it writes, at the clock of the index's node).
-local head, tail, grace = ARGV[1], ARGV[2], tonumber(ARGV[3])
+-- KEYS: a metadata index zset; ARGV: namespace key head, tail, grace ms, '1' to check the
+--       namespace keys here, then member, score, ...
+-- Removes members a query (or reindex) found no checkpoint for, whose score is still the one
+-- it read (a put since re-added the member, at a later score: it stays), and older than
+-- `grace` ms when that is above 0. Checked here (a standalone server): only a member whose
+-- thread has no namespace key, `head .. member .. tail`. A cluster client checked that key in
+-- its own slot before: a put may have come in between, so it passes a grace (a put adds its
+-- thread to the index before it writes, at the clock of the index's node). So does reindex,
+-- on any server: `copy_thread` adds its thread to the index a round trip before it writes it.
+local head, tail, grace, here = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4] == '1'
 local err = check(KEYS[1], 'zset')
 if err then return err end
 local oldest = nil
 if grace > 0 then oldest = tonumber(now_ms()) - grace end
 local gone = 0
-for i = 4, #ARGV, 2 do
+for i = 5, #ARGV, 2 do
   local m = ARGV[i]
   local score = redis.call('ZSCORE', KEYS[1], m)
   if score and tonumber(score) == tonumber(ARGV[i + 1]) then
-    local unused
-    if oldest then unused = tonumber(score) < oldest
-    else unused = redis.call('EXISTS', head .. m .. tail) == 0 end
+    local unused = (not oldest or tonumber(score) < oldest)
+      and (not here or redis.call('EXISTS', head .. m .. tail) == 0)
     if unused then
       redis.call('ZREM', KEYS[1], m)
       gone = gone + 1
