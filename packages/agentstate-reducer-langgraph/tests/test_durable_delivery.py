@@ -1422,6 +1422,46 @@ def test_a_new_loop_delivers_what_the_background_task_of_an_ended_one_left(
     assert got == PRUNED
 
 
+@pytest.mark.parametrize("how", ["aflush", "aclose"])
+def test_flushing_a_task_whose_loop_runs_in_another_thread_is_refused_not_awaited(
+    client: redis.Redis, prefix: str, how: str
+) -> None:
+    """`aflush`/`aclose` from one loop waited on the background task of a loop running in
+    another thread: for ever once that loop stopped, or with a CancelledError the caller never
+    asked for once it closed (review finding). That loop's task is that loop's to flush."""
+    got: list[str] = []
+    stuck = [True]
+    saver = ReducingSaver(
+        InMemorySaver(),
+        reducer(RedisDeliveryLedger(client, prefix=prefix), stuck_hook("mem", got, stuck)),
+        outbox=ThreadedOutbox(RedisOutbox(client, prefix=prefix)),
+        delivery=Delivery("background", poll_interval=60),
+    )
+    assert saver.delivery is not None
+    other = asyncio.new_event_loop()
+    thread = threading.Thread(target=other.run_forever, daemon=True)
+    thread.start()
+    try:
+        put = saver.aput(cfg("t"), checkpoint_with(list("abcdefgh")), {}, NEW)
+        asyncio.run_coroutine_threadsafe(put, other).result(5)
+
+        async def flush_here() -> None:
+            assert saver.delivery is not None
+            await asyncio.wait_for(getattr(saver.delivery, how)(), 5)
+
+        with pytest.raises(RuntimeError, match="another thread.*call aflush"):
+            asyncio.run(flush_here())
+        stuck[0] = False
+        assert saver.delivery is not None
+        flush = saver.delivery.aclose() if how == "aclose" else saver.delivery.aflush()
+        asyncio.run_coroutine_threadsafe(flush, other).result(5)  # on its own loop: fine
+        assert got == PRUNED
+    finally:
+        other.call_soon_threadsafe(other.stop)
+        thread.join(5)
+        other.close()
+
+
 def test_acks_left_at_exit_are_sent_through_an_asyncio_outbox(
     server_url: str, client: redis.Redis, prefix: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

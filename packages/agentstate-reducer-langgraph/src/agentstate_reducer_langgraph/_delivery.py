@@ -683,28 +683,33 @@ class DeliveryRunner:
             if worker.usable():
                 await worker.aflush()
             else:
-                await self._aadopt(worker, close=False)
+                await self._aadopt(worker)
         await self.aflush_acks()
 
     async def aclose(self) -> None:
         """Delivers what the background task holds, stops it and sends pending acks; on a
         new event loop, delivers here what the task of an ended one left."""
-        worker, self._task = self._task, None
+        worker = self._task
         if worker is not None:
             if worker.usable():
+                self._task = None
                 await worker.aclose()
             else:
-                await self._aadopt(worker, close=True)
+                await self._aadopt(worker)
         await self.aflush_acks()
 
-    async def _aadopt(self, worker: _TaskWorker, *, close: bool) -> None:
-        """`worker.aflush()` or `worker.aclose()` from a loop that is not the worker's. On
-        a loop still running in another thread they run there; when the worker's loop has
-        ended, what it had not delivered is delivered here."""
+    async def _aadopt(self, worker: _TaskWorker) -> None:
+        """`aflush()` or `aclose()` from a loop that is not the worker's: when the worker's
+        loop has ended, what it had not delivered is delivered here. A worker whose loop
+        still runs in another thread is that loop's to flush: waiting on it from here would
+        hang if that loop stopped, and end in its cancellation if it closed."""
         if worker.alive_elsewhere():
-            done = worker.aclose() if close else worker.aflush()
-            await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(done, worker.loop))
-            return
+            raise RuntimeError(
+                "the background delivery task of this saver runs on an event loop still "
+                f"running in another thread ({worker.loop!r}): call aflush() or aclose() on "
+                "that loop (asyncio.run_coroutine_threadsafe), or let that loop end first; "
+                "its batches wait in the outbox meanwhile"
+            )
         if self._task is worker:
             self._task = None  # the next background `aput` starts a task on this loop
         own = worker.take_leftover()
