@@ -324,6 +324,49 @@ class Snapshotted(TypedDict):
     log: Annotated[list[str], DeltaChannel(_extend, snapshot_frequency=3)]
 
 
+def test_reads_keep_the_delta_chain_of_a_paused_subgraph_alive(redis_url: str, prefix: str) -> None:
+    """A subgraph paused on an interrupt whose DeltaChannel is rebuilt from its older
+    checkpoints: a read refreshing only the subgraph's newest checkpoint let that chain
+    expire, and the resume went on from an empty log (review finding). The read refreshes
+    the chain too."""
+    if DeltaChannel is None:
+        pytest.skip("this langgraph has no DeltaChannel")
+    runs = {"step": 0}
+
+    def step(state: Any) -> dict[str, Any]:
+        runs["step"] += 1
+        return {"log": [f"p{len(state['log'])}"]}
+
+    def ask(state: Any) -> dict[str, Any]:
+        return {"log": [f"answer:{interrupt('question?')}"]}
+
+    inner = StateGraph(Logged)
+    names = ["p0", "p1", "p2", "p3", "ask"]
+    for name in names:
+        inner.add_node(name, ask if name == "ask" else step)
+    for a, b in zip([START, *names], [*names, END], strict=True):
+        inner.add_edge(a, b)
+    graph = StateGraph(Logged).add_node("child", inner.compile()).add_edge(START, "child")
+    graph = graph.add_edge("child", END)
+    config = {"configurable": {"thread_id": "waiting"}}
+    memory = graph.compile(checkpointer=InMemorySaver())
+    memory.invoke({"log": []}, config)
+    expected = memory.invoke(Command(resume="yes"), config)
+    assert expected == {"log": ["p0", "p1", "p2", "p3", "answer:yes"]}
+    with RedisSaver(redis_url, prefix=prefix, ttl=1.5, refresh_on_read=True) as writer:
+        graph.compile(checkpointer=writer).invoke({"log": []}, config)
+    runs["step"] = 0
+    # 3 s of reads 0.3 s apart with a 1.5 s TTL: each read has 1.2 s to spare.
+    with RedisSaver(redis_url, prefix=prefix, ttl=1.5, refresh_on_read=True) as reader:
+        app = graph.compile(checkpointer=reader)
+        started = time.monotonic()
+        while time.monotonic() - started < 3:
+            assert app.get_state(config).next == ("child",)
+            time.sleep(0.3)
+        assert app.invoke(Command(resume="yes"), config) == expected
+    assert runs["step"] == 0
+
+
 async def test_prune_keep_latest_keeps_what_a_delta_channel_is_rebuilt_from(
     redis_url: str, prefix: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

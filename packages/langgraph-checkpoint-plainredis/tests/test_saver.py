@@ -2001,6 +2001,19 @@ def test_bad_arguments_are_refused_naming_them_and_store_nothing(
     assert len(list(sync_saver.list(cfg("t")))) == 1
 
 
+def test_writes_given_as_a_generator_are_all_stored(sync_saver: RedisSaver) -> None:
+    """The checks read the writes before the encoding does: a generator was spent by them
+    and nothing was stored (InMemorySaver stores it)."""
+    stored = sync_saver.put(cfg("t"), checkpoint({"m": 1}, {"m": 1}), {}, {"m": 1})
+    sync_saver.put_writes(stored, ((ch, v) for ch, v in [("a", 1), ("b", 2)]), "task")
+    tup = sync_saver.get_tuple(cfg("t"))
+    assert tup is not None
+    assert [(task, ch, v) for task, ch, v in tup.pending_writes] == [
+        ("task", "a", 1),
+        ("task", "b", 2),
+    ]
+
+
 # -- the two classes -------------------------------------------------------------------
 
 

@@ -72,6 +72,7 @@ from ._keys import (
     listed_thread,
     member_text,
     parse_run_member,
+    unescape,
     write_field,
 )
 from ._scripts import SCRIPTS
@@ -1007,6 +1008,7 @@ class SaverCore:
                 f"put_writes: writes must be a sequence of (channel name, value) pairs, got "
                 f"{type(writes).__name__} {writes!r}: pass e.g. [('messages', value)]"
             )
+        writes = list(writes)  # read twice: a generator would be spent by the checks
         for i, write in enumerate(writes):
             if not isinstance(write, (tuple, list)) or len(write) != 2:
                 raise TypeError(
@@ -1115,11 +1117,26 @@ class SaverCore:
             newest_key = tk.cp(ns, _s(entry[5][0]))
             newest = decode_checkpoint(_b(entry[5][1]), newest_key)
             channels = self._remember_delta(thread_id, ns, self._loads(newest.metadata, newest_key))
-        if refresh and (chains := self._chain_refreshes(tk, ns, cid and found, channels)):
-            # the DeltaChannels of what it read (and of the newest) are rebuilt from older
-            # checkpoints: kept alive with it, one more round trip for such a graph
-            replies = yield chains
-            if follow := [r for reply in replies for r in self._chain_runs(tk, ns, reply)]:
+        if not refresh:
+            return tup
+        # The DeltaChannels of what it read (and of the newest) are rebuilt from older
+        # checkpoints: kept alive with it, one more round trip for such a graph. So are those
+        # of the subgraphs paused in the step read, whose newest checkpoints it refreshed.
+        chains = [(ns, c) for c in self._chain_refreshes(tk, ns, cid and found, channels)]
+        for sub, sub_cid, payload in entry[7] if len(entry) > 7 and entry[7] else ():
+            sub_ns = unescape(_s(sub))
+            sub_key = tk.cp(sub_ns, _s(sub_cid))
+            metadata = self._loads(decode_checkpoint(_b(payload), sub_key).metadata, sub_key)
+            sub_channels = self._remember_delta(thread_id, sub_ns, metadata)
+            chains += [(sub_ns, c) for c in self._chain_refreshes(tk, sub_ns, "", sub_channels)]
+        if chains:
+            replies = yield [call for _, call in chains]
+            follow = [
+                run
+                for (chain_ns, _), reply in zip(chains, replies, strict=True)
+                for run in self._chain_runs(tk, chain_ns, reply)
+            ]
+            if follow:
                 yield follow
         return tup
 

@@ -1249,17 +1249,22 @@ if ttl > 0 then
     -- when its bytes carry their marks: a graph without one has none to refresh)
     entry[6] = delta_marked(newest_payload) and {newest, newest_payload} or false
   end
-  local joins = {}
+  local joins, deltas = {}, {}
   for _, s in ipairs(paused) do
     refresh_checkpoint(s[1], s[2], s[3], ARGV[3], ARGV[4], ARGV[5], keys_prefix .. s[1], ttl,
       score, REGISTRY and ARGV[8])
     settle(ARGV[7], s[1], idx_prefix .. s[1], keys_prefix .. s[1], KEYS[3], now)
     local run = not REGISTRY and header(s[3]) or ''
     if run and run ~= '' then joins[#joins + 1] = {run, ARGV[7] .. ':' .. s[1] .. ':' .. s[2]} end
+    -- its DeltaChannels are rebuilt from older checkpoints: the client refreshes that chain
+    if delta_marked(s[3]) then deltas[#deltas + 1] = s end
   end
   settle(ARGV[7], n, KEYS[1], KEYS[2], KEYS[3], now)
-  if #joins > 0 then  -- on a cluster: the run sets of the paused checkpoints (other slots)
-    entry[5], entry[6], entry[7] = entry[5] or false, entry[6] or false, joins
+  if #joins > 0 or #deltas > 0 then
+    -- on a cluster, the run sets of the paused checkpoints (other slots); the paused
+    -- checkpoints whose DeltaChannel chains the client refreshes
+    entry[5], entry[6] = entry[5] or false, entry[6] or false
+    entry[7], entry[8] = #joins > 0 and joins or false, #deltas > 0 and deltas or false
   end
 end
 return entry
