@@ -9,6 +9,7 @@ import pytest
 from langchain_core.messages import AIMessage, HumanMessage
 from langgraph.graph import START, StateGraph
 from langgraph.graph.message import add_messages
+from redis.cluster import RedisCluster
 
 from langgraph_checkpoint_plainredis import RedisSaver
 from langgraph_checkpoint_plainredis._cli import main
@@ -42,3 +43,10 @@ def cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
 def listed(url: str, prefix: str, thread_id: str) -> list[Any]:
     with RedisSaver(url, prefix=prefix) as saver:
         return list(saver.list({"configurable": {"thread_id": thread_id, "checkpoint_ns": ""}}))
+
+
+def memory_usage(client: Any, key: str | bytes) -> int | None:
+    if isinstance(client, RedisCluster):  # redis-py cannot route MEMORY USAGE on Redis 5
+        client = client.get_redis_connection(client.get_node_from_key(key))
+    size: int | None = client.memory_usage(key, samples=0)
+    return size

@@ -16,10 +16,9 @@ from typing import Any
 
 import pytest
 import redis
-from cli_helpers import chat, cli, listed
+from cli_helpers import chat, cli, listed, memory_usage
 from langchain_core.messages import HumanMessage
 from langgraph.checkpoint.base import empty_checkpoint
-from redis.cluster import RedisCluster
 
 from agentstate_testkit import servers
 from langgraph_checkpoint_plainredis import AsyncRedisSaver, PlainRedisError, RedisSaver
@@ -197,13 +196,6 @@ def test_jsonable_keeps_what_json_can_say_and_falls_back_to_repr() -> None:
         "cycle": [1, "<cycle: list>"],
     }
     json.dumps(jsonable(value), allow_nan=False)
-
-
-def memory_usage(client: Any, key: str | bytes) -> int | None:
-    if isinstance(client, RedisCluster):  # redis-py cannot route MEMORY USAGE on Redis 5
-        client = client.get_redis_connection(client.get_node_from_key(key))
-    size: int | None = client.memory_usage(key, samples=0)
-    return size
 
 
 def scanned_bytes(client: Any, prefix: str) -> tuple[int, int]:

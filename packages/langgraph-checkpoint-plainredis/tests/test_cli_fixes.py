@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 import redis
-from cli_helpers import chat, cli, listed
+from cli_helpers import chat, cli, listed, memory_usage
 from langgraph.checkpoint.base import empty_checkpoint
 
 from langgraph_checkpoint_plainredis import RedisSaver
@@ -244,7 +244,7 @@ def test_stats_scan_counts_only_this_prefixs_run_sets(
     put_runs(prefix, "a", ["r1", "r:2", "r1"])
     runs = [k for k in client.scan_iter(match=f"{prefix}:run:*", count=1000)]
     assert runs and all(client.type(k) == b"set" for k in runs)
-    run_bytes = sum(client.memory_usage(k, samples=0) for k in runs)
+    run_bytes = sum(memory_usage(client, k) or 0 for k in runs)
     nested = f"{prefix}:run"
     put_runs(nested, "b", ["r1", "r3"])
     client.set(f"{prefix}:run:not-a-set", "x")
