@@ -17,7 +17,13 @@ from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.checkpoint.memory import InMemorySaver
 
 from agentstate_testkit.savers import counting_client
-from langgraph_checkpoint_plainredis import AsyncRedisSaver, PlainRedisError, RedisSaver, _core
+from langgraph_checkpoint_plainredis import (
+    AsyncRedisSaver,
+    PlainRedisError,
+    RedisSaver,
+    WrongTypeError,
+    _core,
+)
 from langgraph_checkpoint_plainredis._keys import KeySpace, index_tag
 
 # -- the value tag -------------------------------------------------------------------------
@@ -265,6 +271,48 @@ def test_copy_thread_joins_the_index(indexed: RedisSaver, client: Any, prefix: s
     assert groups(listed(indexed, {"source": "loop"})) == {("src", ""): ["c1"], ("dst", ""): ["c1"]}
 
 
+def test_a_query_while_copy_thread_runs_leaves_the_copy_in_the_index(
+    indexed: RedisSaver, client: Any, prefix: str
+) -> None:
+    """`copy_thread` added its thread to the index a round trip before it wrote it: a
+    filtered query in between found no checkpoint of it and dropped the member, and the copy
+    was missing from filtered queries for good. Now the import adds it (a cluster still adds
+    it first, and its queries spare a member that young)."""
+    indexed.reindex()
+    put(indexed, "src", "c1", {"user_id": "u"})
+    run = indexed._run
+
+    def racing(plan: Any) -> Any:
+        if any(getattr(c, "script", None) == "import_thread" for c in plan):
+            indexed._run = run  # type: ignore[method-assign]
+            assert listed(indexed, {"user_id": "u"}) == [("src", "", "c1")]
+        return run(plan)
+
+    indexed._run = racing  # type: ignore[method-assign]
+    indexed.copy_thread("src", "dst")
+    indexed._run = run  # type: ignore[method-assign]
+    assert set(index_members(client, prefix, "user_id", "u")) == {"src", "dst"}
+    assert groups(listed(indexed, {"user_id": "u"})) == {("src", ""): ["c1"], ("dst", ""): ["c1"]}
+
+
+def test_a_copy_onto_a_foreign_index_value_writes_nothing(
+    indexed: RedisSaver, client: Any, prefix: str, redis_kind: str
+) -> None:
+    indexed.reindex()
+    put(indexed, "src", "c1", {"user_id": "u", "source": "loop"})
+    key = KeySpace(prefix).index("source", index_tag("loop") or "")
+    client.delete(key)
+    client.set(key, "foreign")
+    with pytest.raises(WrongTypeError, match=key):
+        indexed.copy_thread("src", "dst")
+    assert indexed.get_tuple(cfg("dst")) is None
+    assert client.get(key) == b"foreign"
+    # a cluster joined the other index first (another slot): a member without a thread,
+    # which queries and reindex() drop once it is a minute old
+    joined = ["dst", "src"] if redis_kind.endswith("-cluster") else ["src"]
+    assert sorted(index_members(client, prefix, "user_id", "u")) == joined
+
+
 def test_members_of_deleted_threads_go_when_a_query_meets_them(
     indexed: RedisSaver, client: Any, prefix: str, redis_kind: str
 ) -> None:
@@ -488,7 +536,7 @@ def test_reindex_empties_the_indexes_of_values_no_thread_holds_any_more(
     """With a TTL, the index of a value whose threads all expired (a user gone) is met by no
     put (each looks at members of the indexes it adds to) and by no query: it stayed for
     ever, one zset per value ever written. `reindex()` sweeps every index of its fields of
-    members older than a grace period (here 0.3 s) whose thread is gone."""
+    members whose thread is gone (on a cluster, older than a grace period: here 0.3 s)."""
     monkeypatch.setattr(_core, "_INDEX_GRACE_MS", 300)
     with RedisSaver(redis_url, prefix=prefix, ttl=0.3, index_metadata=("user_id",)) as saver:
         saver.reindex()
@@ -508,19 +556,21 @@ def test_reindex_empties_the_indexes_of_values_no_thread_holds_any_more(
 
 
 @pytest.mark.standalone
-def test_reindex_spares_a_member_added_a_moment_ago_whose_thread_is_not_written_yet(
-    indexed: RedisSaver, client: Any, prefix: str
+def test_reindex_spares_a_member_added_a_moment_ago_on_a_cluster(
+    indexed: RedisSaver, client: Any, prefix: str, redis_kind: str
 ) -> None:
-    """`copy_thread` adds its thread to the index a round trip before it writes the thread:
-    a reindex in between must not take that member out (the copy would be missing from
-    filtered queries for good). Members younger than a minute are spared."""
+    """On a cluster a put or `copy_thread` adds its thread to the index a round trip before
+    it writes the thread: a reindex in between must not take that member out (the thread
+    would be missing from filtered queries for good), so members younger than a minute are
+    spared. A standalone server adds it with the thread: there such a member is gone."""
     indexed.reindex()
     put(indexed, "a", "c1", {"user_id": "x"})
     key = KeySpace(prefix).index("user_id", index_tag("x") or "")
     seconds, micros = client.time()
-    client.zadd(key, {"copy": seconds * 1000 + micros // 1000})  # copy_thread's first step
+    client.zadd(key, {"copy": seconds * 1000 + micros // 1000})  # a cluster's first step
     indexed.reindex()
-    assert set(index_members(client, prefix, "user_id", "x")) == {"a", "copy"}
+    spared = {"a", "copy"} if redis_kind.endswith("-cluster") else {"a"}
+    assert set(index_members(client, prefix, "user_id", "x")) == spared
 
 
 def test_reindex_leaves_a_nested_keyspace_that_looks_like_an_index_alone(

@@ -1097,18 +1097,15 @@ class SaverCore:
         stored = None
         if refresh and self._cluster:  # the script refreshed all but run sets (other slots)
             stored = decode_checkpoint(_b(entry[1]), tk.cp(ns, found))
-            runs = [(stored.run, found)] if stored.run else []
+            joins = [(stored.run, tk.run_member(ns, found))] if stored.run else []
             if len(entry) > 4 and entry[4]:  # the newest, refreshed with one read by id
-                runs.append((_s(entry[4][0]), _s(entry[4][1])))
-            members = [tk.run_member(ns, cid_) for _, cid_ in runs]
+                joins.append((_s(entry[4][0]), tk.run_member(ns, _s(entry[4][1]))))
             # the newest checkpoints of subgraphs paused in the step read, refreshed with it
             for run, member in entry[6] if len(entry) > 6 and entry[6] else ():
-                runs.append((_s(run), ""))
-                members.append(_s(member))
-            if runs:
+                joins.append((_s(run), _s(member)))
+            if joins:
                 yield [
-                    self._run_join(self.keyspace.run_escaped(run), member)
-                    for (run, _), member in zip(runs, members, strict=True)
+                    self._run_join(self.keyspace.run_escaped(run), member) for run, member in joins
                 ]
         asked = config if cid else None
         tup = self._tuple(tk, ns, found, entry, asked=asked, stored=stored, shown=conf["thread_id"])
@@ -1268,13 +1265,8 @@ class SaverCore:
                 (reply,) = yield [
                     Eval("registry_page", (self.keyspace.threads,), (cursor, _REGISTRY_PAGE))
                 ]
-                cursor, flat, now = _s(reply[0]), reply[1], float(_s(reply[2]))  # server's clock
-                for i in range(0, len(flat), 2):
-                    component = member_text(flat[i], self.keyspace.threads)
-                    if component in seen or float(flat[i + 1]) < now:  # listed, or expired
-                        continue
-                    seen.add(component)
-                    tk = listed_thread(self.keyspace, component, self.keyspace.threads)
+                cursor, tks = self._registry_page(reply, seen)
+                for tk in tks:
                     remaining = yield from self._list_thread(
                         tk, None, None, before_id, filter, remaining
                     )
@@ -1439,12 +1431,8 @@ class SaverCore:
                             )
                         return False
                     first = False
-                now = int(_s(reply[1]))
+                now, scored = _index_page(reply, key)
                 started = started or str(now)
-                flat = reply[2] or []
-                scored = [
-                    (member_text(flat[i], key), _s(flat[i + 1])) for i in range(0, len(flat), 2)
-                ]
                 unused: list[tuple[str, str]] = []
                 for member, score in scored:
                     if member in seen:
@@ -1478,16 +1466,16 @@ class SaverCore:
             lower = started
 
     def _drop_unused(
-        self, key: str, unused: Sequence[tuple[str, str]], now: int, grace: int = 0
+        self, key: str, unused: Sequence[tuple[str, str]], now: int
     ) -> Generator[Step, list[Any], None]:
         """Takes out of index `key` the members (with the scores a page read) a query found
         no checkpoint for, whose thread is gone (deleted, or expired): see INDEX_DROP. A
-        thread still there stays, though nothing of it matches now; with `grace` (ms), so
-        does a member added less than that ago."""
+        thread still there stays, though nothing of it matches now; on a cluster, so does a
+        member added less than `_INDEX_GRACE_MS` ago (a put or `copy_thread` there adds its
+        thread a round trip before it writes it)."""
         head, tail = self.keyspace.ns_affixes
-        here = 1
+        grace = _INDEX_GRACE_MS if self._cluster else 0
         if self._cluster:  # the namespace keys live in other slots: checked from here
-            grace, here = max(grace, _INDEX_GRACE_MS), 0
             old = [(m, sc) for m, sc in unused if float(sc) < now - grace]
             if not old:
                 return
@@ -1495,7 +1483,7 @@ class SaverCore:
             found = yield [("EXISTS", tk.ns) for tk in tks]
             unused = [pair for pair, there in zip(old, found, strict=True) if not int(there)]
         if unused:
-            args: list[str | bytes | int] = [head, tail, grace, here]
+            args: list[str | bytes | int] = [head, tail, grace, 0 if self._cluster else 1]
             for member, score in unused:
                 args += [member, score]
             yield [Eval("index_drop", (key,), tuple(args))]
@@ -1549,19 +1537,29 @@ class SaverCore:
         if self._cluster:
             (found,) = yield [Scan(self.keyspace.ns_pattern)]
             return [self.keyspace.thread_from_ns_key(k) for k in sorted({_s(k) for k in found})]
-        seen: dict[str, ThreadKeys] = {}
+        seen: set[str] = set()
+        live: list[ThreadKeys] = []
         cursor = "0"
         while True:
             (reply,) = yield [
                 Eval("registry_page", (self.keyspace.threads,), (cursor, _REGISTRY_PAGE))
             ]
-            cursor, flat, now = _s(reply[0]), reply[1], float(_s(reply[2]))
-            for i in range(0, len(flat), 2):
-                component = member_text(flat[i], self.keyspace.threads)
-                if component not in seen and float(flat[i + 1]) >= now:
-                    seen[component] = listed_thread(self.keyspace, component, self.keyspace.threads)
+            cursor, tks = self._registry_page(reply, seen)
+            live += tks
             if cursor == "0":
-                return list(seen.values())
+                return live
+
+    def _registry_page(self, reply: Any, seen: set[str]) -> tuple[str, list[ThreadKeys]]:
+        """A REGISTRY_PAGE reply: the cursor to go on from, and the threads of the page that
+        are live (by the server's clock) and not in `seen`, which they join."""
+        cursor, flat, now = _s(reply[0]), reply[1], float(_s(reply[2]))
+        tks = []
+        for i in range(0, len(flat), 2):
+            component = member_text(flat[i], self.keyspace.threads)
+            if component not in seen and float(flat[i + 1]) >= now:  # new, and not expired
+                seen.add(component)
+                tks.append(listed_thread(self.keyspace, component, self.keyspace.threads))
+        return cursor, tks
 
     def _sweep_index(self, key: str) -> Generator[Step, list[Any], None]:
         """Takes the members of threads gone out of index zset `key`, a page at a time (see
@@ -1572,10 +1570,8 @@ class SaverCore:
         upper = "+inf"
         while True:
             (reply,) = yield [Eval("index_page", (key,), (field, upper, "-inf", _INDEX_PAGE))]
-            flat = reply[2] or []
-            scored = [(member_text(flat[i], key), _s(flat[i + 1])) for i in range(0, len(flat), 2)]
-            # `copy_thread` adds its thread a round trip before it writes it: spared a while
-            yield from self._drop_unused(key, scored, int(_s(reply[1])), _INDEX_GRACE_MS)
+            now, scored = _index_page(reply, key)
+            yield from self._drop_unused(key, scored, now)
             if len(scored) < _INDEX_PAGE:
                 return
             upper = "(" + scored[-1][1]
@@ -1806,7 +1802,7 @@ class SaverCore:
                     args += [_b(member), len(flat), *flat]
                 else:
                     args += [_b(member), 1, _b(value)]
-        # The copy joins the metadata index of what the source's checkpoints hold, first.
+        # The copy joins the metadata index of what the source's checkpoints hold.
         index: set[str] = set()
         if self.index_metadata:
             for ns_e, items in exported:
@@ -1816,11 +1812,13 @@ class SaverCore:
                         metadata = self._metadata_of(src.cp(ns, _b(member)[1:].decode()), value)
                         tags = self._index_tags(metadata)
                         index.update(self.keyspace.index(f, t) for f, t in tags)
-        adds: Plan = [Eval("index_add", (key,), (dst.component, "")) for key in sorted(index)]
-        if adds and not self._cluster:
-            yield adds
+        # On a standalone server the import adds the copy to those indexes, with its
+        # checkpoints; on a cluster they live in other slots, so it joins them first (a
+        # query spares a member that young).
+        keys = (dst.ns, *self._registry, *([] if self._cluster else sorted(index)))
         if self._cluster:
-            runs: Plan = adds  # run sets live in other slots: add the copies' members first
+            runs: Plan = [Eval("index_add", (key,), (dst.component, "")) for key in sorted(index)]
+            # run sets live in other slots too: add the copies' members first
             for ns_e, items in exported:
                 for member, value in zip(items[::2], items[1::2], strict=True):
                     if _b(member)[:1] == b"c":
@@ -1832,9 +1830,18 @@ class SaverCore:
                             runs += self._run_plan(run_key, dst.run_member(ns, cid))
             if runs:
                 yield runs
-        replies = yield [Eval("import_thread", (dst.ns, *self._registry), tuple(args))]
+        replies = yield [Eval("import_thread", keys, tuple(args))]
         if follow := self._after_thread_scripts(zip([dst], replies, strict=True)):
             yield follow
+
+
+def _index_page(reply: Any, key: str) -> tuple[int, list[tuple[str, str]]]:
+    """An INDEX_PAGE reply from index `key`: the server's clock (ms) and the page's (member,
+    score) pairs, highest score first."""
+    flat = reply[2] or []
+    return int(_s(reply[1])), [
+        (member_text(flat[i], key), _s(flat[i + 1])) for i in range(0, len(flat), 2)
+    ]
 
 
 def _index_fields(value: Any) -> tuple[str, ...]:

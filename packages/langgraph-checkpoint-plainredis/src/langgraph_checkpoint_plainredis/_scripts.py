@@ -1696,10 +1696,10 @@ return out
 IMPORT_THREAD = (
     _PREFIXES
     + r"""
--- KEYS: ns, [registry]; ARGV: T, the prefix table, ttl_ms, then per namespace:
---   N, item count, then per item: member, value count, values (a writes item carries
---   field/value pairs; others one value). Without the registry (a cluster), the client
---   adds the registry entry and run-set members itself.
+-- KEYS: ns, [registry, metadata index zsets...]; ARGV: T, the prefix table, ttl_ms, then
+--   per namespace: N, item count, then per item: member, value count, values (a writes item
+--   carries field/value pairs; others one value). Without the registry (a cluster), the
+--   client adds the registry entry, run-set members and index members itself, first.
 local t, ttl = ARGV[1], tonumber(ARGV[8])
 local now = now_ms()
 local score = expiry(now, ttl)
@@ -1707,6 +1707,12 @@ REGISTRY = KEYS[2]
 local err = check(KEYS[1], 'zset') or (REGISTRY and check_registry(REGISTRY))
   or check_timelines(KEYS[1], p)
 if err then return err end
+-- The copy joins these indexes with its checkpoints: added a round trip before, a query in
+-- between found no checkpoint of it and dropped the member for good.
+for k = 3, #KEYS do
+  err = check(KEYS[k], 'zset')
+  if err then return err end
+end
 -- Every key the copy writes (its namespace's indexes, each checkpoint, writes hash and
 -- value), the run sets the copied checkpoints join and those of the checkpoints they
 -- overwrite: all checked before the first write, so a refused copy writes nothing.
@@ -1791,6 +1797,10 @@ while i <= #ARGV do
   end
 end
 if took_over then adopt_thread(t, false, KEYS[1], p.idx, p.keys, ttl, score, p, now) end
+for k = 3, #KEYS do  -- at the server's clock, unless a put scored it later already
+  local old = redis.call('ZSCORE', KEYS[k], t)
+  if not old or tonumber(old) < tonumber(now) then redis.call('ZADD', KEYS[k], now, t) end
+end
 return outcome()
 """
 )
@@ -1902,9 +1912,9 @@ INDEX_DROP = r"""
 -- it read (a put since re-added the member, at a later score: it stays), and older than
 -- `grace` ms when that is above 0. Checked here (a standalone server): only a member whose
 -- thread has no namespace key, `head .. member .. tail`. A cluster client checked that key in
--- its own slot before: a put may have come in between, so it passes a grace (a put adds its
--- thread to the index before it writes, at the clock of the index's node). So does reindex,
--- on any server: `copy_thread` adds its thread to the index a round trip before it writes it.
+-- its own slot before: a put may have come in between, so it passes a grace (a put or
+-- `copy_thread` adds its thread to the index before it writes, at the clock of the index's
+-- node).
 local head, tail, grace, here = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4] == '1'
 local err = check(KEYS[1], 'zset')
 if err then return err end
