@@ -284,3 +284,95 @@ def test_a_key_pattern_refusal_names_the_prefix_and_the_acl_pattern(
             assert f"~{prefix}:*" in err and "pw@" not in err
     finally:
         client.execute_command("ACL", "DELUSER", user)
+
+
+def test_checkpoint_counts_are_what_history_lists(
+    redis_url: str, prefix: str, client: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`threads`, `stats` and the prompts of delete and prune counted every timeline entry,
+    so an entry whose checkpoint is gone (expired under a TTL, not yet swept by a put) and,
+    but for `stats`, which names the key, a member that is not UTF-8 (no saver writes one; no
+    read lists it) made them disagree with `history`. They count what `history` lists."""
+    chat(redis_url, prefix, {"t": 2, "u": 1})
+    tk = KeySpace(prefix).thread("t")
+    (oldest,) = client.zrange(tk.idx(""), 0, 0)
+    client.delete(tk.cp("", oldest.decode()))  # as a TTL leaves it until a put sweeps it
+    assert len(listed(redis_url, prefix, "t")) == 5
+    argv = ("--url", redis_url, "--prefix", prefix)
+
+    def counts(*cmd: str) -> dict[str, int]:
+        code, out, err = cli(capsys, *cmd, *argv)
+        assert code == 0, err
+        rows = [line.split() for line in out.splitlines()[1:] if line.startswith(" ")]
+        return {row[-1]: int(row[column].replace(",", "")) for row in rows}
+
+    column = 2
+    assert counts("stats") == {"t": 5, "u": 3}
+    client.zadd(tk.idx(""), {b"\xff\xfe": 0})
+    column = 0
+    assert counts("threads") == {"t": 5, "u": 3}
+    code, out, err = cli(capsys, "prune", "t", "u", "--strategy", "delete", "--yes", *argv)
+    assert (code, out) == (
+        0,
+        "pruned 2 threads (delete): 8 checkpoints before, 0 checkpoints now\n",
+    ), err
+    chat(redis_url, prefix, {"t": 1})
+    client.zadd(tk.idx(""), {b"\xff\xfe": 0})
+    code, out, err = cli(capsys, "delete", "t", "--yes", *argv)
+    assert (code, out) == (0, "deleted thread 't' (3 checkpoints)\n"), err
+
+
+def test_every_command_names_the_rerun_of_an_unfinished_migration(
+    redis_url: str,
+    prefix: str,
+    client: redis.Redis,
+    capsys: pytest.CaptureFixture[str],
+    standalone: None,
+) -> None:
+    """`threads`, `stats`, `delete` and `prune` named the rerun (`--prefix OLD --to-prefix
+    NEW`, OLD read from the parked 0.1.0 registry); `history` and `show`, refused by the saver,
+    asked the user to find OLD."""
+    old = f"{{{prefix}}}"  # a 0.1.0 prefix the savers refuse, migrated into `prefix`
+    client.hset(f"{prefix}:v010:threads", f"{old}:idx:t:", '{"thread": "t", "ns": ""}')
+    rerun = f"`plainredis migrate --url redis://... --prefix '{old}' --to-prefix {prefix}`"
+    for cmd in (["threads"], ["stats"], ["history", "t"], ["show", "t"], ["delete", "t", "-y"],
+                ["prune", "t", "-y"]):  # fmt: skip
+        code, out, err = cli(capsys, *cmd, "--url", redis_url, "--prefix", prefix)
+        assert (code, out) == (1, ""), cmd
+        assert err.count("\n") == 1 and "has not finished" in err and rerun in err, (cmd, err)
+
+
+def test_the_rerun_migrate_names_runs_as_written(
+    redis_url: str,
+    prefix: str,
+    client: redis.Redis,
+    capsys: pytest.CaptureFixture[str],
+    standalone: None,
+) -> None:
+    """A migrate refused while another run is unfinished named the rerun as `plainredis
+    migrate --prefix OLD --to-prefix NEW`, which exits 2: --url is required."""
+    old, into = f"{prefix}-old", f"{prefix}-into"
+    client.set(f"{old}:v010:parked", into)  # a run from `old` into `into` that stopped
+    client.hset(f"{into}:v010:threads", f"{old}:idx:t:", '{"thread": "t", "ns": ""}')
+    for argv in (["--prefix", old], ["--prefix", into]):
+        code, out, err = cli(capsys, "migrate", "--url", redis_url, *argv)
+        assert (code, out) == (1, ""), err
+        found = re.search(r"`(plainredis migrate [^`]*)`", err)
+        assert found is not None, err
+        words = shlex.split(found.group(1).replace("redis://...", redis_url))
+        parsed = _parser().parse_args(words[1:])
+        assert (parsed.url, parsed.prefix, parsed.to_prefix) == (redis_url, old, into)
+
+
+@pytest.mark.parametrize("ttl", ["0", "-5", "nan", "inf", "1e10", "abc"])
+def test_a_ttl_refused_names_the_option_as_typed(
+    ttl: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`--ttl 0` was refused as 'ttl=0.0 ...: pass e.g. ttl=7 * 24 * 3600', Python that a
+    shell expands (`*`) and argparse refuses."""
+    with pytest.raises(SystemExit) as exit_info:
+        main(["migrate", "--url", "redis://127.0.0.1:1/0", "--ttl", ttl])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert f"argument --ttl: {ttl!r} is not " in err, err
+    assert "ttl=" not in err and "*" not in err and "--ttl 604800" in err, err

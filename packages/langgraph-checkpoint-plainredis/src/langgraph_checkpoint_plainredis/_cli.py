@@ -16,10 +16,11 @@ from urllib.parse import unquote_plus, urlsplit
 
 import redis
 
-from ._core import _ttl_ms
-from ._errors import PlainRedisError
+from ._core import MAX_TTL, _ttl_ms
+from ._errors import LegacyKeyspaceError, PlainRedisError
 from ._inspect import Inspector, Usage, _without_protocol
 from ._keys import KeySpace, LegacyKeys
+from ._migrate import migrate_v010, parked_source, target_prefix
 from ._shell import check_database, validate_client
 
 __all__ = ["main"]
@@ -61,14 +62,13 @@ def _prefix(value: str) -> str:
 def _ttl(value: str) -> float:
     try:
         seconds = float(value)
-        _ttl_ms(seconds)  # the saver's own check, and its message
-    except ValueError as exc:
-        reason = (
-            str(exc).replace("ttl=None", "no --ttl")
-            if "ttl=" in str(exc)
-            else f"{value!r} is not a number of seconds"
-        )
-        raise argparse.ArgumentTypeError(reason) from None
+        _ttl_ms(seconds)  # the saver's own check
+    except ValueError:
+        # In the command line's words: the saver's message names `ttl=` and Python.
+        raise argparse.ArgumentTypeError(
+            f"{value!r} is not a positive number of seconds up to {MAX_TTL:,} (about 31 "
+            "years): pass e.g. --ttl 604800 (a week), or no --ttl to keep threads forever"
+        ) from None
     return seconds
 
 
@@ -513,8 +513,6 @@ def _prune(inspector: Inspector, args: argparse.Namespace) -> int:
 
 
 def _migrate(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    from ._migrate import migrate_v010, target_prefix
-
     try:
         target = target_prefix(args.prefix, args.to_prefix, ("--prefix", "--to-prefix"))
     except ValueError as exc:
@@ -603,7 +601,20 @@ def _run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     except ValueError as exc:  # redis-py cannot parse the URL, or a query option
         parser.error(f"--url {_redact(args.url)!r}: {exc}")
     with inspector:
-        return _COMMANDS[args.command](inspector, args)
+        try:
+            return _COMMANDS[args.command](inspector, args)
+        except LegacyKeyspaceError as error:
+            raise _naming_the_rerun(error, inspector) from None
+
+
+def _naming_the_rerun(error: LegacyKeyspaceError, inspector: Inspector) -> LegacyKeyspaceError:
+    """`error`, for an unfinished migration, with the prefix it migrates from: read from the
+    0.1.0 registry it parked, whose entries the migration parses (a saver reads only whether
+    one is parked, so its error asks for the rerun's prefixes)."""
+    if error.parked is None or error.source is not None:
+        return error
+    source = parked_source(inspector.client, error.prefix)
+    return LegacyKeyspaceError(error.prefix, error.parked, source)
 
 
 _KEY_REFUSED = (  # Redis's NOPERM replies for a key outside the user's ACL key patterns

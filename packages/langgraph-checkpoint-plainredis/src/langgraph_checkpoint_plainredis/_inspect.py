@@ -162,6 +162,14 @@ def _message(message: BaseMessage, seen: frozenset[int]) -> dict[str, Any]:
     return out
 
 
+def _utf8(member: bytes) -> str | None:
+    """A timeline member as text; None for one that is not UTF-8."""
+    try:
+        return member.decode()
+    except UnicodeDecodeError:
+        return None
+
+
 def _without_protocol(url: str) -> str:
     """`url` without the ``protocol`` options of its query; the rest is kept as written
     (rebuilding it with `urlunsplit` turned ``unix:///path`` into ``unix:/path``)."""
@@ -285,14 +293,7 @@ class Inspector:
         if found not in ("zset", "none"):
             raise WrongTypeError(key, found, "zset")
         prefix = self.keyspace.prefix
-        try:
-            refuse_parked(prefix, self.client.execute_command(*parked_check(prefix)))
-        except LegacyKeyspaceError as error:  # the rerun's arguments, read from what it parked
-            from ._migrate import parked_source
-
-            raise LegacyKeyspaceError(
-                prefix, error.parked, parked_source(self.client, prefix)
-            ) from None
+        refuse_parked(prefix, self.client.execute_command(*parked_check(prefix)))
 
     def _pipeline(self, commands: Sequence[tuple[Any, ...]]) -> list[Any]:
         """Runs `commands`, `_BATCH` per round trip, and returns every reply."""
@@ -353,6 +354,20 @@ class Inspector:
             for tk, flat in zip(threads, replies, strict=True)
         ]
 
+    def _checkpoints(self, timelines: Sequence[tuple[ThreadKeys, str]]) -> list[int]:
+        """How many checkpoints each (thread, namespace) holds, counted as `RedisSaver.list`
+        lists them: an entry of the timeline whose checkpoint key is gone (expired under a
+        TTL, until a put sweeps the entry) is not one, nor is a member that is not UTF-8 (no
+        saver writes one, and no read lists it). Two round trips."""
+        members = self._pipeline([("ZRANGE", tk.idx(ns), 0, -1) for tk, ns in timelines])
+        keys = [
+            [tk.cp(ns, cid) for cid in map(_utf8, ids) if cid is not None]
+            for (tk, ns), ids in zip(timelines, members, strict=True)
+        ]
+        # One EXISTS per timeline: a thread's keys share a hash tag, so a cluster slot.
+        found = iter(self._pipeline([("EXISTS", *cps) for cps in keys if cps]))
+        return [int(next(found)) if cps else 0 for cps in keys]
+
     def server_ms(self) -> float:
         """The server's clock in ms, which expiry scores are written against."""
         seconds, micros = self.client.time()
@@ -364,10 +379,10 @@ class Inspector:
         for tks in pages:
             namespaces = self._namespaces(tks)
             pairs = [(i, ns) for i, nss in enumerate(namespaces) for ns, _ in nss]
-            counts = self._pipeline([("ZCARD", tks[i].idx(ns)) for i, ns in pairs])
+            counts = self._checkpoints([(tks[i], ns) for i, ns in pairs])
             per_thread = [0] * len(tks)
             for (i, _), count in zip(pairs, counts, strict=True):
-                per_thread[i] += int(count)
+                per_thread[i] += count
             for tk, nss, count in zip(tks, namespaces, per_thread, strict=True):
                 # A namespace's score is when it expires (inf: never); none left: expired.
                 latest = max((score for _, score in nss), default=0.0)
@@ -385,8 +400,7 @@ class Inspector:
         self._check_registry()
         tk = self.keyspace.thread(thread_id)
         (namespaces,) = self._namespaces([tk])
-        counts = self._pipeline([("ZCARD", tk.idx(ns)) for ns, _ in namespaces])
-        return len(namespaces), sum(int(c) for c in counts)
+        return len(namespaces), sum(self._checkpoints([(tk, ns) for ns, _ in namespaces]))
 
     def history(self, thread_id: str, ns: str, limit: int | None) -> Iterator[HistoryEntry]:
         """The checkpoints of one (thread, namespace), newest first."""
@@ -422,29 +436,29 @@ class Inspector:
 
     def _thread_keys(
         self, threads: Sequence[ThreadKeys], namespaces: Sequence[Sequence[str]]
-    ) -> list[tuple[list[str], int]]:
-        """Every key each thread's indexes reach, and its checkpoint count; one round trip."""
+    ) -> list[tuple[list[str], set[str]]]:
+        """Every key each thread's indexes reach, and its checkpoint keys among them; one
+        round trip."""
         pairs = [(tk, ns) for tk, nss in zip(threads, namespaces, strict=True) for ns in nss]
         index = self._pipeline(
             [cmd for tk, ns in pairs for cmd in (("ZRANGE", tk.idx(ns), 0, -1),
                                                  ("ZRANGE", tk.keys(ns), 0, -1))]
         )  # fmt: skip
-        found: dict[str, tuple[list[str], list[int]]] = {
-            tk.component: ([tk.ns], [0]) for tk in threads
+        found: dict[str, tuple[list[str], set[str]]] = {
+            tk.component: ([tk.ns], set()) for tk in threads
         }
         for i, (tk, ns) in enumerate(pairs):
             keys, checkpoints = found[tk.component]
             ids, members = index[2 * i], index[2 * i + 1]
-            checkpoints[0] += len(ids)
             # A member that is not UTF-8 (no saver writes one) names its key, not a traceback.
-            keys += [tk.idx(ns), tk.keys(ns)]
-            keys += [tk.cp(ns, member_text(c, tk.idx(ns))) for c in ids]
+            cps = [tk.cp(ns, member_text(c, tk.idx(ns))) for c in ids]
+            checkpoints.update(cps)
+            keys += [tk.idx(ns), tk.keys(ns), *cps]
             for raw in members:
                 if key := tk.indexed_key(ns, member_text(raw, tk.keys(ns))):
                     keys.append(key)
         return [
-            (list(dict.fromkeys(found[tk.component][0])), found[tk.component][1][0])
-            for tk in threads
+            (list(dict.fromkeys(found[tk.component][0])), found[tk.component][1]) for tk in threads
         ]
 
     def _memory(self, keys: Sequence[str | bytes]) -> list[int | None]:
@@ -497,10 +511,14 @@ class Inspector:
             found = self._thread_keys(tks, namespaces)
             sizes = self._memory([key for keys, _ in found for key in keys])
             at = 0
-            for tk, nss, (keys, checkpoints) in zip(tks, namespaces, found, strict=True):
-                present = [s for s in sizes[at : at + len(keys)] if s is not None]
+            for tk, nss, (keys, cps) in zip(tks, namespaces, found, strict=True):
+                sized = dict(zip(keys, sizes[at : at + len(keys)], strict=True))
+                present = [s for s in sized.values() if s is not None]
                 at += len(keys)
                 reached.update(k.encode() for k in keys)
+                # A checkpoint whose key is gone (expired, not yet swept) is no checkpoint:
+                # the count is what `RedisSaver.list` lists.
+                checkpoints = sum(sized[cp] is not None for cp in cps)
                 threads.append(
                     ThreadUsage(tk.thread_id, len(nss), checkpoints, len(present), sum(present))
                 )

@@ -312,6 +312,16 @@ def parked_source(client: Any, target: str) -> str | None:
     return None
 
 
+def _rerun(source: str, target: str) -> str:
+    """The rerun that finishes a migration from `source` into `target`: the command (with
+    its required --url) and the call."""
+    return (
+        f"`plainredis migrate --url redis://... --prefix {shlex.quote(source)} --to-prefix "
+        f"{shlex.quote(target)}`, or migrate_v010(client, prefix={source!r}, "
+        f"to_prefix={target!r})"
+    )
+
+
 def _refuse_skipping(field: str, value: Any, registry: str, legacy: LegacyKeys) -> None:
     """Raises `CorruptDataError` naming `registry` and its entry `field` (unreadable, or
     naming another timeline) when the entry cannot be skipped: the timeline `field` of a
@@ -357,9 +367,7 @@ def _entries(
                     f"the 0.1.0 registry entry {key!r} is of prefix {other!r}, not "
                     f"{legacy.prefix!r}: a migration from {other!r} into {target!r} has not "
                     f"finished (it parked that registry at {stash!r}). Run that one again "
-                    f"(`plainredis migrate --prefix {shlex.quote(other)} --to-prefix "
-                    f"{shlex.quote(target)}`, or migrate_v010(client, prefix={other!r}, "
-                    f"to_prefix={target!r})); nothing was changed."
+                    f"({_rerun(other, target)}); nothing was changed."
                 )
             where = None  # its timeline is `key`, whose thread and namespace it does not name
         if where is None:
@@ -391,9 +399,8 @@ def _refuse_another_target(client: redis.Redis, prefix: str, target: str) -> Non
     raise PlainRedisError(
         f"a migration from {prefix!r} into {into!r} has not finished: it parked the 0.1.0 "
         f"registry of {prefix!r} at {stash!r} (as {marker!r} records), so a run into "
-        f"{target!r} would find nothing to migrate. Run that one again (`plainredis migrate "
-        f"--prefix {shlex.quote(prefix)} --to-prefix {shlex.quote(into)}`, or "
-        f"migrate_v010(client, prefix={prefix!r}, to_prefix={into!r})); nothing was changed."
+        f"{target!r} would find nothing to migrate. Run that one again "
+        f"({_rerun(prefix, into)}); nothing was changed."
     )
 
 
