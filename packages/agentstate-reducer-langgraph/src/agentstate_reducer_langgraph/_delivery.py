@@ -710,11 +710,21 @@ class DeliveryRunner:
                 "that loop (asyncio.run_coroutine_threadsafe), or let that loop end first; "
                 "its batches wait in the outbox meanwhile"
             )
+        await self._acheck_loops()  # before taking what the worker left: kept on a raise
         if self._task is worker:
             self._task = None  # the next background `aput` starts a task on this loop
         own = worker.take_leftover()
         if own:
             await self._adeliver_own(own, defer=False)
+
+    async def _acheck_loops(self) -> None:
+        """Raises, naming the fix, when the outbox's or the ledger's `redis.asyncio` client
+        holds a connection of the ended loop: it would fail its first command here, and the
+        reducer only logs a failed ledger lookup, so the delivery would say nothing."""
+        for holder in (self.outbox, getattr(self.reducer, "ledger", None)):
+            check = getattr(holder, "_acheck_loop", None)  # RedisOutbox, RedisDeliveryLedger
+            if check is not None:
+                await check()
 
     def _task_worker(self) -> _TaskWorker:
         old = self._task

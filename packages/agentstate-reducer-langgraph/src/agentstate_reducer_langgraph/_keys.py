@@ -10,8 +10,9 @@ Layout (``P`` = prefix, ``B`` = batch id, ``NS`` = namespace tag, see `namespace
 
 ``NS`` of a tuple of strings is its escaped parts joined by ``:`` (``("memories", "u1")`` is
 ``memories:u1``), except ``()``, which is ``%``, and ``("",)``, which is ``%%``; any other
-namespace is ``=`` and its escaped JSON. A tag decodes back to its namespace, so no two JSON
-namespaces share one (a list is the tuple of the same items).
+namespace is ``=`` and its escaped JSON, in which a set reads as ``set[...]``, its items
+sorted. A tag decodes back to its namespace, so no two JSON namespaces share one (a list is
+the tuple of the same items, a frozenset the set).
 
 The outbox carries the hash tag ``{P}`` and each namespace the tag ``{NS}``, so on a
 cluster the outbox scripts touch one slot and a sink's writes share a slot with the
@@ -22,8 +23,9 @@ outside this module.
 
 from __future__ import annotations
 
-import json
 from typing import Any
+
+from agentstate_reducer import namespace_json
 
 __all__ = ["DeliveryKeys", "escape", "namespace_tag", "tag_of"]
 
@@ -50,16 +52,17 @@ def namespace_tag(namespace: Any) -> str:
 
     A tuple (or list) of strings, the usual ``("memories", user_id)``, reads as its escaped
     parts joined by ``:``, except ``()``, which is ``%``, and ``("",)``, which is ``%%`` (both
-    would join to the empty string); anything else is ``=`` and its escaped JSON. The tag
-    decodes back to its namespace, so two namespaces of JSON values never share one (a list
-    is the tuple of the same items; other values are rendered with `str`).
+    would join to the empty string); anything else is ``=`` and its escaped JSON text
+    (`agentstate_reducer.namespace_json`, which the in-memory ledger keys by too: a set
+    reads as ``set[...]``, its items sorted). The tag decodes back to
+    its namespace, so two namespaces of JSON values never share one (a list is the tuple
+    of the same items, a frozenset the set; other values are rendered with `str`).
     """
     if isinstance(namespace, (tuple, list)) and all(isinstance(p, str) for p in namespace):
         if not namespace:
             return EMPTY
         return SEP.join(escape(part) for part in namespace) or EMPTY_PART
-    text = json.dumps(namespace, sort_keys=True, separators=(",", ":"), default=str)
-    return "=" + escape(text)
+    return "=" + escape(namespace_json(namespace))
 
 
 def tag_of(key: str) -> str | None:

@@ -25,6 +25,7 @@ from ._redis_core import (
     Plan,
     SinkCore,
     Step,
+    ended_loop,
     resp3_refused,
 )
 
@@ -235,6 +236,35 @@ async def _adrive(client: Any, steps: Step, owner: str) -> Any:
         except ResponseError as error:
             _raise_if_resp3_refused(error, client, owner)
             raise
+        except RuntimeError as error:
+            _raise_if_ended_loop(error, owner)
+            raise
+
+
+def _raise_if_ended_loop(error: RuntimeError, owner: str) -> None:
+    """Raises `ended_loop`'s error when `error` is a connection of an ended event loop."""
+    ended = ended_loop(str(error), owner)
+    if ended is not None:
+        raise ended from error
+
+
+async def _acheck_client_loop(client: Any, owner: str) -> None:
+    """One PING through the asyncio `client`: raises `ended_loop`'s error when its
+    connection was opened on an event loop that has ended.
+
+    The reducer only logs a failed ledger lookup and keeps the messages, so a delivery on
+    a new loop through such a client would deliver nothing and say nothing. Any other
+    failure is left to that delivery, which reports it as it always did.
+    """
+    from redis.exceptions import RedisError
+
+    try:
+        await client.execute_command("PING")
+    except RedisError:
+        return
+    except RuntimeError as error:
+        _raise_if_ended_loop(error, owner)
+        raise
 
 
 class RedisOutbox:
@@ -410,6 +440,12 @@ class RedisOutbox:
         result: OutboxStats = await _adrive(self._async("stats"), steps, "RedisOutbox")
         return result
 
+    async def _acheck_loop(self) -> None:
+        """Raises when the asyncio client holds a connection of an ended event loop (see
+        `_acheck_client_loop`); `DeliveryRunner` asks before it delivers on a new loop."""
+        if _is_async(self.client):
+            await _acheck_client_loop(self.client, "RedisOutbox")
+
     def __repr__(self) -> str:
         return f"RedisOutbox(prefix={self.keys.prefix!r})"
 
@@ -507,6 +543,12 @@ class RedisDeliveryLedger:
             return
         steps = self._core.mark(hook_key, namespace, message_ids, _outbox.now_ms())
         await _adrive(self.aclient, steps, ALEDGER)
+
+    async def _acheck_loop(self) -> None:
+        """Raises when `aclient` holds a connection of an ended event loop (see
+        `_acheck_client_loop`); `DeliveryRunner` asks before it delivers on a new loop."""
+        if self.aclient is not None:
+            await _acheck_client_loop(self.aclient, ALEDGER)
 
     def key(self, kind: str, namespace: Any) -> str:
         """A key of `kind` in the cluster slot of `namespace`'s ledger."""

@@ -25,6 +25,7 @@ __all__ = [
     "Script",
     "Step",
     "SinkCore",
+    "ended_loop",
     "resp3_refused",
 ]
 
@@ -281,6 +282,35 @@ def resp3_refused(reply: str, owner: str, protocol: Any, fix: str) -> ValueError
         f"{owner}: the client speaks RESP3 ({setting}), which this server does not: Redis 5 "
         f"has no HELLO (it answered {reply!r}); build it with protocol=2, e.g. {fix} "
         "(RESP2 works on every Redis)"
+    )
+
+
+# What asyncio says when a connection opened on one event loop is used on another.
+_OTHER_LOOP = ("Event loop is closed", "attached to a different loop", "bound to a different")
+
+
+def ended_loop(error: str, owner: str) -> RuntimeError | None:
+    """The error to raise for the `RuntimeError` text `error` when it is a `redis.asyncio`
+    connection opened on an event loop that has ended (an earlier ``asyncio.run``).
+
+    redis-py drops the connection after that failed command, but the command's work is not
+    done: the caller hears why, and how to keep its connections on one loop.
+
+    Args:
+        error: The text of the `RuntimeError`.
+        owner: Who holds the client, e.g. ``RedisOutbox``.
+
+    Returns:
+        A `RuntimeError` naming the cause and the fix, or None for any other error.
+    """
+    if not any(text in error for text in _OTHER_LOOP):
+        return None
+    return RuntimeError(
+        f"{owner}: its redis.asyncio client holds a connection opened on an event loop that "
+        f"has ended ({error}); a redis.asyncio connection cannot move to another loop. Await "
+        "saver.delivery.aflush() (or aclose()) before the loop that ran aput ends, or close "
+        "the client on that loop (await client.aclose()) so that it reconnects on the next "
+        "one; what was not delivered stays in the outbox for the next flush or drain"
     )
 
 

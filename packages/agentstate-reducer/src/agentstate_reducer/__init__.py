@@ -13,7 +13,7 @@ from ._config import (
     SummaryMessageFactory,
     TokenCounter,
 )
-from ._ledger import AsyncDeliveryLedger, DeliveryLedger, InMemoryLedger
+from ._ledger import AsyncDeliveryLedger, DeliveryLedger, InMemoryLedger, namespace_json
 from ._messages import message_identity
 from ._reducer import MessageReducer
 from ._report import DeliveryReport, HookReport
@@ -38,6 +38,7 @@ __all__ = [
     "TokenCounter",
     "default_summary_messages_factory",
     "message_identity",
+    "namespace_json",
     "resolve_token_counter",
 ]
 

@@ -18,8 +18,9 @@ class DeliveryLedger(Protocol):
     exactly-once across restarts. Methods may be called from worker threads.
 
     `namespace` is passed as the caller gave it. `InMemoryLedger` keys it by its JSON text
-    (`namespace_key`): a list and a tuple of the same items are the same namespace, while
-    ``1``, ``True`` and ``1.0`` are three. A durable ledger should key it alike.
+    (`namespace_key`, `namespace_json`): a list and a tuple of the same items are the same
+    namespace, and so are a set and a frozenset, whatever their order; ``1``, ``True`` and
+    ``1.0`` are three. A durable ledger should key it alike.
     """
 
     def seen(self, hook_key: str, namespace: Any, message_ids: Sequence[str]) -> set[str]:
@@ -52,20 +53,62 @@ class AsyncDeliveryLedger(Protocol):
 _AS_JSON = object()  # heads the key of a namespace kept as its JSON text (no caller's value)
 
 
+class _HoldsSet(Exception):
+    """Raised out of `json.dumps` by `_str_unless_set` at the first set it meets."""
+
+
+def _str_unless_set(value: Any) -> str:
+    if isinstance(value, (set, frozenset)):
+        raise _HoldsSet
+    return str(value)
+
+
+def _json_key(key: Any) -> str:
+    """`key` as `json.dumps` writes a dict key (it takes str, int, float, bool and None)."""
+    if not isinstance(key, str):
+        if key is not None and not isinstance(key, (int, float)):
+            raise TypeError(f"keys must be str, int, float, bool or None, not {type(key).__name__}")
+        key = json.dumps(key)
+    return json.dumps(key)
+
+
+def namespace_json(namespace: Any) -> str:
+    """The JSON text of `namespace`, the same in every process.
+
+    Keys sorted, no spaces, and `str` of a value JSON has no type for. A set or frozenset
+    (at any depth) reads as ``set[...]``, its items' texts sorted: `str` would order them
+    by the process's string hash seed (``PYTHONHASHSEED``). No JSON text holds ``set[``,
+    so a set never reads as a list, a tuple or a string, and a namespace without a set
+    reads exactly as `json.dumps` writes it. A durable ledger should key namespaces by it;
+    `agentstate_reducer_langgraph`'s Redis keys are built from it.
+    """
+    try:
+        return json.dumps(namespace, sort_keys=True, separators=(",", ":"), default=_str_unless_set)
+    except _HoldsSet:
+        pass
+    if isinstance(namespace, (set, frozenset)):
+        return "set[" + ",".join(sorted(namespace_json(item) for item in namespace)) + "]"
+    if isinstance(namespace, (tuple, list)):
+        return "[" + ",".join(namespace_json(item) for item in namespace) + "]"
+    items = sorted(namespace.items(), key=lambda item: item[0])  # as `sort_keys` sorts them
+    return "{" + ",".join(f"{_json_key(k)}:{namespace_json(v)}" for k, v in items) + "}"
+
+
 def namespace_key(namespace: Any) -> Hashable:
     """Return a hashable stand-in for `namespace`, keying namespaces apart exactly where a
     durable ledger that stores their JSON text does.
 
     A tuple or list of strings, the usual ``("memories", user_id)``, is the tuple of its
-    parts. Anything else is its JSON text (lists and tuples alike, at any depth, so a
-    namespace that made a JSON round trip is the same namespace and its messages are not
-    delivered again), behind a marker no namespace can hold: ``1``, ``True`` and ``1.0``
-    stay three namespaces (Python's equality would make them one), and no tuple of strings
-    reads as another value's JSON text.
+    parts. Anything else is its JSON text (`namespace_json`: lists and tuples alike, and
+    sets and frozensets alike in any order, at any depth, so a namespace that made a JSON
+    round trip is the same namespace and its messages are not delivered again), behind a
+    marker no namespace can hold: ``1``, ``True`` and ``1.0`` stay three namespaces
+    (Python's equality would make them one), and no tuple of strings reads as another
+    value's JSON text.
     """
     if isinstance(namespace, (tuple, list)) and all(isinstance(part, str) for part in namespace):
         return tuple(namespace)
-    return (_AS_JSON, json.dumps(namespace, sort_keys=True, separators=(",", ":"), default=str))
+    return (_AS_JSON, namespace_json(namespace))
 
 
 class InMemoryLedger:

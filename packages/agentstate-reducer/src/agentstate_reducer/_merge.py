@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import importlib
+import threading
 import uuid
-from collections.abc import Callable, Mapping
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from ._messages import REMOVE, id_of, role_of, with_id
@@ -37,6 +39,52 @@ def merge_messages(left: Any, right: Any) -> list[Any]:
             merged: list[Any] = add_messages(left_list, right_list)
             return merged
     return _merge(left_list, right_list)
+
+
+class CutIds:
+    """The ids of the last `size` messages a bridge cut, in every conversation it serves.
+
+    LangGraph applies the writes of one step to a channel one after the other, each through
+    the bridge, so a write can cut a message that a parallel node, which read the state
+    before the cut, then removes. That removal asks for what the cut already did; dropping
+    it is harmless even when the id came from another conversation.
+    """
+
+    def __init__(self, size: int) -> None:
+        self._size = size
+        self._ids: OrderedDict[str, None] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def add(self, messages: Iterable[Any]) -> None:
+        """Remember the ids of `messages`, forgetting the oldest beyond `size`."""
+        with self._lock:
+            for message in messages:
+                message_id = id_of(message)
+                if message_id is not None:
+                    self._ids[message_id] = None
+                    self._ids.move_to_end(message_id)
+            while len(self._ids) > self._size:
+                self._ids.popitem(last=False)
+
+    def drop_removals(self, left: Any, right: Any) -> Any:
+        """`right` without its removals of cut ids that neither `left` nor an earlier message
+        of `right` holds (`add_messages` raises on those), or `right` itself when it has no
+        removal."""
+        updates = as_list(right)
+        removals = [id_of(m) for m in updates if role_of(m) == REMOVE]
+        if not removals or REMOVE_ALL_MESSAGES in removals:
+            return right  # after a remove-all the merge keeps only what follows it, as given
+        present = {id_of(m) for m in as_list(left)}
+        kept: list[Any] = []
+        with self._lock:
+            for message in updates:
+                message_id = id_of(message)
+                if role_of(message) != REMOVE:
+                    present.add(message_id)
+                elif message_id in self._ids and message_id not in present:
+                    continue
+                kept.append(message)
+        return kept
 
 
 def _langgraph_add_messages() -> Callable[[Any, Any], Any] | None:

@@ -15,7 +15,7 @@ from ._config import ReducerConfig, ReducerResult
 from ._cut import Cut, checked_count, plan_cut
 from ._delivery import Dispatcher, Job, ReportBuilder, caller_cancelled, hook_keys
 from ._ledger import AsyncDeliveryLedger, DeliveryLedger, InMemoryLedger
-from ._merge import merge_messages
+from ._merge import CutIds, merge_messages
 from ._messages import check_messages, is_langchain_message, message_identity
 from ._report import DeliveryReport
 from ._summary import summary_block, summary_size
@@ -292,7 +292,11 @@ class MessageReducer:
         """Return a LangGraph channel reducer: `Annotated[list, reducer.as_langgraph_reducer()]`.
 
         The returned `(left, right) -> list` merges like LangGraph's `add_messages` (by id,
-        honouring `RemoveMessage`), then runs `reduce`. LangGraph calls it synchronously,
+        honouring `RemoveMessage`), then runs `reduce`. A `RemoveMessage` of a message this
+        bridge cut, among its last `dedupe_window` cut messages, is a no-op where
+        `add_messages` would raise: a parallel node in the step that cut it read it before
+        the cut. An update with the id of a cut message is appended, as `add_messages`
+        appends an id it does not hold. LangGraph calls it synchronously,
         also under `ainvoke`/`astream`, where coroutine hooks, and with an
         `AsyncDeliveryLedger` the whole delivery, are scheduled on the event loop: await
         `aflush()` before that loop ends, or they finish only at the next delivery.
@@ -301,8 +305,13 @@ class MessageReducer:
             namespace: Passed to the hooks on every cut.
         """
 
+        cut = CutIds(self.config.dedupe_window)
+
         def reduce_messages(left: Any, right: Any) -> list[Any]:
-            return self.reduce(merge_messages(left, right), None, namespace).surviving
+            merged = merge_messages(left, cut.drop_removals(left, right))
+            result = self.reduce(merged, None, namespace)
+            cut.add(result.pruned)
+            return result.surviving
 
         return reduce_messages
 
