@@ -376,3 +376,15 @@ def test_a_ttl_refused_names_the_option_as_typed(
     err = capsys.readouterr().err
     assert f"argument --ttl: {ttl!r} is not " in err, err
     assert "ttl=" not in err and "*" not in err and "--ttl 604800" in err, err
+
+
+def test_threads_shows_an_expiry_past_year_9999_instead_of_a_traceback(
+    redis_url: str, prefix: str, client: redis.Redis, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A namespace score no saver writes (1e300 ms) made `threads` raise OverflowError after
+    printing part of its table."""
+    chat(redis_url, prefix, {"a": 1}, ttl=3600)
+    client.zadd(KeySpace(prefix).thread("a").ns, {"": 1e300})
+    code, out, err = cli(capsys, "threads", "--url", redis_url, "--prefix", prefix)
+    assert code == 0 and "Traceback" not in err
+    assert "after 9999-12-31" in out and "a" in out.split()

@@ -1772,6 +1772,28 @@ def test_a_stray_namespace_member_is_a_clear_error(
         assert saver.get_tuple(c).checkpoint["channel_values"] == {"m": 1}
 
 
+def test_a_timeline_member_that_is_not_utf8_is_a_clear_error(
+    redis_url: str, prefix: str, client: redis.Redis
+) -> None:
+    """A checkpoint id no saver wrote (not UTF-8) with a payload under it, in a thread's
+    timeline: `list` and `get_tuple` raised a bare UnicodeDecodeError. It is a
+    CorruptDataError naming the timeline and the member, and nothing stored changes."""
+    tk = KeySpace(prefix).thread("t")
+    with RedisSaver(redis_url, prefix=prefix) as saver:
+        c = saver.put(cfg("t"), checkpoint({"m": 1}, {"m": "1"}), {}, {"m": "1"})
+        cid = c["configurable"]["checkpoint_id"]
+        payload = client.get(tk.cp("", cid))
+        client.zadd(tk.idx(""), {b"\xff": 0})  # after every id: the newest
+        client.set(tk.cp_prefix.encode() + b":\xff", payload)
+        error = f"{re.escape(tk.idx(''))}.*xff.*not UTF-8"
+        with pytest.raises(CorruptDataError, match=error):
+            list(saver.list({"configurable": {"thread_id": "t"}}))
+        with pytest.raises(CorruptDataError, match=error):
+            saver.get_tuple({"configurable": {"thread_id": "t"}})
+        client.zrem(tk.idx(""), b"\xff")
+        assert saver.get_tuple(cfg("t")).config == c
+
+
 @pytest.mark.standalone
 def test_keyspace_of_010_asks_for_the_migration(
     redis_url: str, prefix: str, client: redis.Redis

@@ -250,7 +250,10 @@ def _expiry(expires_ms: float | None, now_ms: float) -> str:
         return "never"
     if expires_ms < now_ms:
         return "expired"
-    at = datetime.datetime.fromtimestamp(expires_ms / 1000, tz=datetime.timezone.utc)
+    try:
+        at = datetime.datetime.fromtimestamp(expires_ms / 1000, tz=datetime.timezone.utc)
+    except (OverflowError, OSError, ValueError):  # past year 9999: a score no saver writes
+        return f"after {datetime.datetime.max:%Y-%m-%d}"
     return at.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 

@@ -718,7 +718,9 @@ class SaverCore:
         for ns_e, entry in entries:
             try:
                 ns = listed_namespace(ns_e, tk.ns)
-                stored = decode_checkpoint(_b(entry[1]), tk.cp(ns, _s(entry[0])))
+                stored = decode_checkpoint(
+                    _b(entry[1]), tk.cp(ns, member_text(entry[0], tk.idx(ns)))
+                )
             except Exception:  # noqa: BLE001 - raised again, in order, by its own tuple
                 decoded.append(None)
                 continue
@@ -1093,7 +1095,7 @@ class SaverCore:
         (entry,) = yield [Eval("get", keys, args)]
         if not entry:
             return None
-        found = _s(entry[0])
+        found = member_text(entry[0], tk.idx(ns))
         stored = None
         if refresh and self._cluster:  # the script refreshed all but run sets (other slots)
             stored = decode_checkpoint(_b(entry[1]), tk.cp(ns, found))
@@ -1343,10 +1345,12 @@ class SaverCore:
                     ahead = decoded[k % _DECODE_AHEAD]
                     if ahead is None:  # fails again here, for this checkpoint
                         ns_of = listed_namespace(ns_e, tk.ns)
-                        tup = self._tuple(tk, ns_of, _s(entry[0]), entry, shared, shown=shown)
+                        cid = member_text(entry[0], tk.idx(ns_of))
+                        tup = self._tuple(tk, ns_of, cid, entry, shared, shown=shown)
                     else:
+                        cid = member_text(entry[0], tk.idx(ahead[0]))
                         tup = self._tuple(
-                            tk, ahead[0], _s(entry[0]), entry, shared, stored=ahead[1], shown=shown
+                            tk, ahead[0], cid, entry, shared, stored=ahead[1], shown=shown
                         )
                     if filter and not _passes(tup.metadata, filter):
                         continue  # rewritten since the page was read
