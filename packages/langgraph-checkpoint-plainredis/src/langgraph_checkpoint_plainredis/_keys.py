@@ -438,6 +438,18 @@ class LegacyKeys:
         """The timeline of (thread, namespace); the registry hash names it as its field."""
         return SEP.join((self.prefix, "idx", thread_id, ns))
 
+    @property
+    def idx_head(self) -> str:
+        """What every timeline key starts with; the raw ``thread:ns`` follows it."""
+        return SEP.join((self.prefix, "idx", ""))
+
+    @staticmethod
+    def timeline_prefix(key: str, thread_id: str, ns: str) -> str | None:
+        """The prefix whose timeline of (`thread_id`, `ns`) `key` is; None when it is no
+        prefix's (a registry field that does not end as such a timeline key)."""
+        tail = SEP.join(("", "idx", thread_id, ns))
+        return key[: -len(tail)] if key.endswith(tail) and len(key) > len(tail) else None
+
     def cp(self, thread_id: str, ns: str, checkpoint_id: str) -> str:
         return SEP.join((self.prefix, "cp", thread_id, ns, checkpoint_id))
 

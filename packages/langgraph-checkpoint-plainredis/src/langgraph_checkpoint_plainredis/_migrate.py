@@ -283,13 +283,6 @@ def _where(value: Any) -> tuple[str, str] | None:
         return None
 
 
-def _source(key: str, thread_id: str, ns: str) -> str | None:
-    """The prefix whose 0.1.0 timeline of (`thread_id`, `ns`) the registry field `key` is;
-    None when it is none's."""
-    tail = SEP.join(("", "idx", thread_id, ns))
-    return key[: -len(tail)] if key.endswith(tail) and len(key) > len(tail) else None
-
-
 def parked_source(client: Any, target: str) -> str | None:
     """The prefix 0.1.0 wrote under that an unfinished migration into `target` reads from,
     read from an entry of the registry it parked (`LegacyKeys.stash`), whose fields are 0.1.0
@@ -302,7 +295,11 @@ def parked_source(client: Any, target: str) -> str | None:
             cursor, page = client.hscan(stash, cursor, count=_SOURCE_PAGE)
             for key, value in page.items():
                 where = _where(value)
-                source = _source(_b(key).decode(errors="replace"), *where) if where else None
+                source = (
+                    LegacyKeys.timeline_prefix(_b(key).decode(errors="replace"), *where)
+                    if where
+                    else None
+                )
                 if source is not None:
                     return source
             if not int(cursor):
@@ -327,7 +324,7 @@ def _refuse_skipping(field: str, value: Any, registry: str, legacy: LegacyKeys) 
     naming another timeline) when the entry cannot be skipped: the timeline `field` of a
     thread id such as ``{a}`` is thread ``a``'s in the current layout
     (`LegacyKeys.shadowed_thread`), which the migration of ``a`` would write into."""
-    head = SEP.join((legacy.prefix, "idx", ""))
+    head = legacy.idx_head
     shadowed = LegacyKeys.shadowed_thread(field[len(head) :]) if field.startswith(head) else None
     if shadowed is None:
         return
@@ -361,7 +358,7 @@ def _entries(
         key = _b(idx_key).decode(errors="replace")
         where = _where(value)
         if where is not None and key != legacy.idx(*where):
-            other = _source(key, *where)
+            other = LegacyKeys.timeline_prefix(key, *where)
             if other is not None:
                 raise PlainRedisError(
                     f"the 0.1.0 registry entry {key!r} is of prefix {other!r}, not "
