@@ -207,7 +207,8 @@ def translate_error(error: Exception, prefix: str) -> PlainRedisError | None:
         found, expected, key = (rest.split(" ", 2) + ["", "", ""])[:3]
         return WrongTypeError(key, found, expected)
     if code == "PLAINREDIS_UNINDEXED":
-        return unindexed_error("put", prefix, [rest])
+        what, _, field = rest.partition(" ")
+        return unindexed_error(what, prefix, [field])
     return None
 
 
@@ -1796,6 +1797,8 @@ class SaverCore:
         args: list[str | bytes | int] = [
             *self._prefix_args(dst),
             self._ttl_ms,
+            len(self.index_metadata),
+            *self.index_metadata,
         ]
         for ns_e, items in exported:
             pairs = list(zip(items[::2], items[1::2], strict=True))
@@ -1819,7 +1822,8 @@ class SaverCore:
         # On a standalone server the import adds the copy to those indexes, with its
         # checkpoints; on a cluster they live in other slots, so it joins them first (a
         # query spares a member that young).
-        keys = (dst.ns, *self._registry, *([] if self._cluster else sorted(index)))
+        marker = () if self._cluster else (self.keyspace.index_marker,)
+        keys = (dst.ns, *self._registry, *marker, *([] if self._cluster else sorted(index)))
         if self._cluster:
             runs: Plan = [Eval("index_add", (key,), (dst.component, "")) for key in sorted(index)]
             # run sets live in other slots too: add the copies' members first

@@ -50,6 +50,8 @@ Progress = Callable[[str, int, int | None], None]
 
 _PAGE = 500  # registry members per round trip
 _BATCH = 1000  # commands per pipeline
+_MEMBERS = 1000  # timeline members per ZRANGE (and keys per EXISTS) when counting
+_PAGES_HELD = 50  # such pages read (and checked) per step: 50,000 ids held at most
 # The type each command the inspector pipelines reads at its first key (a WRONGTYPE reply
 # is named by `_wrong_type`); MEMORY USAGE reads any type.
 _READS = {"ZRANGE": "zset", "ZCARD": "zset"}
@@ -358,15 +360,33 @@ class Inspector:
         """How many checkpoints each (thread, namespace) holds, counted as `RedisSaver.list`
         lists them: an entry of the timeline whose checkpoint key is gone (expired under a
         TTL, until a put sweeps the entry) is not one, nor is a member that is not UTF-8 (no
-        saver writes one, and no read lists it). Two round trips."""
-        members = self._pipeline([("ZRANGE", tk.idx(ns), 0, -1) for tk, ns in timelines])
-        keys = [
-            [tk.cp(ns, cid) for cid in map(_utf8, ids) if cid is not None]
-            for (tk, ns), ids in zip(timelines, members, strict=True)
+        saver writes one, and no read lists it).
+
+        Each timeline is read `_MEMBERS` ids a command and checked with one EXISTS per page
+        (a thread's keys share a hash tag, so a cluster slot): no command grows with a
+        thread, which Redis 5 and 6 would refuse past 1,048,576 arguments, and at most
+        `_PAGES_HELD` pages are held at once."""
+        sizes = self._pipeline([("ZCARD", tk.idx(ns)) for tk, ns in timelines])
+        pages = [
+            (k, start) for k, size in enumerate(sizes) for start in range(0, int(size), _MEMBERS)
         ]
-        # One EXISTS per timeline: a thread's keys share a hash tag, so a cluster slot.
-        found = iter(self._pipeline([("EXISTS", *cps) for cps in keys if cps]))
-        return [int(next(found)) if cps else 0 for cps in keys]
+        counts = [0] * len(timelines)
+        for at in range(0, len(pages), _PAGES_HELD):
+            held = pages[at : at + _PAGES_HELD]
+            ranges = [
+                ("ZRANGE", timelines[k][0].idx(timelines[k][1]), start, start + _MEMBERS - 1)
+                for k, start in held
+            ]
+            checks: list[tuple[int, tuple[str, ...]]] = []
+            for (k, _), ids in zip(held, self._pipeline(ranges), strict=True):
+                tk, ns = timelines[k]
+                cps = [tk.cp(ns, cid) for cid in map(_utf8, ids) if cid is not None]
+                if cps:
+                    checks.append((k, ("EXISTS", *cps)))
+            found = self._pipeline([command for _, command in checks])
+            for (k, _), there in zip(checks, found, strict=True):
+                counts[k] += int(there)
+        return counts
 
     def server_ms(self) -> float:
         """The server's clock in ms, which expiry scores are written against."""

@@ -159,6 +159,23 @@ local function get_hash(key)
   return v, nil
 end
 
+-- A field reindex() marked complete in the index `marker` since the saver read it, and that
+-- the saver does not index (ARGV[from..to] are the fields it does): a write by `what` would
+-- be missing from that index. Returns the refusal, made before anything is written, or nil.
+local function unindexed(marker, from, to, what)
+  local marked = redis.pcall('HKEYS', marker)
+  if marked.err then return read_error(marker, marked, 'hash') end
+  if #marked == 0 then return nil end
+  local mine = {}
+  for i = from, to do mine[ARGV[i]] = true end
+  for _, field in ipairs(marked) do
+    if not mine[field] then
+      return redis.error_reply('PLAINREDIS_UNINDEXED ' .. what .. ' ' .. field)
+    end
+  end
+  return nil
+end
+
 -- Walks what LangGraph reads to rebuild the DeltaChannels `channels` (escaped, as blob refs
 -- name them) of checkpoint `cid` (its payload) of timeline `n` (get_delta_channel_history):
 -- that checkpoint and its ancestors back to the nearest one holding a value of each, that one
@@ -917,15 +934,8 @@ end
 -- it does not index: its put would be missing from that index. Refused, having written
 -- nothing (the client checks the marker it read first).
 if marker then
-  local marked = redis.pcall('HKEYS', marker)
-  if marked.err then return read_error(marker, marked, 'hash') end
-  if #marked > 0 then
-    local mine = {}
-    for i = 16 + 2 * nb + (nindex > 0 and 2 or 0), #ARGV do mine[ARGV[i]] = true end
-    for _, field in ipairs(marked) do
-      if not mine[field] then return redis.error_reply('PLAINREDIS_UNINDEXED ' .. field) end
-    end
-  end
+  err = unindexed(marker, 16 + 2 * nb + (nindex > 0 and 2 or 0), #ARGV, 'put')
+  if err then return err end
 end
 -- A blob it only refreshes that has expired (a step that outlived the TTL, say) cannot be
 -- refreshed back: the put writes nothing and names those blobs, for the caller to send them.
@@ -1696,27 +1706,33 @@ return out
 IMPORT_THREAD = (
     _PREFIXES
     + r"""
--- KEYS: ns, [registry, metadata index zsets...]; ARGV: T, the prefix table, ttl_ms, then
---   per namespace: N, item count, then per item: member, value count, values (a writes item
---   carries field/value pairs; others one value). Without the registry (a cluster), the
---   client adds the registry entry, run-set members and index members itself, first.
+-- KEYS: ns, [registry, index marker, metadata index zsets...]; ARGV: T, the prefix table,
+--   ttl_ms, F, the F metadata fields the saver indexes, then per namespace: N, item count,
+--   then per item: member, value count, values (a writes item carries field/value pairs;
+--   others one value). Without the registry (a cluster), the client adds the registry entry,
+--   run-set members and index members itself, first, and the marker is not checked here.
 local t, ttl = ARGV[1], tonumber(ARGV[8])
+local first = 10 + tonumber(ARGV[9])  -- the first namespace's N
 local now = now_ms()
 local score = expiry(now, ttl)
 REGISTRY = KEYS[2]
 local err = check(KEYS[1], 'zset') or (REGISTRY and check_registry(REGISTRY))
   or check_timelines(KEYS[1], p)
 if err then return err end
+if KEYS[3] then
+  err = unindexed(KEYS[3], 10, first - 1, 'copy_thread')
+  if err then return err end
+end
 -- The copy joins these indexes with its checkpoints: added a round trip before, a query in
 -- between found no checkpoint of it and dropped the member for good.
-for k = 3, #KEYS do
+for k = 4, #KEYS do
   err = check(KEYS[k], 'zset')
   if err then return err end
 end
 -- Every key the copy writes (its namespace's indexes, each checkpoint, writes hash and
 -- value), the run sets the copied checkpoints join and those of the checkpoints they
 -- overwrite: all checked before the first write, so a refused copy writes nothing.
-local joined, i = {}, 9
+local joined, i = {}, first
 local kinds = {c = {p.cp, 'string'}, w = {p.wr, 'hash'}, b = {p.blob, 'string'}}
 while i <= #ARGV do
   local n, count = ARGV[i], tonumber(ARGV[i + 1])
@@ -1739,7 +1755,7 @@ while i <= #ARGV do
 end
 err = check_run_sets(joined)
 if err then return err end
-i = 9
+i = first
 local took_over = false
 while i <= #ARGV do
   local n, count = ARGV[i], tonumber(ARGV[i + 1])
@@ -1797,7 +1813,7 @@ while i <= #ARGV do
   end
 end
 if took_over then adopt_thread(t, false, KEYS[1], p.idx, p.keys, ttl, score, p, now) end
-for k = 3, #KEYS do  -- at the server's clock, unless a put scored it later already
+for k = 4, #KEYS do  -- at the server's clock, unless a put scored it later already
   local old = redis.call('ZSCORE', KEYS[k], t)
   if not old or tonumber(old) < tonumber(now) then redis.call('ZADD', KEYS[k], now, t) end
 end
