@@ -710,21 +710,24 @@ class DeliveryRunner:
                 "that loop (asyncio.run_coroutine_threadsafe), or let that loop end first; "
                 "its batches wait in the outbox meanwhile"
             )
-        await self._acheck_loops()  # before taking what the worker left: kept on a raise
+        # before taking what the worker left: kept with it on a raise
+        await self._aheal_clients(pending=worker.pending())
         if self._task is worker:
             self._task = None  # the next background `aput` starts a task on this loop
         own = worker.take_leftover()
         if own:
             await self._adeliver_own(own, defer=False)
 
-    async def _acheck_loops(self) -> None:
-        """Raises, naming the fix, when the outbox's or the ledger's `redis.asyncio` client
-        holds a connection of the ended loop: it would fail its first command here, and the
-        reducer only logs a failed ledger lookup, so the delivery would say nothing."""
+    async def _aheal_clients(self, pending: bool) -> None:
+        """Drops the connections of the ended loop from the outbox's and the ledger's
+        `redis.asyncio` clients: each would fail its first command here, and the reducer only
+        logs a failed ledger lookup, so a delivery would say nothing. With batches `pending`,
+        raises, naming the fix, when connections of another loop are still met."""
         for holder in (self.outbox, getattr(self.reducer, "ledger", None)):
-            check = getattr(holder, "_acheck_loop", None)  # RedisOutbox, RedisDeliveryLedger
-            if check is not None:
-                await check()
+            heal = getattr(holder, "_aheal", None)  # RedisOutbox, RedisDeliveryLedger
+            error = await heal() if heal is not None else None
+            if error is not None and pending:
+                raise error
 
     def _task_worker(self) -> _TaskWorker:
         old = self._task
@@ -831,6 +834,10 @@ class _TaskWorker:
 
     def _requeue(self, own: Sequence[_Own]) -> None:
         self._queue.extendleft(reversed(own))
+
+    def pending(self) -> bool:
+        """Whether the task holds batches it has not delivered."""
+        return bool(self._queue)
 
     def take_leftover(self) -> list[_Own]:
         """Stops the task (its loop is over) and returns what it had not delivered."""

@@ -248,23 +248,36 @@ def _raise_if_ended_loop(error: RuntimeError, owner: str) -> None:
         raise ended from error
 
 
-async def _acheck_client_loop(client: Any, owner: str) -> None:
-    """One PING through the asyncio `client`: raises `ended_loop`'s error when its
-    connection was opened on an event loop that has ended.
+async def _aheal_client(client: Any, owner: str) -> RuntimeError | None:
+    """Drops the idle connections of the asyncio `client`'s pool (those of an ended event
+    loop among them: each would fail its first command here), then sends a PING.
 
-    The reducer only logs a failed ledger lookup and keeps the messages, so a delivery on
-    a new loop through such a client would deliver nothing and say nothing. Any other
-    failure is left to that delivery, which reports it as it always did.
+    Returns None once the PING went through (or failed for any other reason, left to the
+    delivery, which reports it as it always did); the `ended_loop` error when it still met
+    a connection of another loop (a `RedisCluster` keeps its connections per node, and
+    only this PING checks them; a loop still running in another thread keeps using its
+    own). Without this, the reducer only logs its failed ledger lookup and keeps the
+    messages: a delivery on a new loop would say nothing.
     """
     from redis.exceptions import RedisError
 
+    pool = getattr(client, "connection_pool", None)
+    if pool is not None:
+        try:  # each connection is dropped, though closing one of an ended loop raises
+            await pool.disconnect(inuse_connections=False)
+        except RuntimeError as failed:
+            if ended_loop(str(failed), owner) is None:
+                raise
     try:
         await client.execute_command("PING")
     except RedisError:
-        return
-    except RuntimeError as error:
-        _raise_if_ended_loop(error, owner)
-        raise
+        return None
+    except RuntimeError as failed:
+        error = ended_loop(str(failed), owner)
+        if error is None:
+            raise
+        return error
+    return None
 
 
 class RedisOutbox:
@@ -440,11 +453,12 @@ class RedisOutbox:
         result: OutboxStats = await _adrive(self._async("stats"), steps, "RedisOutbox")
         return result
 
-    async def _acheck_loop(self) -> None:
-        """Raises when the asyncio client holds a connection of an ended event loop (see
-        `_acheck_client_loop`); `DeliveryRunner` asks before it delivers on a new loop."""
+    async def _aheal(self) -> RuntimeError | None:
+        """Drops the asyncio client's connections of an ended event loop (see
+        `_aheal_client`); `DeliveryRunner` asks before it delivers on a new loop."""
         if _is_async(self.client):
-            await _acheck_client_loop(self.client, "RedisOutbox")
+            return await _aheal_client(self.client, "RedisOutbox")
+        return None
 
     def __repr__(self) -> str:
         return f"RedisOutbox(prefix={self.keys.prefix!r})"
@@ -544,11 +558,12 @@ class RedisDeliveryLedger:
         steps = self._core.mark(hook_key, namespace, message_ids, _outbox.now_ms())
         await _adrive(self.aclient, steps, ALEDGER)
 
-    async def _acheck_loop(self) -> None:
-        """Raises when `aclient` holds a connection of an ended event loop (see
-        `_acheck_client_loop`); `DeliveryRunner` asks before it delivers on a new loop."""
+    async def _aheal(self) -> RuntimeError | None:
+        """Drops `aclient`'s connections of an ended event loop (see `_aheal_client`);
+        `DeliveryRunner` asks before it delivers on a new loop."""
         if self.aclient is not None:
-            await _acheck_client_loop(self.aclient, ALEDGER)
+            return await _aheal_client(self.aclient, ALEDGER)
+        return None
 
     def key(self, kind: str, namespace: Any) -> str:
         """A key of `kind` in the cluster slot of `namespace`'s ledger."""

@@ -291,7 +291,8 @@ _OTHER_LOOP = ("Event loop is closed", "attached to a different loop", "bound to
 
 def ended_loop(error: str, owner: str) -> RuntimeError | None:
     """The error to raise for the `RuntimeError` text `error` when it is a `redis.asyncio`
-    connection opened on an event loop that has ended (an earlier ``asyncio.run``).
+    connection used on another event loop than the one that opened it (an ended
+    ``asyncio.run``, or a loop running in another thread).
 
     redis-py drops the connection after that failed command, but the command's work is not
     done: the caller hears why, and how to keep its connections on one loop.
@@ -306,11 +307,12 @@ def ended_loop(error: str, owner: str) -> RuntimeError | None:
     if not any(text in error for text in _OTHER_LOOP):
         return None
     return RuntimeError(
-        f"{owner}: its redis.asyncio client holds a connection opened on an event loop that "
-        f"has ended ({error}); a redis.asyncio connection cannot move to another loop. Await "
-        "saver.delivery.aflush() (or aclose()) before the loop that ran aput ends, or close "
-        "the client on that loop (await client.aclose()) so that it reconnects on the next "
-        "one; what was not delivered stays in the outbox for the next flush or drain"
+        f"{owner}: its redis.asyncio client holds a connection opened on another event loop "
+        f"({error}): a redis.asyncio connection belongs to the loop that opened it (an ended "
+        "asyncio.run, or a loop running in another thread). Give each event loop its own "
+        "client, or close the client on the loop that used it (await client.aclose()) before "
+        "using it on another; what was not delivered stays in the outbox for the next flush "
+        "or drain"
     )
 
 
