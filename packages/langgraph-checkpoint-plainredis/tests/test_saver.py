@@ -16,6 +16,7 @@ import redis
 import redis.asyncio as aioredis
 from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from redis.cluster import RedisCluster
 
 from agentstate_testkit.savers import SyncAsAsync
@@ -1555,6 +1556,25 @@ async def test_corrupted_payload_names_the_key_and_spares_the_rest(
     client.set(tk.blob("", "m", "1"), b"\x01m\xc1")
     with pytest.raises(CorruptDataError, match="blob"):
         await saver.aget_tuple(a)
+
+
+@pytest.mark.parametrize("raised", [MemoryError, RecursionError, TimeoutError])
+def test_a_serializer_out_of_memory_is_not_reported_as_a_damaged_key(
+    redis_url: str, prefix: str, raised: type[BaseException]
+) -> None:
+    """A MemoryError (or RecursionError, or a timeout a signal raised) out of the serializer
+    came back as a CorruptDataError whose message says to delete the key: good data."""
+    with RedisSaver(redis_url, prefix=prefix) as saver:
+        c = saver.put(cfg("t"), checkpoint({"m": 1}, {"m": "1"}), {}, {"m": "1"})
+
+        class Failing(JsonPlusSerializer):
+            def loads_typed(self, data: tuple[str, bytes]) -> Any:
+                raise raised("the serializer's own failure")
+
+        reader = RedisSaver(redis_url, prefix=prefix, serde=Failing())
+        with reader, pytest.raises(raised, match="serializer's own failure"):
+            reader.get_tuple(c)
+        assert saver.get_tuple(c) is not None  # the data was good
 
 
 def cut_in_refs(payload: bytes) -> bytes:

@@ -7,6 +7,7 @@ import asyncio
 import functools
 import os
 import re
+import signal
 import socket
 import struct
 import sys
@@ -542,29 +543,18 @@ def _drops_only() -> Any:
 
 @pytest.mark.standalone
 @linux_only
-def test_a_kept_connection_waits_in_the_kernel_and_returns_to_the_pool_as_it_came(
-    redis_url: str, prefix: str
-) -> None:
-    """A kept connection's socket blocks, its socket_timeout set in the kernel: a send and
-    a read are one system call each, not a poll and the call. Given back to the pool it
-    has its Python timeout again and no kernel one, as redis-py left it."""
+def test_a_kept_connection_keeps_pythons_timeout(redis_url: str, prefix: str) -> None:
+    """A kept connection's socket keeps the Python timeout redis-py gave it, and no kernel
+    one (a kernel timeout restarts whole when a signal interrupts the wait)."""
     with RedisSaver(
         redis_url, prefix=prefix, cluster=False, socket_timeout=2.5, max_connections=32
     ) as saver:
         for t in ("k1", "k2"):
             saver.put(cfg(t), checkpoint("x"), {}, {"m": 1})
         assert saver._idle is not None and len(saver._idle) == 1
-        conn = saver._idle._kept[0][0]
-        sock = conn._sock
-        assert sock.gettimeout() is None and _kernel_timeouts(sock) == (2.5, 2.5)
-        assert saver.get_tuple(cfg("k1")) is not None  # served on the held socket
-        assert conn._sock is sock and sock.gettimeout() is None
-        saver.prune(["k1", "k2"], strategy="keep_latest")  # borrows from the pool itself
-        assert len(saver._idle) == 0
-        assert conn._sock is sock and sock.gettimeout() == 2.5
-        assert _kernel_timeouts(sock) == (0.0, 0.0)
-        assert saver.get_tuple(cfg("k2")) is not None  # held again once kept
-        assert conn._sock is sock and sock.gettimeout() is None
+        sock = saver._idle._kept[0][0]._sock
+        assert saver.get_tuple(cfg("k1")) is not None
+        assert sock.gettimeout() == 2.5 and _kernel_timeouts(sock) == (0.0, 0.0)
 
 
 @pytest.mark.standalone
@@ -578,12 +568,11 @@ def test_a_socket_without_a_timeout_is_left_as_it_is(redis_url: str, prefix: str
 
 
 @pytest.mark.standalone
-@linux_only
-def test_a_late_reply_on_a_held_socket_times_out_in_the_kernel(
+def test_a_late_reply_on_a_kept_connection_times_out(
     monkeypatch: pytest.MonkeyPatch, redis_url: str, prefix: str
 ) -> None:
     """The kept connection is not polled (its drops are retried), so the paused call reads
-    the held socket: the kernel's timeout, raised as redis-py's TimeoutError."""
+    it straight away: its timeout, raised as redis-py's TimeoutError."""
     probe = redis.Redis.from_url(redis_url, protocol=2)
     polls: list[Any] = []
     real_stale = _sync._stale
@@ -591,21 +580,55 @@ def test_a_late_reply_on_a_held_socket_times_out_in_the_kernel(
     with RedisSaver(
         redis_url, prefix=prefix, cluster=False, socket_timeout=1.0, retry=_drops_only()
     ) as saver:
-        saver.put(cfg("held"), checkpoint("x"), {}, {"m": 1})
-        assert saver.get_tuple(cfg("held")) is not None
-        assert saver._idle is not None and saver._idle._kept[0][0]._sock.gettimeout() is None
+        saver.put(cfg("kept"), checkpoint("x"), {}, {"m": 1})
+        assert saver.get_tuple(cfg("kept")) is not None
+        assert saver._idle is not None and len(saver._idle) == 1
         probe.execute_command("CLIENT", "PAUSE", PAUSE_MS)
         with pytest.raises(redis.TimeoutError, match="Timeout reading from"):
-            saver.get_tuple(cfg("held"))
+            saver.get_tuple(cfg("kept"))
         assert polls == []
         probe.execute_command("CLIENT", "UNPAUSE") if _unpauses(probe) else _wait_pause(probe)
-        got = saver.get_tuple(cfg("held"))
+        got = saver.get_tuple(cfg("kept"))
         assert got is not None and got.checkpoint["channel_values"]["m"] == "x"
     probe.close()
 
 
-def _held_pair(timeout: float) -> tuple[Any, socket.socket]:
-    """A redis-py connection on one end of a socket pair, held; and the other end."""
+@pytest.mark.standalone
+@pytest.mark.skipif(not hasattr(signal, "setitimer"), reason="needs signal.setitimer")
+def test_a_periodic_signal_does_not_stretch_the_timeout(
+    monkeypatch: pytest.MonkeyPatch, redis_url: str, prefix: str
+) -> None:
+    """A kept connection's socket once waited with its timeout set in the kernel, which a
+    signal restarts whole: with a handled signal every 0.1 s (a watchdog, a profiler), a call
+    on a paused server never timed out, and returned only once the pause ended. Python's
+    timeout counts to one deadline, however often a signal interrupts the wait."""
+    probe = redis.Redis.from_url(redis_url, protocol=2)
+    ticks = [0]
+
+    def tick(signum: int, frame: Any) -> None:
+        ticks[0] += 1
+
+    with RedisSaver(
+        redis_url, prefix=prefix, cluster=False, socket_timeout=1.0, retry=_drops_only()
+    ) as saver:
+        saver.put(cfg("sig"), checkpoint("x"), {}, {"m": 1})
+        assert saver.get_tuple(cfg("sig")) is not None
+        previous = signal.signal(signal.SIGALRM, tick)
+        signal.setitimer(signal.ITIMER_REAL, 0.1, 0.1)
+        try:
+            probe.execute_command("CLIENT", "PAUSE", PAUSE_MS)
+            with pytest.raises(redis.TimeoutError, match="Timeout reading from"):
+                saver.get_tuple(cfg("sig"))  # before the pause ends (it returned then)
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, previous)
+        assert ticks[0] >= 5  # the signal did interrupt the wait
+        probe.execute_command("CLIENT", "UNPAUSE") if _unpauses(probe) else _wait_pause(probe)
+    probe.close()
+
+
+def _pair(timeout: float) -> tuple[Any, socket.socket]:
+    """A redis-py connection on one end of a socket pair; and the other end."""
     mine, peer = socket.socketpair()
     conn = redis.Connection(
         socket_timeout=timeout,
@@ -615,27 +638,23 @@ def _held_pair(timeout: float) -> tuple[Any, socket.socket]:
     )
     mine.settimeout(timeout)  # as redis-py leaves a socket it connected
     conn._sock = mine
-    _wire.hold(conn)
     return conn, peer
 
 
-@linux_only
-def test_a_held_read_with_nothing_to_read_raises_redis_pys_timeout() -> None:
-    conn, peer = _held_pair(0.1)
-    assert conn._sock.gettimeout() is None and _kernel_timeouts(conn._sock) == (0.1, 0.1)
+def test_a_read_with_nothing_to_read_raises_redis_pys_timeout() -> None:
+    conn, peer = _pair(0.1)
     with pytest.raises(redis.TimeoutError, match="Timeout reading from"):
         _wire.read_reply(conn)
     assert conn._sock is None  # disconnected
     peer.close()
 
 
-@linux_only
-def test_a_held_send_to_a_server_that_reads_slowly_times_out_as_a_whole() -> None:
-    """The kernel limits each send; the request as a whole is limited too, as Python's
-    sendall limits it: a peer that keeps reading, slowly, cannot stretch it for ever."""
+def test_a_send_to_a_server_that_reads_slowly_times_out_as_a_whole() -> None:
+    """The request as a whole is limited, as Python's sendall limits it: a peer that keeps
+    reading, slowly, cannot stretch it for ever."""
     import threading
 
-    conn, peer = _held_pair(0.2)
+    conn, peer = _pair(0.2)
     stop = threading.Event()
 
     def drain() -> None:  # 64 KiB every 50 ms: each send of ours makes some progress
@@ -658,136 +677,21 @@ def test_a_held_send_to_a_server_that_reads_slowly_times_out_as_a_whole() -> Non
         peer.close()
 
 
-@linux_only
-def test_a_held_send_of_a_short_request_is_one_system_call() -> None:
-    conn, peer = _held_pair(1.0)
-    calls: list[int] = []
-
-    class Counted:
-        def __init__(self, sock: socket.socket) -> None:
-            self.sock = sock
-
-        def gettimeout(self) -> Any:
-            return self.sock.gettimeout()
-
-        def send(self, data: Any) -> int:
-            calls.append(len(data))
-            return self.sock.send(data)
-
-    counted = Counted(conn._sock)
-    setattr(conn, _wire._HELD, counted)
-    conn._sock = counted
-    _wire.send_raw(conn, b"*1\r\n$4\r\nPING\r\n")
-    assert calls == [14] and peer.recv(100) == b"*1\r\n$4\r\nPING\r\n"
-    peer.close()
-
-
-@linux_only
-def test_the_rest_of_a_held_send_goes_out_under_pythons_timeout() -> None:
-    """A send the kernel took only part of: the rest is sent by sendall, with the socket's
-    Python timeout for the time it takes, then the socket is held again."""
-    conn, peer = _held_pair(1.0)
-    real = conn._sock
-    seen: list[Any] = []
-
-    class Partial:
-        def gettimeout(self) -> Any:
-            return real.gettimeout()
-
-        def settimeout(self, value: Any) -> None:
-            seen.append(("timeout", value))
-            real.settimeout(value)
-
-        def send(self, data: Any) -> int:
-            seen.append(("send", len(data)))
-            return real.send(bytes(data[:5]))
-
-        def sendall(self, data: Any) -> None:
-            seen.append(("sendall", len(data), real.gettimeout()))
-            real.sendall(data)
-
-    partial = Partial()
-    setattr(conn, _wire._HELD, partial)
-    conn._sock = partial
-    _wire.send_raw(conn, b"*1\r\n$4\r\nPING\r\n")
-    assert seen == [
-        ("send", 14),
-        ("timeout", 1.0),
-        ("sendall", 9, 1.0),
-        ("timeout", None),
-    ]
-    assert peer.recv(100) == b"*1\r\n$4\r\nPING\r\n" and real.gettimeout() is None
-    peer.close()
-
-
-class _GreenLike(socket.socket):
-    """A socket class from another module, as gevent's and eventlet's are."""
-
-
-@pytest.mark.parametrize(
-    ("change", "held"),
-    [
-        ({}, True),
-        ({"socket_timeout": None}, False),  # blocking already, and for ever
-        ({"health_check_interval": 30}, False),  # redis-py reads it: see _exchange
-        ({"protocol": 3}, False),  # RESP3: redis-py reads it
-        ({"retry": redis.retry.Retry(redis.backoff.NoBackoff(), 0)}, False),  # polled
-        ({"green": True}, False),  # its hub waits, not the kernel
-    ],
-)
-@linux_only
-def test_only_a_connection_the_saver_reads_itself_unpolled_is_held(
-    change: dict[str, Any], held: bool
-) -> None:
-    mine, peer = socket.socketpair()
-    if change.pop("green", False):
-        mine = _GreenLike(fileno=mine.detach())
-    options: dict[str, Any] = {
-        "socket_timeout": 0.5,
-        "retry": redis.retry.Retry(redis.backoff.NoBackoff(), 3),
-        "retry_on_error": [redis.ConnectionError],
-        "protocol": 2,
-        **change,
-    }
-    conn = redis.Connection(**options)
-    mine.settimeout(options["socket_timeout"])  # as redis-py leaves a socket it connected
-    conn._sock = mine
-    _wire.hold(conn)
-    assert (getattr(conn, _wire._HELD, None) is mine) is held
-    assert (mine.gettimeout() is None) is (held or options["socket_timeout"] is None)
-    assert _kernel_timeouts(mine) == ((0.5, 0.5) if held else (0.0, 0.0))
-    _wire.unhold(conn)
-    assert mine.gettimeout() == options["socket_timeout"] and _kernel_timeouts(mine) == (0, 0)
-    mine.close()
-    peer.close()
-
-
-def test_a_connection_is_prepared_only_when_it_is_kept() -> None:
-    idle = _wire.Idle(_client_of(64))
-    prepared: list[Any] = []
-    for n in range(idle.KEEP + 2):
-        idle.keep(_conn(f"c{n}"), prepared.append)
-    assert [c.label for c in prepared] == [f"c{n}" for n in range(idle.KEEP)]
-
-
 @pytest.mark.standalone
-@linux_only
-def test_a_saver_on_a_unix_socket_holds_it_and_times_out(redis_kind: str, tmp_path: Any) -> None:
-    """unix:// URLs take the same path: a held socket, and a late reply times out."""
+def test_a_saver_on_a_unix_socket_times_out(redis_kind: str, tmp_path: Any) -> None:
+    """unix:// URLs take the same path, and a late reply times out."""
     path = tmp_path / "redis.sock"
     with servers.start(redis_kind, extra_args=["--unixsocket", str(path)]) as server:
         url = f"unix://{path}"
         with RedisSaver(url, prefix="unix", socket_timeout=1.0, retry=_drops_only()) as saver:
             saver.put(cfg("u"), checkpoint("x"), {}, {"m": 1})
             assert saver._idle is not None and len(saver._idle) == 1
-            conn = saver._idle._kept[0][0]
-            sock = conn._sock
-            assert sock.family == socket.AF_UNIX and sock.gettimeout() is None
+            sock = saver._idle._kept[0][0]._sock
+            assert sock.family == socket.AF_UNIX
             got = saver.get_tuple(cfg("u"))
             assert got is not None and got.checkpoint["channel_values"]["m"] == "x"
-            if conn.socket_timeout is None:  # redis-py 5.0 leaves it out of unix:// URLs
+            if saver._idle._kept[0][0].socket_timeout is None:  # redis-py 5.0: not in the URL
                 return
-            assert _kernel_timeouts(sock) == (1.0, 1.0)
             probe = redis.Redis.from_url(server.url, protocol=2)
             probe.execute_command("CLIENT", "PAUSE", PAUSE_MS)
             with pytest.raises(redis.TimeoutError, match="Timeout reading from"):
@@ -1025,7 +929,7 @@ class _Stream:
     def __init__(self, data: bytes, piece: int, buffered: int = 0) -> None:
         self.reader = asyncio.StreamReader()
         self.data, self.piece, self.sent = data, piece, b""
-        self.transport = SimpleNamespace(get_write_buffer_size=lambda: buffered)
+        self.transport = SimpleNamespace(get_write_buffer_size=lambda: buffered, abort=lambda: None)
         self.drained = 0
 
     def write(self, data: bytes) -> None:
@@ -1506,22 +1410,18 @@ def test_reading_patched_into_the_connection_class_later_is_called_from_then_on(
 
 
 @pytest.mark.standalone
-@linux_only
-def test_a_held_connection_read_by_redis_py_gets_its_python_timeout_back(
+def test_a_kept_connection_read_by_redis_py_times_out_with_its_timeout(
     monkeypatch: pytest.MonkeyPatch, redis_url: str, prefix: str
 ) -> None:
     """Reading patched in after a connection was kept (tracing installed later): redis-py
-    reads that connection with its own timeout again, so a late reply is its TimeoutError,
-    not the ConnectionError it makes of a held socket's EAGAIN; and it is not held again."""
+    reads that connection, and a late reply is its TimeoutError."""
     probe = redis.Redis.from_url(redis_url, protocol=2)
     with RedisSaver(
         redis_url, prefix=prefix, cluster=False, socket_timeout=1.0, retry=_drops_only()
     ) as saver:
         saver.put(cfg("traced"), checkpoint("x"), {}, {"m": 1})
         assert saver.get_tuple(cfg("traced")) is not None  # the server learns the script
-        assert saver._idle is not None
-        sock = saver._idle._kept[0][0]._sock
-        assert sock.gettimeout() is None  # held
+        assert saver._idle is not None and len(saver._idle) == 1
         reads = [0]
         original = Connection.read_response
 
@@ -1535,7 +1435,6 @@ def test_a_held_connection_read_by_redis_py_gets_its_python_timeout_back(
         with pytest.raises(redis.TimeoutError):
             saver.get_tuple(cfg("traced"))
         assert reads[0] >= 2  # redis-py read it (and may call itself again inside)
-        assert saver._idle._kept == [] or saver._idle._kept[0][0]._sock is None
         probe.execute_command("CLIENT", "UNPAUSE") if _unpauses(probe) else _wait_pause(probe)
     probe.close()
 
@@ -1797,3 +1696,33 @@ def test_a_copy_of_a_sync_saver_shares_its_client(redis_url: str, prefix: str) -
         stored = clone.put(cfg("t"), checkpoint("x"), {}, {"m": 1})  # learns the topology
         assert saver.client is clone.client
         assert saver.get_tuple(stored).checkpoint["channel_values"] == {"m": "x"}
+
+
+@pytest.mark.standalone
+async def test_an_async_put_that_timed_out_while_sending_never_runs_later(
+    redis_kind: str,
+) -> None:
+    """A put whose send timed out (the server stopped reading) closed its transport gently,
+    which went on sending the request: once the server read again it ran the put, after the
+    caller had deleted the thread, and the thread came back. The unsent bytes are dropped."""
+    from redis.asyncio.retry import Retry as AsyncRetry
+
+    with servers.start(redis_kind) as server:
+        pid = server._process.pid  # type: ignore[union-attr]
+        async with AsyncRedisSaver(
+            server.url,
+            prefix="ghost",
+            socket_timeout=0.3,
+            retry=AsyncRetry(redis.backoff.NoBackoff(), 0),
+        ) as saver:
+            await saver.aput(cfg("g"), checkpoint("small"), {}, {"m": 1})
+            big = os.urandom(10_000_000).hex()  # 20 MB that do not compress
+            os.kill(pid, signal.SIGSTOP)
+            try:
+                with pytest.raises(redis.TimeoutError, match="Timeout writing to socket"):
+                    await saver.aput(cfg("g"), checkpoint(big), {}, {"m": 2})
+            finally:
+                os.kill(pid, signal.SIGCONT)
+            await saver.adelete_thread("g")
+            await asyncio.sleep(1.0)  # time for a request still in flight to arrive
+            assert await saver.aget_tuple(cfg("g")) is None

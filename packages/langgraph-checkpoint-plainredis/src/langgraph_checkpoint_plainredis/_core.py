@@ -131,6 +131,9 @@ _HISTORY_HOPS = 256  # ancestors one DeltaChannel history call reads at most (a 
 # update counters since their last snapshot (none once all snapshot), or LangGraph.js's mark.
 _DELTA_COUNTERS = "counters_since_delta_snapshot"
 _DELTA_JS = "delta_writes_versioned"
+# What a serializer may raise on good bytes: reported as it is, not as damage to the key
+# (whose error tells the user to delete it).
+_NOT_THE_DATA = (MemoryError, RecursionError, TimeoutError)
 _INDEX_PAGE = 128  # threads per page of an indexed list(None)
 # On a cluster a query checks a thread's namespace key in its slot, then drops the thread's
 # index member in another: only a member this old (ms), which no put can have re-added in
@@ -619,6 +622,8 @@ class SaverCore:
     def _loads(self, typed: tuple[str, bytes], key: str) -> Any:
         try:
             return self.serde.loads_typed(typed)
+        except _NOT_THE_DATA:  # out of memory, too deep, a signal's timeout: not the bytes'
+            raise
         except Exception as exc:  # the serializer raises many types on bad bytes
             raise CorruptDataError(key, f"{type(exc).__name__}: {exc}") from exc
 

@@ -46,13 +46,11 @@ from ._wire import (
     Direct,
     Idle,
     gives_up,
-    hold,
     pack,
     plain_io,
     read_reply,
     reconnects,
     send_raw,
-    unhold,
 )
 
 __all__ = ["RedisSaver", "close_client"]
@@ -83,15 +81,13 @@ def _exchange(conn: Any, packed: bytes) -> Any:
         else:
             send_raw(conn, packed)
         return read_reply(conn)
-    unhold(conn)  # redis-py reads with its own timeout (instrumentation installed later)
     conn.send_packed_command([packed])
     return conn.read_response()
 
 
 def _give_back(pool: Any, conn: Any) -> None:
-    """Returns a borrowed connection to the pool, its socket as redis-py left it (see
-    `_wire.hold`): every path that gives one back goes through here."""
-    unhold(conn)
+    """Returns a borrowed connection to the pool: every path that gives one back goes
+    through here."""
     pool.release(conn)
 
 
@@ -333,7 +329,7 @@ class RedisSaver(SaverCore, BaseCheckpointSaver[str]):
                 if reconnects(conn):
                     conn.disconnect()
             finally:
-                if not (clean and self._idle is not None and self._idle.keep(conn, hold)):
+                if not (clean and self._idle is not None and self._idle.keep(conn)):
                     _give_back(pool, conn)
 
     def _run(self, plan: Plan) -> list[Any]:

@@ -14,8 +14,6 @@ import asyncio
 import codecs
 import functools
 import os
-import socket
-import struct
 import sys
 import threading
 import time
@@ -47,14 +45,12 @@ __all__ = [
     "aexchange",
     "direct_pool",
     "gives_up",
-    "hold",
     "pack",
     "plain_io",
     "read_reply",
     "reconnects",
     "retries_drops",
     "send_raw",
-    "unhold",
 ]
 
 # redis-py before 5.3 needs a command name to hand out a connection; later ones warn on it.
@@ -289,7 +285,7 @@ def read_reply(conn: Any) -> Any:
             _recv_exactly(sock, replies.missing) if replies.missing > _RECV else sock.recv(_RECV)
         ):
             pass
-    except (TimeoutError, BlockingIOError):  # BlockingIOError: a held socket's timeout
+    except TimeoutError:
         conn.disconnect()
         raise redis.TimeoutError(f"Timeout reading from {_address(conn)}") from None
     except redis.RedisError:
@@ -317,34 +313,13 @@ def _recv_exactly(sock: Any, count: int) -> bytes:
     return b"".join(chunks)
 
 
-_ONE_SEND = 1 << 16  # a held socket sends a request up to this long in one system call
-
-
 def send_raw(conn: Any, data: bytes) -> None:
     """Sends `data` on the open socket of `conn`, as `send_packed_command` does once
-    connected and with no health check due (the same exceptions).
-
-    A held socket sends a request of up to `_ONE_SEND` bytes in one system call, which the
-    kernel's limit bounds; a longer request, or the rest of one the kernel took only part
-    of, goes out under Python's own timeout, which bounds the whole `sendall` (a server that
-    keeps reading, slowly, cannot stretch it), as on a socket that is not held."""
-    sock: Any = conn._sock
-    held: Any = getattr(conn, _HELD, None)
+    connected and with no health check due (the same exceptions). The socket's own timeout
+    bounds the whole send, however often a signal interrupts it."""
     try:
-        if held is None or held is not sock or sock.gettimeout() is not None:
-            sock.sendall(data)
-            return
-        if len(data) <= _ONE_SEND:
-            sent = sock.send(data)
-            if sent == len(data):
-                return
-            data = memoryview(data)[sent:]  # type: ignore[assignment]
-        sock.settimeout(conn.socket_timeout)
-        try:
-            sock.sendall(data)
-        finally:
-            sock.settimeout(None)
-    except (TimeoutError, BlockingIOError):  # BlockingIOError: a held socket's timeout
+        conn._sock.sendall(data)
+    except TimeoutError:
         conn.disconnect()
         raise redis.TimeoutError("Timeout writing to socket") from None
     except OSError as error:
@@ -456,7 +431,9 @@ async def aexchange(conn: Any, packed: bytes) -> Any:
     `plain_io`; the shell checks): one write, and the reply parsed straight off its
     stream, each under the connection's `socket_timeout` (the read's kept by a `_Watch`),
     with redis-py's exceptions (a failed or timed-out exchange disconnects `conn`; an
-    error reply keeps it)."""
+    error reply keeps it). A failed exchange drops what the transport had not sent yet:
+    closed gently, it would send the rest of a request the caller was told failed, and the
+    server would run it after whatever the caller did next."""
     writer, reader = conn._writer, conn._reader
     replies = Replies(conn._parser.parse_error)
     sending = False
@@ -481,25 +458,31 @@ async def aexchange(conn: Any, packed: bytes) -> Any:
             finally:
                 watch.stop()
     except asyncio.TimeoutError:
-        await conn.disconnect(nowait=True)
+        await _drop(conn, writer)
         if sending:
             raise redis.TimeoutError("Timeout writing to socket") from None
         raise redis.TimeoutError(f"Timeout reading from {_address(conn)}") from None
     except redis.RedisError:
-        await conn.disconnect(nowait=True)
+        await _drop(conn, writer)
         raise
     except OSError as error:
-        await conn.disconnect(nowait=True)
+        await _drop(conn, writer)
         raise redis.ConnectionError(
             f"Error while reading from {_address(conn)}: {error.args}"
         ) from error
     except asyncio.IncompleteReadError:
-        await conn.disconnect(nowait=True)
+        await _drop(conn, writer)
         raise redis.ConnectionError("Connection closed by server.") from None
     except BaseException:
-        await conn.disconnect(nowait=True)
+        await _drop(conn, writer)
         raise
     return replies.result()
+
+
+async def _drop(conn: Any, writer: Any) -> None:
+    """Disconnects `conn` after a failed exchange on `writer`, its unsent bytes discarded."""
+    writer.transport.abort()
+    await conn.disconnect(nowait=True)
 
 
 def _address(conn: Any) -> str:
@@ -612,109 +595,6 @@ def reconnects(conn: Any) -> bool:
     return bool(getattr(conn, "should_reconnect", bool)())
 
 
-# A kept connection's socket is "held": blocking, with the connection's `socket_timeout`
-# enforced by the kernel (SO_RCVTIMEO, SO_SNDTIMEO), as hiredis enforces its timeouts, instead
-# of by Python. A socket with a Python timeout polls before every send and every read, two
-# system calls where one does, and each lets another thread take the GIL; a saver's worker
-# threads and the graph's own thread trade it at every one. The limit then bounds each system
-# call: a read that gets nothing for `socket_timeout` fails, as with Python's timeout, but a
-# signal that interrupts it restarts the wait, where Python waits only for what was left
-# (`send_raw` sends a long request under Python's own timeout).
-#
-# Linux only (the option is its `struct timeval`, whose layout is checked once on a socket of
-# our own before any is held), and only the standard library's own socket class for TCP and
-# unix sockets: TLS reads through OpenSSL, which reports a kernel timeout as a want-read, and
-# gevent's or eventlet's sockets (monkey-patched) wait in their hub, not in the kernel. A
-# kernel timeout raises BlockingIOError, mapped to redis-py's TimeoutError.
-_TIMEVAL = struct.Struct("@ll")
-_HELD = "_plainredis_held"  # set on a connection: the socket object it holds
-_holds: bool | None = None  # whether sockets can be held here; None: not checked yet
-
-
-def _timeval(seconds: float) -> bytes:
-    micros = max(1, round(seconds * 1_000_000))  # zero would mean "no timeout"
-    return _TIMEVAL.pack(micros // 1_000_000, micros % 1_000_000)
-
-
-def _can_hold() -> bool:
-    """Whether this system takes a kernel timeout in our layout: set and read back on a
-    throwaway socket (a 32-bit system with a 64-bit time_t wants another)."""
-    global _holds
-    if _holds is None:
-        works = False
-        if sys.platform.startswith("linux") and hasattr(socket, "SO_RCVTIMEO"):
-            try:
-                with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
-                    limit = _timeval(2.0)  # whole seconds: kernels round to their tick
-                    probe.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, limit)
-                    back = probe.getsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, len(limit))
-                    works = back == limit
-            except OSError:
-                pass
-        _holds = works
-    return _holds
-
-
-def _plain_socket(sock: Any) -> bool:
-    cls = type(sock)
-    return cls.__module__ == "socket" and cls.__name__ == "socket"  # not TLS, not green
-
-
-def hold(conn: Any) -> None:
-    """Holds the socket of `conn`, a connection being kept, when that saves anything: its
-    calls take the direct path (`plain_io`, no health checks), it is not polled before every
-    use (see `Idle.take`: the poll gives the socket its Python timeout back), and it is a
-    plain socket with a positive `socket_timeout`. Costs nothing once held; a socket redis-py
-    set back to its timeout (a poll of an idle connection does) is held again. A socket the
-    system refuses to hold keeps its Python timeout."""
-    sock = getattr(conn, "_sock", None)
-    if sock is None:
-        return
-    held = getattr(conn, _HELD, None) is sock
-    if held and sock.gettimeout() is None:
-        return
-    timeout = getattr(conn, "socket_timeout", None)
-    if (
-        not isinstance(timeout, (int, float))
-        or timeout <= 0  # none (blocking already), or one a kernel timeout cannot express
-        or not _plain_socket(sock)
-        or not plain_io(conn)
-        or bool(getattr(conn, "health_check_interval", None))
-        or not retries_drops(conn)
-        or not _can_hold()
-    ):
-        return
-    try:
-        if not held:
-            limit = _timeval(timeout)
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, limit)
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, limit)
-            setattr(conn, _HELD, sock)
-        sock.settimeout(None)
-    except OSError:
-        unhold(conn)
-
-
-def unhold(conn: Any) -> None:
-    """Gives the socket of `conn` back its Python timeout, and the kernel none, before the
-    connection returns to the pool (whose other users expect redis-py's socket)."""
-    held = getattr(conn, _HELD, None)
-    if held is None:
-        return
-    setattr(conn, _HELD, None)
-    if held is getattr(conn, "_sock", None):  # else reconnected since: that one is closed
-        try:
-            _restore(held, conn.socket_timeout)
-        except OSError:
-            conn.disconnect()
-
-
-def _restore(sock: Any, timeout: float) -> None:
-    sock.settimeout(timeout)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, _TIMEVAL.pack(0, 0))
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, _TIMEVAL.pack(0, 0))
-
-
 _FORK_LOCK = threading.Lock()  # replaced in every forked child, so never inherited held
 _FORKS = 0  # forks this process descends from: a child sees a count its parent never had
 
@@ -804,15 +684,12 @@ class Idle:
         with self._lock:
             self._waiting += change
 
-    def keep(self, conn: Any, prepare: Any = None) -> bool:
+    def keep(self, conn: Any) -> bool:
         """Keeps `conn` unless enough are kept or a call waits for the pool; False: the
-        caller gives it back to the pool. `prepare(conn)` runs first, only when it is kept
-        (before another thread can take it)."""
+        caller gives it back to the pool."""
         with self._lock:
             if self._waiting or len(self._kept) >= self._limit:
                 return False
-            if prepare is not None:
-                prepare(conn)
             self._kept.append((conn, _clock()))
             return True
 
