@@ -151,18 +151,19 @@ def test_connections_of_another_loop_that_stay_are_named_and_the_batch_kept(
     prefix: str,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """When a connection of another loop is still met (here the pool keeps its idle ones:
-    as a cluster client's nodes do), the flush raises naming the cause and the fix, and the
-    batch stays staged for the next flush."""
+    """When a connection of another loop is still met (here the connections refuse to be
+    dropped, as a cluster client's nodes keep theirs), the flush raises naming the cause and
+    the fix, and the batch stays staged for the next flush."""
     hook = Stuck()
     saver = saver_on(client, aclient, prefix, hook)
     put_and_end_the_loop(saver, aclient, stale=3)
     hook.stuck = False
 
-    async def keep(inuse_connections: bool = True) -> None:
+    async def keep(nowait: bool = False) -> None:
         pass
 
-    monkeypatch.setattr(aclient.connection_pool, "disconnect", keep)
+    for conn in aclient.connection_pool._available_connections:
+        monkeypatch.setattr(conn, "disconnect", keep)
 
     async def flush() -> None:
         await asyncio.wait_for(saver.delivery.aflush(), 5)
@@ -207,3 +208,40 @@ def test_an_outbox_command_on_an_ended_loops_connection_says_why(
     with pytest.raises(RuntimeError, match=r"RedisOutbox: .*opened on another event loop"):
         asyncio.run(outbox.astats())
     assert asyncio.run(outbox.astats()).backlog == 0
+
+
+def test_a_later_loop_flush_leaves_the_applications_commands_on_this_loop_alone(
+    client: redis.Redis, aclient: aioredis.Redis, prefix: str
+) -> None:
+    """The application shares the client and, on the new loop, runs commands while the flush
+    drops the ended loop's connections: dropping every idle connection (a first version of
+    the fix) closed some under the application's commands ("Connection lost"). Only the
+    connections of another loop are dropped."""
+    hook = Stuck()
+    saver = saver_on(client, aclient, prefix, hook)
+    put_and_end_the_loop(saver, aclient, close=True)  # closed on its loop, as advised
+    hook.stuck = False
+
+    async def new_loop() -> list[str]:
+        errors: list[str] = []
+        stop = False
+
+        async def app() -> None:
+            while not stop:
+                try:
+                    await aclient.incr(f"{prefix}:app")
+                except Exception as error:  # noqa: BLE001 - collected for the assertion
+                    errors.append(f"{type(error).__name__}: {error}")
+                await asyncio.sleep(0)
+
+        tasks = [asyncio.create_task(app()) for _ in range(4)]
+        await asyncio.sleep(0.05)
+        for _ in range(5):
+            await saver.delivery.aflush()
+            await asyncio.sleep(0.01)
+        stop = True
+        await asyncio.gather(*tasks)
+        return errors
+
+    assert asyncio.run(new_loop()) == []
+    assert hook.got == PRUNED

@@ -249,22 +249,28 @@ def _raise_if_ended_loop(error: RuntimeError, owner: str) -> None:
 
 
 async def _aheal_client(client: Any, owner: str) -> RuntimeError | None:
-    """Drops the idle connections of the asyncio `client`'s pool (those of an ended event
-    loop among them: each would fail its first command here), then sends a PING.
+    """Drops the idle connections of the asyncio `client`'s pool that another event loop
+    opened (an ended one: each would fail its first command here), then sends a PING.
 
-    Returns None once the PING went through (or failed for any other reason, left to the
-    delivery, which reports it as it always did); the `ended_loop` error when it still met
-    a connection of another loop (a `RedisCluster` keeps its connections per node, and
-    only this PING checks them; a loop still running in another thread keeps using its
-    own). Without this, the reducer only logs its failed ledger lookup and keeps the
-    messages: a delivery on a new loop would say nothing.
+    Only those: the application may share the client, and its tasks on this loop take
+    idle connections of this loop meanwhile. Returns None once the PING went through (or
+    failed for any other reason, left to the delivery, which reports it as it always
+    did); the `ended_loop` error when it still met a connection of another loop (a
+    `RedisCluster` keeps its connections per node, and only this PING checks them; a loop
+    still running in another thread keeps using its own). Without this, the reducer only
+    logs its failed ledger lookup and keeps the messages: a delivery on a new loop would
+    say nothing.
     """
     from redis.exceptions import RedisError
 
+    here = asyncio.get_running_loop()
     pool = getattr(client, "connection_pool", None)
-    if pool is not None:
-        try:  # each connection is dropped, though closing one of an ended loop raises
-            await pool.disconnect(inuse_connections=False)
+    for conn in list(getattr(pool, "_available_connections", ())):
+        reader = getattr(conn, "_reader", None)  # None: not connected, nothing to drop
+        if reader is None or getattr(reader, "_loop", here) is here:
+            continue
+        try:  # dropped, though closing a connection of an ended loop raises
+            await conn.disconnect(nowait=True)
         except RuntimeError as failed:
             if ended_loop(str(failed), owner) is None:
                 raise
