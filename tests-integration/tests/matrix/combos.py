@@ -32,7 +32,6 @@ from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 
 from agentstate_reducer import MessageReducer, ReducerConfig
 from agentstate_reducer_langgraph import ReducingSaver
-from agentstate_testkit import servers
 from agentstate_testkit.savers import SyncAsAsync
 from agentstate_testkit.servers import ServerError, ServerPool
 from langgraph_checkpoint_plainredis import AsyncRedisSaver, RedisSaver
@@ -73,12 +72,10 @@ SERVERS: dict[str, ServerSpec] = {
         ServerSpec("pg18", "postgres", "postgres 18.", kind="postgres-18"),
     )
 }
-# The 3-node cluster joins the matrix on the day `agentstate_testkit` has this cluster kind:
-# one cluster, of the Redis most deployments run. The plainredis savers ask the server whether
-# it is a cluster, so nothing else changes here.
+# One 3-node cluster joins the matrix, of the Redis most deployments run. The plainredis savers
+# ask the server whether it is a cluster, so nothing else changes here.
 CLUSTER = "redis-7-cluster"
-if CLUSTER in getattr(servers, "CLUSTER_KINDS", ()):
-    SERVERS[CLUSTER] = ServerSpec(CLUSTER, "redis", "redis 7.", kind=CLUSTER)
+SERVERS[CLUSTER] = ServerSpec(CLUSTER, "redis", "redis 7.", kind=CLUSTER)
 DEFAULT_SERVERS = tuple(label for label, spec in SERVERS.items() if spec.kind is not None)
 
 
