@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import re
 import socket
 import threading
@@ -1003,6 +1004,78 @@ def test_a_ttl_takeover_never_cuts_a_value_a_longer_lived_checkpoint_reads(
         time.sleep(0.8)  # past the short TTL
         kept = [saved.checkpoint["channel_values"] for saved in long.list(cfg("t"))]
         assert len(kept) >= 2 and all(v["k"] == "keep me" for v in kept)
+
+
+@pytest.mark.parametrize("how", ["put", "put_writes", "copy"])
+def test_a_shorter_ttl_never_lets_the_newest_state_expire_before_an_older_one(
+    redis_url: str, prefix: str, how: str
+) -> None:
+    """A deployment lowers its TTL from 30 s to 1 s: what the 1 s writer adds to a thread the
+    30 s one wrote lives as long as what is there, so the thread never falls back to the older
+    state (before: past 1 s the older checkpoint read back as the newest, and its pending
+    writes were gone)."""
+    with (
+        RedisSaver(redis_url, prefix=prefix, ttl=30) as long,
+        RedisSaver(redis_url, prefix=prefix, ttl=1) as short,
+    ):
+        c1 = long.put(cfg("t"), checkpoint({"m": 1}, {"m": "1"}), {}, {"m": "1"})
+        if how == "put":
+            newest = short.put(c1, checkpoint({"m": 2}, {"m": "2"}), {}, {"m": "2"})
+        elif how == "put_writes":
+            short.put_writes(c1, [("m", 3)], "task")
+            newest = c1
+        else:
+            newest = short.put(cfg("src"), checkpoint({"m": 2}, {"m": "2"}), {}, {"m": "2"})
+            short.copy_thread("src", "t")
+        time.sleep(1.3)
+        got = short.get_tuple(cfg("t"))
+        assert got is not None
+        assert (
+            got.config["configurable"]["checkpoint_id"] == newest["configurable"]["checkpoint_id"]
+        )
+        if how == "put_writes":
+            assert got.pending_writes == [("task", "m", 3)]
+        else:
+            assert got.checkpoint["channel_values"] == {"m": 2}
+
+
+@pytest.mark.parametrize("how", ["put", "put_writes", "refresh_on_read", "copy"])
+def test_a_checkpoint_never_outlives_a_value_it_reads(
+    redis_url: str, prefix: str, client: Any, how: str
+) -> None:
+    """Every key a script gives a TTL expires at one instant. Before, each expired `ttl` after
+    the command that set it: on Redis 5 to 7.0 the values a put set before the checkpoint
+    expired a few ms before it (the more, the larger the put), and a read in between found
+    the checkpoint without them."""
+    if isinstance(client, RedisCluster):
+        pytest.skip("one thread's keys share a slot: the cluster adds nothing here")
+    big = {f"c{i}": os.urandom(50_000).hex() for i in range(60)}  # 6 MB, incompressible
+    versions = dict.fromkeys(big, "1")
+    with RedisSaver(redis_url, prefix=prefix, ttl=60, refresh_on_read=True) as saver:
+        thread = "src" if how == "copy" else "t"
+        c1 = saver.put(cfg(thread), checkpoint(big, versions), {}, versions)
+        if how == "put_writes":
+            time.sleep(0.05)
+            saver.put_writes(c1, [(ch, 1) for ch in big], "task")
+        elif how == "refresh_on_read":
+            time.sleep(0.05)
+            assert saver.get_tuple(cfg("t")) is not None
+        else:
+            saver.copy_thread("src", "t")
+    tk = KeySpace(prefix).thread("t")
+    cid = c1["configurable"]["checkpoint_id"]
+    reads = [tk.blob("", ch, "1") for ch in big]
+    if how == "put_writes":
+        reads.append(tk.wr("", cid))
+    # In one script: what the checkpoint reads, then the checkpoint. Where both expire at one
+    # instant, what was read first has no less time left.
+    left = client.eval(
+        "local t = {} for i, k in ipairs(KEYS) do t[i] = redis.call('PTTL', k) end return t",
+        len(reads) + 1,
+        *reads,
+        tk.cp("", cid),
+    )
+    assert min(left[:-1]) >= left[-1] > 0
 
 
 def test_copying_again_keeps_what_the_target_reads_that_expired_in_the_source(

@@ -259,21 +259,25 @@ end
 -- Gives `key` at least `ttl` ms to live and its key-index entry `member` the matching
 -- `score`, never shortening a life: a key kept for ever, or by a writer with a longer TTL,
 -- keeps it (a key kept for ever is taken over by adopt_ttl). False when it was left alone.
+-- Every key a script gives a TTL expires at its one `score` (PEXPIREAT), not `ttl` after the
+-- command that set it: on Redis 5 to 7.0 that clock runs on during the script, so a value
+-- set before the checkpoint reading it expired a few ms before it, which then read back
+-- without that channel.
 local function extend(key, keys, member, ttl, score)
   local left = redis.call('PTTL', key)
   if left == -1 or left >= ttl then return false end
-  if left >= 0 then redis.call('PEXPIRE', key, ttl) end
+  if left >= 0 then redis.call('PEXPIREAT', key, score) end
   redis.call('ZADD', keys, 'XX', score, member)
   return true
 end
 
 -- Whether a blob key that a put only refreshes, and finds missing, has expired. A missing key
 -- whose key-index entry `member` is live stands for a channel absent at that version (PUT
--- writes no key for one); without a live entry the value is gone. On Redis 7 a key's expiry
--- counts from the start of the script that set it and its score from the script's TIME, a
--- little later (and on a read with refresh_on_read, after the blobs it read): an entry within
--- a second of its score (`ttl` / 2 for a shorter TTL) counts as expired, and the caller sends
--- what it has for it, the value or "absent" again.
+-- writes no key for one); without a live entry the value is gone. A key a script gives a TTL
+-- expires at its score (see extend), but one that kept the life it had was timed by its PTTL,
+-- and may expire a little before its score: an entry within a second of its score (`ttl` / 2
+-- for a shorter TTL) counts as expired, and the caller sends what it has for it, the value or
+-- "absent" again.
 local function blob_lost(keys, member, now, ttl)
   local score = redis.call('ZSCORE', keys, member)
   if not score then return true end
@@ -298,7 +302,8 @@ local function set_kept(key, value, ttl, score, now, again)
     redis.call('SET', key, value, 'PX', left)
     return expiry(now, left), left
   end
-  redis.call('SET', key, value, 'PX', ttl)
+  redis.call('SET', key, value)
+  redis.call('PEXPIREAT', key, score)  -- see extend
   return score, ttl
 end
 
@@ -735,6 +740,18 @@ local function adopt_run(key, ttl, t, cp_prefix)
   settle_run(key, cp_root(cp_prefix, t), ttl, left)
 end
 
+-- The TTL (ms) and expiry score a write with `ttl` and `score` gives the keys of timeline
+-- `keys`: longer when a key of it lives longer (a writer with a longer TTL wrote it), so that
+-- the newest checkpoint never expires before an older one, which would then read back as the
+-- thread's state. A lowered TTL so takes effect once what the longer one kept has expired.
+local function outlive(keys, ttl, score)
+  local longest = redis.call('ZREVRANGEBYSCORE', keys, '(inf', '-inf', 'WITHSCORES', 'LIMIT', 0, 1)
+  if longest[2] and tonumber(longest[2]) > tonumber(score) then
+    return ttl + tonumber(longest[2]) - tonumber(score), string.format('%.0f', tonumber(longest[2]))
+  end
+  return ttl, score
+end
+
 -- A writer (or refreshing reader) with a TTL takes over a timeline stored without one: every
 -- key kept for ever gets a TTL at once (partly would expire values that checkpoints still
 -- kept for ever read), so the whole thread then expires `ttl` after its last write. That TTL
@@ -747,11 +764,7 @@ local function adopt_ttl(t, n, keys, ttl, score, p)
   local kept = redis.call('ZRANGEBYSCORE', keys, '+inf', '+inf')
   local runs = {}
   if #kept == 0 then return false end
-  local longest = redis.call('ZREVRANGEBYSCORE', keys, '(inf', '-inf', 'WITHSCORES', 'LIMIT', 0, 1)
-  if longest[2] and tonumber(longest[2]) > tonumber(score) then
-    ttl = ttl + tonumber(longest[2]) - tonumber(score)
-    score = string.format('%.0f', tonumber(longest[2]))
-  end
+  ttl, score = outlive(keys, ttl, score)
   for i = 1, #kept, 500 do
     local rescore = {'XX'}
     for j = i, math.min(i + 499, #kept) do
@@ -918,6 +931,7 @@ end
 -- The server's clock, for expiry scores: a writer keeping all for ever needs none.
 local now = (not forever) and now_ms() or nil
 local score = expiry(now, ttl)
+if ttl > 0 then ttl, score = outlive(KEYS[3], ttl, score) end
 if not forever then  -- the writes of this checkpoint get its TTL
   err = check(ARGV[9] .. n .. ':' .. cid, 'hash')
   if err then return err end
@@ -1097,6 +1111,7 @@ if REGISTRY and not settled then
 end
 local now = (not forever) and now_ms() or nil  -- a writer keeping all for ever needs none
 local score = expiry(now, ttl)
+if ttl > 0 then ttl, score = outlive(KEYS[2], ttl, score) end
 -- With a TTL, a write keeps the thread alive as a put does: the checkpoint written to and
 -- the newest of its timeline keep everything they read. Without one, on a timeline another
 -- writer gave a TTL, it keeps the same for ever. Both are read before any write.
@@ -1136,7 +1151,7 @@ if ttl > 0 and (left == -1 or left >= ttl) then
   redis.call('ZADD', KEYS[2], 'NX', score, 'w' .. cid)
 else
   redis.call('ZADD', KEYS[2], score, 'w' .. cid)
-  if ttl > 0 then redis.call('PEXPIRE', KEYS[1], ttl) end
+  if ttl > 0 then redis.call('PEXPIREAT', KEYS[1], score) end  -- see extend
 end
 if ttl > 0 then
   for _, c in ipairs(alive) do
@@ -1760,6 +1775,9 @@ local took_over = false
 while i <= #ARGV do
   local n, count = ARGV[i], tonumber(ARGV[i + 1])
   i = i + 2
+  -- what the copy writes outlives what the timeline keeps longer already: see outlive
+  local ttl, score = ttl, score
+  if ttl > 0 and count > 0 then ttl, score = outlive(p.keys .. n, ttl, score) end
   if ttl > 0 and count > 0 and adopt_ttl(t, n, p.keys .. n, ttl, score, p) then
     took_over = true
   end
@@ -1803,7 +1821,8 @@ while i <= #ARGV do
       redis.call('PEXPIRE', key, left)
       redis.call('ZADD', p.keys .. n, 'NX', score, m)
     else
-      if ttl > 0 then redis.call('PEXPIRE', key, ttl) else redis.call('PERSIST', key) end
+      -- one expiry time for every key of the copy: see extend
+      if ttl > 0 then redis.call('PEXPIREAT', key, score) else redis.call('PERSIST', key) end
       redis.call('ZADD', p.keys .. n, score, m)
     end
     i = i + 2 + nvals
