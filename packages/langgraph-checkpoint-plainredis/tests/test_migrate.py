@@ -1072,3 +1072,258 @@ def test_a_010_registry_entry_naming_another_timeline_is_skipped_and_named(
     with RedisSaver(redis_url, prefix=prefix) as saver:
         for thread in expected:
             check_against_010_reading(saver, thread)
+
+
+# -- a long 0.1.0 timeline: no command past Redis's argument limit --------------------------
+
+
+def write_010_thread(
+    client: redis.Redis, prefix: str, thread_id: str, checkpoints: int, channels: int
+) -> None:
+    """Writes a 0.1.0 thread as 0.1.0 laid it out: channel ``c{i}`` gets a new version (and
+    blob) every ``i + 1`` checkpoints, so most checkpoints name the blobs of their parent."""
+    versions = dict.fromkeys((f"c{i}" for i in range(channels)), 0)
+    parent = None
+    for n in range(checkpoints):
+        cid = f"00000000-0000-6000-8000-{n:012d}"
+        for i, channel in enumerate(versions):
+            if n % (i + 1) == 0:
+                versions[channel] += 1
+                key = f"{prefix}:blob:{thread_id}::{channel}:{versions[channel]}"
+                client.set(key, wrapped(f"{channel} at {n}"))
+        checkpoint = {
+            "v": 4,
+            "id": cid,
+            "ts": "2026-11-30T10:53:11+00:00",
+            "channel_versions": dict(versions),
+            "versions_seen": {},
+        }
+        doc = {"checkpoint": checkpoint, "metadata": {"step": n}, "parent_id": parent}
+        client.set(f"{prefix}:cp:{thread_id}::{cid}", wrapped(doc))
+        client.hset(f"{prefix}:wr:{thread_id}::{cid}", "task:0", wrapped(["task", "c0", n]))
+        client.zadd(f"{prefix}:idx:{thread_id}:", {cid: n})
+        parent = cid
+    where = json.dumps({"thread": thread_id, "ns": ""})
+    client.hset(f"{prefix}:threads", f"{prefix}:idx:{thread_id}:", where)
+
+
+def counting_client(url: str) -> tuple[redis.Redis, list[tuple[str, list[bytes]]]]:
+    """A client of the server at `url` that records every command it sends, as sent."""
+    sent: list[tuple[str, list[bytes]]] = []
+
+    class Packer:
+        def __init__(self, real: Any) -> None:
+            self.real = real
+
+        def pack(self, *args: Any) -> Any:
+            sent.append((str(args[0]).upper(), [_b(a) for a in args[1:]]))
+            return self.real.pack(*args)
+
+    class Counting(redis.Connection):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            self._command_packer = Packer(self._command_packer)
+
+    return redis.Redis.from_url(url, protocol=2, connection_class=Counting), sent
+
+
+def _b(value: Any) -> bytes:
+    return value if isinstance(value, bytes) else str(value).encode()
+
+
+def test_a_long_010_timeline_is_deleted_in_commands_redis_takes(
+    client: redis.Redis,
+    redis_url: str,
+    prefix: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The old keys of a timeline went in one DEL naming every channel's blob once per
+    checkpoint: past 1,048,576 arguments (17,500 checkpoints of 60 channels) Redis 5 and 6
+    drop the connection, and every rerun stopped there. Each key is named once now, in
+    commands of at most `_CHUNK` keys (lowered here, so the thread is small), and the
+    registry entries a rerun parks go in commands of at most `_CHUNK` fields."""
+    from langgraph_checkpoint_plainredis import _migrate
+
+    monkeypatch.setattr(_migrate, "_CHUNK", 5, raising=False)
+    new = f"{prefix}-new"
+    write_010_thread(client, prefix, "a-long-thread", checkpoints=30, channels=4)
+    write_010_thread(client, prefix, "b", checkpoints=2, channels=2)
+    counted, sent = counting_client(redis_url)
+    interrupt_after_one(monkeypatch, counted, prefix, to_prefix=new)  # longest id first
+    # A 0.1.0 writer left running registered more threads: the rerun parks them too.
+    for n in range(12):
+        write_010_thread(client, prefix, f"s{n}", checkpoints=2, channels=2)
+    old = set(client.scan_iter(match=f"{prefix}:*"))
+    report = migrate_v010(counted, prefix, to_prefix=new)
+    counted.close()
+    assert (report.threads, report.checkpoints, report.skipped) == (13, 26, [])
+
+    deleted = [key for command, args in sent if command == "DEL" for key in args]
+    assert all(len(args) <= 5 for command, args in sent if command == "DEL")
+    assert len(deleted) == len(set(deleted))  # each key once
+    assert old <= set(deleted)
+    assert [len(args) for command, args in sent if command == "HSET"] == [11, 11, 5]
+    assert list(client.scan_iter(match=f"{prefix}:*")) == []
+    with RedisSaver(redis_url, prefix=new) as saver:
+        listed = list(saver.list({"configurable": {"thread_id": "a-long-thread"}}))
+        assert len(listed) == 30
+        latest = listed[0]
+        assert latest.metadata["step"] == 29 and latest.pending_writes == [("task", "c0", 29)]
+        assert latest.checkpoint["channel_values"] == {
+            "c0": "c0 at 29",
+            "c1": "c1 at 28",
+            "c2": "c2 at 27",
+            "c3": "c3 at 28",
+        }
+
+
+def test_a_connection_lost_during_migrate_says_so_and_that_a_rerun_goes_on(
+    client: redis.Redis,
+    redis_url: str,
+    restored: dict[str, str],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A connection the server dropped mid-run (a command past its argument limit) was
+    reported as "cannot connect ...: start Redis there", of a server that is running."""
+    from langgraph_checkpoint_plainredis import _migrate
+
+    prefix = restored["lg"]
+    real = _migrate._migrate_timeline
+    done: list[str] = []
+
+    def drop_after_one(*args: Any, **kw: Any) -> Any:
+        if done:
+            raise redis.ConnectionError("Error 104 while writing to socket. Connection reset")
+        done.append(args[4])
+        return real(*args, **kw)
+
+    with monkeypatch.context() as patched:
+        patched.setattr(_migrate, "_migrate_timeline", drop_after_one)
+        code, err = cli(capsys, "migrate", "--url", redis_url, "--prefix", prefix)
+    assert code == 1 and err.count("\n") == 1, err
+    assert "lost the connection" in err and "Connection reset" in err
+    assert "start Redis" not in err and "goes on where it stopped" in err
+    assert cli(capsys, "migrate", "--url", redis_url, "--prefix", prefix) == (0, "")
+    check_lg_threads(redis_url, prefix)
+
+
+# -- a target prefix that holds threads of the same ids ------------------------------------
+
+
+def test_a_migration_into_a_prefix_holding_threads_of_the_same_ids_is_refused(
+    client: redis.Redis,
+    redis_url: str,
+    restored: dict[str, str],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """0.1.0 wrote thread 'user-42:session-7' under both recorded prefixes; once one is
+    migrated, a migration of the other into it mixed the two threads into one timeline,
+    silently. It is refused before anything changes, naming the thread and the fixes."""
+    lg, other = restored["lg"], restored["myapp:agent"]
+    assert cli(capsys, "migrate", "--url", redis_url, "--prefix", lg) == (0, "")
+    before = everything(client, lg), everything(client, other)
+    code, err = cli(capsys, "migrate", "--url", redis_url, "--prefix", other, "--to-prefix", lg)
+    assert code == 1 and err.count("\n") == 1, err
+    assert "1 of the " in err and "'user-42:session-7'" in err and repr(lg) in err
+    assert "empty" in err and "delete" in err and "nothing was changed" in err
+    with pytest.raises(PlainRedisError, match="user-42:session-7"):
+        migrate_v010(client, other, to_prefix=lg)
+    assert (everything(client, lg), everything(client, other)) == before
+
+    with RedisSaver(redis_url, prefix=lg) as saver:
+        saver.delete_thread("user-42:session-7")
+    assert cli(capsys, "migrate", "--url", redis_url, "--prefix", other, "--to-prefix", lg)[0] == 0
+    with RedisSaver(redis_url, prefix=lg) as saver:
+        for thread in DUMP["expected"]["threads"]:
+            if thread["prefix"] == "myapp:agent":
+                check_against_010_reading(saver, thread)
+            elif thread["thread_id"] != "user-42:session-7":
+                check_against_010_reading(saver, thread)
+
+
+def test_the_refusal_of_a_010_target_does_not_advise_a_merge(
+    client: redis.Redis, redis_url: str, restored: dict[str, str]
+) -> None:
+    """It advised "migrate that one first", after which the run mixed threads of the same
+    id; that run is refused now, and the message says so."""
+    with pytest.raises(PlainRedisError, match="holds no threads.*refuses the thread ids") as info:
+        migrate_v010(client, restored["myapp:agent"], to_prefix=restored["lg"])
+    assert "migrate that one first" not in str(info.value)
+
+
+# -- a saver refused once checks again ------------------------------------------------------
+
+
+def test_a_sync_saver_refused_once_refuses_while_the_migration_runs(
+    client: redis.Redis,
+    redis_url: str,
+    restored: dict[str, str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A saver made ready by its first call never checked again: refused once for the 0.1.0
+    registry, it read the threads the running migration had not reached as empty (and a
+    graph started them anew). It checks again on its next call."""
+    prefix = restored["lg"]
+    with RedisSaver(redis_url, prefix=prefix) as saver:
+        with pytest.raises(LegacyKeyspaceError, match="Stop every process that uses"):
+            saver.get_tuple({"configurable": {"thread_id": "t-fork"}})
+        done = interrupt_after_one(monkeypatch, client, prefix)
+        waiting = {"configurable": {"thread_id": next(waiting_threads(done))}}
+        with pytest.raises(LegacyKeyspaceError, match="has not finished.*every process that uses"):
+            saver.get_tuple(waiting)
+        migrate_v010(client, prefix)
+        assert saver.get_tuple(waiting) is not None
+
+
+async def test_an_async_saver_refused_once_refuses_while_the_migration_runs(
+    client: redis.Redis,
+    redis_url: str,
+    restored: dict[str, str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from langgraph_checkpoint_plainredis import AsyncRedisSaver
+
+    prefix = restored["lg"]
+    async with AsyncRedisSaver(redis_url, prefix=prefix) as saver:
+        with pytest.raises(LegacyKeyspaceError, match="Stop every process that uses"):
+            await saver.aget_tuple({"configurable": {"thread_id": "t-fork"}})
+        done = interrupt_after_one(monkeypatch, client, prefix)
+        waiting = {"configurable": {"thread_id": next(waiting_threads(done))}}
+        with pytest.raises(LegacyKeyspaceError, match="has not finished.*every process that uses"):
+            await saver.aget_tuple(waiting)
+        migrate_v010(client, prefix)
+        assert await saver.aget_tuple(waiting) is not None
+
+
+def waiting_threads(done: list[str]) -> Any:
+    """The recorded threads of `lg` that a run stopped after `done` has not migrated."""
+    return (
+        t["thread_id"]
+        for t in DUMP["expected"]["threads"]
+        if t["prefix"] == "lg" and t["thread_id"] not in done
+    )
+
+
+# -- what migrate_v010 takes as its client -------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["asyncio", "url"])
+def test_migrate_v010_given_no_blocking_client_names_the_type_and_the_fix(
+    client: redis.Redis, redis_url: str, restored: dict[str, str], kind: str
+) -> None:
+    """A `redis.asyncio` client failed with "'coroutine' object has no attribute 'get'",
+    a URL with "'str' object has no attribute 'info'"."""
+    import redis.asyncio
+
+    prefix = restored["lg"]
+    before = everything(client, prefix)
+    given: Any = redis.asyncio.Redis.from_url(redis_url) if kind == "asyncio" else redis_url
+    name = "redis.asyncio.client.Redis" if kind == "asyncio" else "str"
+    with pytest.raises(
+        TypeError, match=rf"type {re.escape(name)}:.*Redis\.from_url\(url\)"
+    ) as info:
+        migrate_v010(given, prefix)
+    if kind == "url":
+        assert "plainredis migrate --url" in str(info.value)
+    assert everything(client, prefix) == before

@@ -550,6 +550,17 @@ def _migrate(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
             keep_old=args.keep_old,
             progress=print,
         )
+    except (redis.ConnectionError, redis.TimeoutError) as exc:
+        if isinstance(exc, redis.AuthenticationError):
+            raise
+        # The server answered the PING above: the run had started, and `main`'s "cannot
+        # connect" would send the user to start a server that is running.
+        return _fail(
+            f"lost the connection to {_redact(args.url)} during the migration ({exc}). The "
+            "run stopped there: threads migrated so far stay migrated, the rest keep their "
+            "0.1.0 keys, and the same command run again goes on where it stopped (if the "
+            "connection drops again at the same point, the server log says why)"
+        )
     finally:
         client.close()
     print(

@@ -65,17 +65,20 @@ class LegacyKeyspaceError(PlainRedisError):
         if not parked:
             super().__init__(
                 f"The keys under {prefix!r} were written by langgraph-checkpoint-plainredis "
-                "0.1.0. Migrate them once, losslessly and idempotently, with `plainredis "
-                f"migrate --url redis://... --prefix {shlex.quote(prefix)}` or "
-                f"`langgraph_checkpoint_plainredis.migrate_v010(client, prefix={prefix!r})`. "
-                "Nothing was written."
+                "0.1.0. Stop every process that uses this prefix (0.1.0 writers and upgraded "
+                "savers alike: a saver left running during the migration reads the threads "
+                "not migrated yet as empty), then migrate them once, losslessly and "
+                f"idempotently, with `plainredis migrate --url redis://... --prefix "
+                f"{shlex.quote(prefix)}` or `langgraph_checkpoint_plainredis.migrate_v010("
+                f"client, prefix={prefix!r})`. Nothing was written."
             )
             return
         what = (
             f"A migration into {prefix!r} of keys written by langgraph-checkpoint-plainredis "
             f"0.1.0 has not finished: 0.1.0's registry is still parked at {parked!r}, and the "
-            "threads it names would read as empty. Run it again (it goes on where it stopped; "
-            "an entry it reported unreadable must be repaired or removed from that hash first) "
+            "threads it names would read as empty. With every process that uses this prefix "
+            "stopped, run it again (it goes on where it stopped; an entry it reported "
+            "unreadable must be repaired or removed from that hash first) "
         )
         if source is None:  # a rerun must name the same source and target as the run
             how = (

@@ -15,6 +15,8 @@ the target under the source until the run completes. A rerun checks both before 
 one into another target (it would find no registry under `prefix`, migrate nothing and
 strand the parked threads) is refused naming the target, and one from another source
 (`_entries`: the parked entries are keys of another prefix) is refused naming the source.
+A run into another prefix is refused, before it writes, when a thread it would migrate
+exists there already (`_refuse_merging`): the two would become one timeline.
 
 0.1.0's keys of a thread id ``{a}`` are the current layout's keys of thread ``a``
 (`LegacyKeys.shadowed_thread`). Threads are migrated longest id first, so such a thread
@@ -41,6 +43,7 @@ from functools import partial
 from typing import Any
 
 import redis
+import redis.asyncio
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.serde.base import SerializerProtocol
 from redis.cluster import RedisCluster
@@ -56,6 +59,9 @@ __all__ = ["MigrationReport", "migrate_v010"]
 
 _MIGRATED_MINOR = "0" * 12
 _SOURCE_PAGE, _SOURCE_PAGES = 16, 4  # parked entries `parked_source` reads, at most
+# Keys (or hash entries) per command: Redis 5 and 6 drop the connection of a command with
+# more than 1,048,576 arguments, and a long 0.1.0 timeline has more keys than that.
+_CHUNK = 1000
 
 
 @dataclass
@@ -196,6 +202,31 @@ _CLUSTER = (
     "holds nothing to migrate). Point the client (plainredis migrate --url) at that "
     "standalone server."
 )
+
+
+def _check_client(client: Any) -> None:
+    """Raises `TypeError` naming the type of `client` when it is no blocking client."""
+    if isinstance(client, (redis.Redis, RedisCluster)):  # a cluster is refused by its kind
+        return
+    if isinstance(client, (str, bytes)):
+        fix = (
+            "pass a client built from it, redis.Redis.from_url(url), or run `plainredis "
+            "migrate --url URL --prefix ...` from a shell"
+        )
+    elif isinstance(client, (redis.asyncio.Redis, redis.asyncio.RedisCluster)):
+        fix = (
+            "the migration runs blocking commands: pass a redis.Redis client, e.g. "
+            "redis.Redis.from_url(url)"
+        )
+    else:
+        fix = "pass a redis.Redis client, e.g. redis.Redis.from_url(url)"
+    kind = type(client)
+    name = (
+        kind.__qualname__
+        if kind.__module__ == "builtins"
+        else f"{kind.__module__}.{kind.__qualname__}"
+    )
+    raise TypeError(f"migrate_v010 got a client of type {name}: {fix}")
 
 
 def _refuse_cluster(client: redis.Redis) -> None:
@@ -401,6 +432,47 @@ def _refuse_another_target(client: redis.Redis, prefix: str, target: str) -> Non
     )
 
 
+def _refuse_merging(client: redis.Redis, entries: list[_Entry], prefix: str, target: str) -> None:
+    """Refuses a run into `target` when a thread it would migrate exists there already
+    (its registry names it, or its namespace set exists): the two threads would become one,
+    their checkpoints mixed in one timeline."""
+    keyspace = KeySpace(target)
+    thread_ids = list(dict.fromkeys(entry.thread_id for entry in entries))
+    seconds, micros = client.time()
+    now_ms = seconds * 1000 + micros / 1000  # the clock of the registry's expiry scores
+    existing: list[str] = []
+    for part in _chunks(thread_ids):
+        with client.pipeline(transaction=False) as pipe:
+            for thread_id in part:
+                tk = keyspace.thread(thread_id)
+                pipe.zscore(keyspace.threads, tk.component)
+                pipe.exists(tk.ns)
+            replies = pipe.execute(raise_on_error=False)
+        for i, thread_id in enumerate(part):
+            score, exists = replies[2 * i], replies[2 * i + 1]
+            if isinstance(score, redis.ResponseError) and not str(score).startswith("WRONGTYPE"):
+                raise score
+            if isinstance(exists, Exception):
+                raise exists
+            # A registry of another type is the savers' to refuse; an entry of a thread that
+            # expired stays until a saver sweeps it.
+            listed = isinstance(score, float) and score > now_ms
+            if listed or exists:
+                existing.append(thread_id)
+    if not existing:
+        return
+    shown = ", ".join(map(repr, existing[:5])) + (", ..." if len(existing) > 5 else "")
+    raise PlainRedisError(
+        f"the target prefix {target!r} already holds {len(existing)} of the {len(thread_ids)} "
+        f"thread ids the run would migrate from {prefix!r} ({shown}): migrated, each 0.1.0 "
+        "thread would be mixed with the thread of its id there into one timeline. Migrate into "
+        "a target prefix that holds none of these thread ids (an empty one), or delete those "
+        f"threads under {target!r} first (`plainredis prune --strategy delete --url "
+        f"redis://... --prefix {shlex.quote(target)} THREAD...`, or RedisSaver.delete_thread); "
+        "nothing was changed."
+    )
+
+
 def _refuse_keeping_shadows(entries: list[_Entry], legacy: LegacyKeys) -> None:
     """With `keep_old`, a 0.1.0 key that is also a key of the current layout would stay and
     be read as part of another thread: refused before anything is written."""
@@ -448,13 +520,16 @@ def migrate_v010(
         Counts of what was migrated.
 
     Raises:
+        TypeError: `client` is no blocking client (a URL, or a `redis.asyncio` client).
         ValueError: A prefix 0.1.0 never wrote under, a target the savers refuse, or two
             prefixes whose keys could be the same.
         PlainRedisError: The server is a cluster node; a run from `prefix` into another
             prefix, or from another prefix into `to_prefix`, is unfinished (the message names
-            the arguments that finish it; nothing was changed); or the run stopped (the
-            message names the key and the fix; a rerun goes on where it stopped).
+            the arguments that finish it; nothing was changed); `to_prefix` holds threads of
+            ids being migrated (nothing was changed); or the run stopped (the message names
+            the key and the fix; a rerun goes on where it stopped).
     """
+    _check_client(client)
     target = target_prefix(prefix, to_prefix)
     _refuse_cluster(client)
     try:
@@ -482,8 +557,9 @@ def _migrate(
     if target != prefix and client.type(LegacyKeys(target).registry) == b"hash":
         raise PlainRedisError(
             f"the target prefix {target!r} holds a keyspace 0.1.0 wrote (its registry "
-            f"{LegacyKeys(target).registry!r} is a hash): migrate that one first, or pick "
-            "another target prefix; nothing was changed."
+            f"{LegacyKeys(target).registry!r} is a hash): pick a target prefix that holds no "
+            f"threads, or migrate {target!r} in place first (a run into it then refuses the "
+            "thread ids both prefixes hold); nothing was changed."
         )
     parked = _read(client, stash, "hash", partial(client.hgetall, stash))
     registry: dict[Any, Any] | None = (
@@ -495,6 +571,8 @@ def _migrate(
     waiting += _entries(unparked, stash, legacy, stash, target, MigrationReport())
     if keep_old and target == prefix:
         _refuse_keeping_shadows(waiting, legacy)
+    if target != prefix and not parked:  # a rerun finds the threads its run wrote there
+        _refuse_merging(client, waiting, prefix, target)
     # 0.1.0 data to finish: a registry, a parked one, or the record of a run that stopped
     # after its last thread. Without any, `legacy.seq` is not 0.1.0's and is left alone.
     found = registry is not None or bool(parked) or bool(client.exists(legacy.parked_into))
@@ -504,7 +582,8 @@ def _migrate(
         with client.pipeline(transaction=True) as pipe:
             pipe.set(legacy.parked_into, target)
             if registry is not None and parked:
-                pipe.hset(stash, mapping=registry)
+                for part in _chunks(list(registry.items())):
+                    pipe.hset(stash, mapping=dict(part))
                 pipe.delete(legacy.registry)
             elif registry is not None:
                 pipe.rename(legacy.registry, stash)
@@ -520,7 +599,7 @@ def _migrate(
         if progress:
             progress(f"migrated thread {thread_id!r} namespace {ns!r}")
         if not keep_old:
-            report.old_keys_deleted += client.delete(*old_keys) if old_keys else 0
+            report.old_keys_deleted += _delete(client, old_keys)
         client.hdel(stash, entry.idx_key)
         report.threads += 1
     if not report.skipped:
@@ -533,6 +612,23 @@ def _migrate(
     return report
 
 
+def _chunks(items: list[Any]) -> list[list[Any]]:
+    """`items` in runs of at most `_CHUNK`, one command's arguments each."""
+    return [items[i : i + _CHUNK] for i in range(0, len(items), _CHUNK)]
+
+
+def _delete(client: redis.Redis, keys: list[bytes | str]) -> int:
+    """Deletes `keys` all at once, as one DEL did: a DEL per `_CHUNK` keys in one
+    transaction, so a run stopped half-way leaves none of a timeline's keys gone without the
+    rest (a rerun would read its checkpoints without their blobs)."""
+    if not keys:
+        return 0
+    with client.pipeline(transaction=True) as pipe:
+        for part in _chunks(keys):
+            pipe.delete(*part)
+        return sum(pipe.execute())
+
+
 def _migrate_timeline(
     saver: RedisSaver,
     client: redis.Redis,
@@ -542,17 +638,19 @@ def _migrate_timeline(
     ns: str,
     report: MigrationReport,
 ) -> list[bytes | str]:
-    """Copies one (thread, namespace); returns the 0.1.0 keys it read."""
+    """Copies one (thread, namespace); returns the 0.1.0 keys it read, each once."""
     serde = saver.serde
     tk = saver.keyspace.thread(thread_id)
-    old_keys: list[bytes | str] = [idx_key]
+    # A set in insertion order: every checkpoint names the blob of every channel, most of
+    # them the blob its parent named.
+    old_keys: dict[bytes | str, None] = {idx_key: None}
     expected: dict[str, tuple[dict[str, Any], dict[str, Any], list[tuple[str, str, Any]]]] = {}
     for raw_id in _read(client, idx_key, "zset", partial(client.zrange, idx_key, 0, -1)):
         cid = _s(raw_id)
         cp_key = legacy.cp(thread_id, ns, cid)
         typed = _unwrap(_read(client, cp_key, "string", partial(client.get, cp_key)), cp_key)
         if typed is None:  # expired under 0.1.0's TTL: nothing to carry over
-            old_keys.append(legacy.wr(thread_id, ns, cid))  # its writes may outlive it
+            old_keys[legacy.wr(thread_id, ns, cid)] = None  # its writes may outlive it
             continue
         checkpoint, metadata, parent_id = _checkpoint_doc(_loads(serde, typed, cp_key), cp_key)
         old_versions = dict(checkpoint["channel_versions"])
@@ -569,7 +667,7 @@ def _migrate_timeline(
             blob = _unwrap(
                 _read(client, blob_key, "string", partial(client.get, blob_key)), blob_key
             )
-            old_keys.append(blob_key)
+            old_keys[blob_key] = None
             if blob is not None:
                 absent = blob[0] == "empty"  # stored as no key, as the savers do
                 written[blob_suffix(channel, _version(version))] = (
@@ -596,7 +694,7 @@ def _migrate_timeline(
         report.blobs += len(written)
 
         wr_key = legacy.wr(thread_id, ns, cid)
-        old_keys.extend([cp_key, wr_key])
+        old_keys.update(dict.fromkeys((cp_key, wr_key)))
         by_task: dict[str, list[tuple[int, str, Any]]] = {}
         for fld, raw in _read(client, wr_key, "hash", partial(client.hgetall, wr_key)).items():
             unwrapped = _unwrap(raw, wr_key)
@@ -619,7 +717,7 @@ def _migrate_timeline(
             pending += [(task_id, ch, v) for _, ch, v in writes]
         expected[cid] = (values, metadata, pending)
     _read_back(saver, thread_id, ns, expected)
-    return old_keys
+    return list(old_keys)
 
 
 def _writes(serde: SerializerProtocol, writes: Any) -> list[tuple[str, str, Any]]:

@@ -40,6 +40,7 @@ from ._core import (
     slot_is_moving,
     translate_error,
 )
+from ._errors import LegacyKeyspaceError
 from ._shell import check_serde, connect_options, validate_client, wire_args, wrong_side
 from ._wire import (
     POOL_ARGS,
@@ -356,6 +357,9 @@ class RedisSaver(SaverCore, BaseCheckpointSaver[str]):
             mapped = translate_error(exc, self.prefix)
             if mapped is None:
                 raise
+            if isinstance(mapped, LegacyKeyspaceError):
+                # The next call checks again: a migration may have parked the registry since.
+                self._ready = False
             raise mapped from None
 
     def _drive(self, steps: Generator[Step, list[Any], T]) -> T:
