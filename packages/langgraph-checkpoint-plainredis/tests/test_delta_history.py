@@ -5,6 +5,7 @@ script, where the base class reads each ancestor with a `get_tuple` (every blob 
 from __future__ import annotations
 
 import operator
+import time
 from typing import Annotated, Any, TypedDict
 
 import pytest
@@ -268,6 +269,29 @@ def test_with_a_ttl_what_a_delta_channel_is_rebuilt_from_lives_as_long(
                 reader.get_delta_channel_history(config=older, channels=["log", "rare"])
         left = {key: client.pttl(key) for key in watched}
         assert all(ms > (ttl - 60) * 1000 for ms in left.values()), left
+
+
+def test_a_checkpoint_given_a_longer_life_keeps_its_delta_chain_as_long(
+    redis_url: str, prefix: str
+) -> None:
+    """A checkpoint written by a saver with a 1 s TTL lives as long as the longest-lived key
+    of its timeline: here a fork another saver keeps 60 s. The older checkpoints its
+    DeltaChannel is rebuilt from live as long (they were refreshed with the plain TTL, and
+    past 1 s the state read back with the channel rebuilt from nothing)."""
+    with (
+        RedisSaver(redis_url, prefix=prefix, ttl=1) as short,
+        RedisSaver(redis_url, prefix=prefix, ttl=60) as long,
+    ):
+        graph = _graph(short)
+        for i in range(2):
+            graph.invoke({"log": [f"in{i}"]}, cfg("t"))
+        history = list(short.list(cfg("t")))
+        _graph(long).update_state(history[-2].config, {"plain": ["fork"]})  # kept 60 s
+        graph.invoke({"log": ["more"]}, history[0].config)  # its own branch goes on
+        state = graph.get_state(cfg("t")).values
+        assert "more" in state["log"] and "fork" not in state["plain"]
+        time.sleep(1.3)
+        assert graph.get_state(cfg("t")).values == state
 
 
 if DeltaChannel is not None:

@@ -1111,6 +1111,7 @@ if REGISTRY and not settled then
 end
 local now = (not forever) and now_ms() or nil  -- a writer keeping all for ever needs none
 local score = expiry(now, ttl)
+local own_ttl, own_score = ttl, score  -- the other timelines it keeps alive: see outlive
 if ttl > 0 then ttl, score = outlive(KEYS[2], ttl, score) end
 -- With a TTL, a write keeps the thread alive as a put does: the checkpoint written to and
 -- the newest of its timeline keep everything they read. Without one, on a timeline another
@@ -1167,8 +1168,9 @@ if ttl > 0 then
     adopt_thread(t, n, KEYS[3], idx_prefix, keys_prefix, ttl, score, p, now)
   end
   for _, s in ipairs(paused) do
-    refresh_checkpoint(s[1], s[2], s[3], ARGV[5], ARGV[6], ARGV[7], keys_prefix .. s[1], ttl,
-      score, REGISTRY and ARGV[8])
+    local sub_ttl, sub_score = outlive(keys_prefix .. s[1], own_ttl, own_score)
+    refresh_checkpoint(s[1], s[2], s[3], ARGV[5], ARGV[6], ARGV[7], keys_prefix .. s[1],
+      sub_ttl, sub_score, REGISTRY and ARGV[8])
     settle(t, s[1], idx_prefix .. s[1], keys_prefix .. s[1], KEYS[3], now)
     local run = not REGISTRY and run_of(s[3]) or ''
     if run ~= '' then joins[#joins + 1] = {run, t .. ':' .. s[1] .. ':' .. s[2]} end
@@ -1552,6 +1554,8 @@ end
 if #starts == 0 then return {} end
 local now = now_ms()
 local score = expiry(now, ttl)
+-- as long as the checkpoint, which a put or put_writes gave the timeline's longest life
+if ttl > 0 then ttl, score = outlive(KEYS[2], ttl, score) end
 local channels, runs, done = {unpack(ARGV, 10)}, {}, {}
 for _, start in ipairs(starts) do
   err = delta_chain(n, start[1], start[2], channels, ARGV[3], ARGV[5], function(c, found)
