@@ -6,6 +6,7 @@ import base64
 import json
 import re
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any, TypedDict
 
@@ -1078,10 +1079,16 @@ def test_a_010_registry_entry_naming_another_timeline_is_skipped_and_named(
 
 
 def write_010_thread(
-    client: redis.Redis, prefix: str, thread_id: str, checkpoints: int, channels: int
+    client: redis.Redis,
+    prefix: str,
+    thread_id: str,
+    checkpoints: int,
+    channels: int,
+    value: Callable[[str], str] = wrapped,
 ) -> None:
     """Writes a 0.1.0 thread as 0.1.0 laid it out: channel ``c{i}`` gets a new version (and
-    blob) every ``i + 1`` checkpoints, so most checkpoints name the blobs of their parent."""
+    blob, ``value`` of its text) every ``i + 1`` checkpoints, so most checkpoints name the
+    blobs of their parent."""
     versions = dict.fromkeys((f"c{i}" for i in range(channels)), 0)
     parent = None
     for n in range(checkpoints):
@@ -1090,7 +1097,7 @@ def write_010_thread(
             if n % (i + 1) == 0:
                 versions[channel] += 1
                 key = f"{prefix}:blob:{thread_id}::{channel}:{versions[channel]}"
-                client.set(key, wrapped(f"{channel} at {n}"))
+                client.set(key, value(f"{channel} at {n}"))
         checkpoint = {
             "v": 4,
             "id": cid,
@@ -1175,6 +1182,143 @@ def test_a_long_010_timeline_is_deleted_in_commands_redis_takes(
             "c2": "c2 at 27",
             "c3": "c3 at 28",
         }
+
+
+# -- a long 0.1.0 timeline: round trips and memory per batch, not per checkpoint ----------
+
+
+def round_trip_client(url: str) -> tuple[redis.Redis, list[int], list[tuple[str, list[bytes]]]]:
+    """`counting_client`, connected, that also counts its round trips from now on (a command,
+    a pipeline or a transaction: one each). It overrides `send_command`, so that a saver
+    sends its scripts through it too (see `_wire.direct_pool`)."""
+    trips = [0]
+    client, sent = counting_client(url)
+    counting = client.connection_pool.connection_class
+
+    class Trips(counting):
+        def send_packed_command(self, command: Any, check_health: bool = True) -> None:
+            trips[0] += 1
+            super().send_packed_command(command, check_health)
+
+        def send_command(self, *args: Any, **kwargs: Any) -> None:
+            super().send_command(*args, **kwargs)
+
+    client.connection_pool.connection_class = Trips
+    client.ping()
+    trips[0] = 0
+    sent.clear()
+    return client, trips, sent
+
+
+def test_a_long_010_timeline_migrates_in_a_few_round_trips_per_batch(
+    redis_url: str, client: redis.Redis, prefix: str
+) -> None:
+    """Each checkpoint cost 9.3 round trips or more (a GET per channel's blob, the put, the
+    writes, a get_tuple to read it back): 722 checkpoints/s on loopback, about 100/s at 1 ms
+    from the server. A batch of up to `_BATCH` checkpoints costs 4 now (their payloads and
+    writes; their blobs, each once; their puts and writes; their read-back), the first of a
+    timeline `_FIRST`; a timeline 2 more (its first ids; its keys and registry entry
+    deleted)."""
+    from langgraph_checkpoint_plainredis import _migrate
+
+    first, batch = _migrate._FIRST, _migrate._BATCH
+    # The server has the scripts cached (a first call sends one again, whole).
+    write_010_thread(client, f"{prefix}-warm", "t", checkpoints=1, channels=1)
+    migrate_v010(client, f"{prefix}-warm")
+    trips: dict[int, int] = {}
+    for checkpoints in (first, first + batch, first + 3 * batch):
+        source = f"{prefix}-{checkpoints}"
+        write_010_thread(client, source, "t", checkpoints=checkpoints, channels=4)
+        blobs = set(client.scan_iter(match=f"{source}:blob:*"))
+        counted, sent, commands = round_trip_client(redis_url)
+        report = migrate_v010(counted, source)
+        counted.close()
+        assert (report.checkpoints, report.skipped) == (checkpoints, [])
+        trips[checkpoints] = sent[0]
+        # Each 0.1.0 blob is read once, though most checkpoints name their parent's.
+        reads = [key for c, args in commands if c in ("GET", "MGET") for key in args]
+        assert sorted(key for key in reads if key in blobs) == sorted(blobs)
+    # The run's own 10 (its checks and the parking, 7; the end, 3), the timeline's 2 (its
+    # first ids; its keys and registry entry deleted), and 4 per batch: 4 round trips for 64
+    # more checkpoints (9 per checkpoint of 4 channels before).
+    assert trips == {
+        first: 10 + 2 + 4,
+        first + batch: 10 + 2 + 4 * 2,
+        first + 3 * batch: 10 + 2 + 4 * 4,
+    }
+    with RedisSaver(redis_url, prefix=f"{prefix}-{first + 3 * batch}") as saver:
+        listed = list(saver.list({"configurable": {"thread_id": "t"}}))
+    assert len(listed) == first + 3 * batch
+    assert listed[0].checkpoint["channel_values"]["c0"] == f"c0 at {first + 3 * batch - 1}"
+
+
+class Tracked:
+    """A channel value that counts how many of its kind are alive, and the most at once."""
+
+    alive = 0
+    most = 0
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        Tracked.alive += 1
+        Tracked.most = max(Tracked.most, Tracked.alive)
+
+    def __del__(self) -> None:
+        Tracked.alive -= 1
+
+
+def tracked(text: str) -> str:
+    """A `Tracked` value as 0.1.0 stored it."""
+    return json.dumps({"t": "tracked", "d": base64.b64encode(text.encode()).decode()})
+
+
+def test_a_long_010_timeline_migrates_holding_one_batch(
+    client: redis.Redis, redis_url: str, prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every decoded checkpoint of a timeline (values, metadata, writes) was held until all
+    of it was read back: 800 turns of a chat held 623 MiB. Values are decoded, compared and
+    let go a checkpoint at a time now, and a batch holds about `_BATCH_BYTES` of values."""
+    from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+
+    from langgraph_checkpoint_plainredis import _migrate
+
+    class Serde(JsonPlusSerializer):
+        def dumps_typed(self, obj: Any) -> tuple[str, bytes]:
+            if isinstance(obj, Tracked):
+                return "tracked", obj.text.encode()
+            return super().dumps_typed(obj)
+
+        def loads_typed(self, data: tuple[str, bytes]) -> Any:
+            if data[0] == "tracked":
+                return Tracked(data[1].decode())
+            return super().loads_typed(data)
+
+    checkpoints = _migrate._FIRST + 3 * _migrate._BATCH
+    write_010_thread(client, prefix, "long", checkpoints=checkpoints, channels=2, value=tracked)
+    Tracked.alive = Tracked.most = 0
+    report = migrate_v010(client, prefix, serde=Serde())
+    assert (report.checkpoints, report.skipped) == (checkpoints, [])
+    assert Tracked.most <= 2  # a checkpoint's two values, read back; 0.1.0's one at a time
+    assert Tracked.alive == 0
+
+    # Large values: a batch takes about `_BATCH_BYTES` of them (lowered here).
+    monkeypatch.setattr(_migrate, "_BATCH_BYTES", 64 << 10)
+    held: list[int] = []
+    real = _migrate._verify
+
+    def verify(saver: Any, tk: Any, ns: str, batch: list[Any], blobs: dict[str, Any]) -> None:
+        named = {key for checkpoint in batch for key in checkpoint.blob_keys}
+        held.append(sum(len(blobs[key].stored) for key in named if blobs[key] is not None))
+        real(saver, tk, ns, batch, blobs)
+
+    monkeypatch.setattr(_migrate, "_verify", verify)
+    big = f"{prefix}-big"
+    write_010_thread(
+        client, big, "t", checkpoints=40, channels=2, value=lambda text: wrapped(text * 800)
+    )
+    assert migrate_v010(client, big).checkpoints == 40
+    assert len(held) > 40 // _migrate._FIRST + 1
+    assert max(held[1:]) <= 2 * _migrate._BATCH_BYTES, held
 
 
 def test_a_connection_lost_during_migrate_says_so_and_that_a_rerun_goes_on(
@@ -1327,3 +1471,55 @@ def test_migrate_v010_given_no_blocking_client_names_the_type_and_the_fix(
     if kind == "url":
         assert "plainredis migrate --url" in str(info.value)
     assert everything(client, prefix) == before
+
+
+# -- a rerun into another prefix adds to what an earlier run migrated there ------------------
+
+
+@pytest.mark.parametrize("keep_old", [False, True])
+def test_a_rerun_into_another_prefix_adds_what_a_010_writer_wrote_since(
+    client: redis.Redis, keep_old: bool
+) -> None:
+    """A run into another prefix finished; a 0.1.0 writer left running then put the next
+    checkpoint of the thread. The rerun was refused as a merge of two threads, advising to
+    delete the migrated one; it goes on the thread's timeline there, as the run would have."""
+    old, new = f"old-{uuid.uuid4().hex[:8]}", f"new-{uuid.uuid4().hex[:8]}"
+    write_010_thread(client, old, "t", checkpoints=3, channels=2)
+    migrate_v010(client, old, to_prefix=new, keep_old=keep_old)
+    cid, parent = "00000000-0000-6000-8000-000000000003", "00000000-0000-6000-8000-000000000002"
+    client.set(f"{old}:blob:t::c0:9", wrapped("c0 at 3"))
+    checkpoint = {
+        "v": 4,
+        "id": cid,
+        "ts": "2026-11-30T10:53:11+00:00",
+        "channel_versions": {"c0": 9},
+        "versions_seen": {},
+    }
+    doc = {"checkpoint": checkpoint, "metadata": {"step": 3}, "parent_id": parent}
+    client.set(f"{old}:cp:t::{cid}", wrapped(doc))
+    client.zadd(f"{old}:idx:t:", {cid: 3})
+    client.hset(f"{old}:threads", f"{old}:idx:t:", json.dumps({"thread": "t", "ns": ""}))
+    migrate_v010(client, old, to_prefix=new, keep_old=keep_old)
+    with RedisSaver(client=client, prefix=new) as saver:
+        listed = list(saver.list({"configurable": {"thread_id": "t"}}))
+    assert [t.metadata["step"] for t in listed] == [3, 2, 1, 0]
+    assert listed[0].checkpoint["channel_values"] == {"c0": "c0 at 3"}
+
+
+def test_migrate_v010_takes_a_wrapper_of_a_blocking_client(
+    client: redis.Redis, redis_url: str, restored: dict[str, str]
+) -> None:
+    """A wrapper with `execute_command` and `pipeline` (instrumentation's, say), which
+    `RedisSaver` takes, was refused by the check for a blocking client."""
+
+    class Wrapper:
+        def __init__(self, real: redis.Redis) -> None:
+            self._real = real
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self._real, name)
+
+    real = redis.Redis.from_url(redis_url, protocol=2)
+    report = migrate_v010(Wrapper(real), restored["lg"])  # type: ignore[arg-type]
+    assert report.threads > 0
+    real.close()

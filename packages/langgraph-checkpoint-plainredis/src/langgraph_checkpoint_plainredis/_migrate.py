@@ -5,7 +5,10 @@
 the 0.1.0 registry names, writes it in the current layout (blob bytes are copied as
 they are; only the checkpoint header is re-encoded), checks it reads back, and then
 deletes the old keys. Integer versions become the current zero-padded string form,
-which keeps their order, so graphs resume where they stopped.
+which keeps their order, so graphs resume where they stopped. A timeline goes in batches
+of checkpoints, each read, written and read back in four round trips before the next is
+read (a blob once, however many checkpoints in a row name it), so the run holds one batch
+however long the thread; the timeline's old keys go together once all of it has read back.
 
 Stop every 0.1.0 writer first. A run that stops half-way is safe to repeat with the same
 `prefix` and `to_prefix`: the registry is parked under ``{to_prefix}:v010:threads`` (where
@@ -37,22 +40,22 @@ import base64
 import json
 import re
 import shlex
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 from functools import partial
+from itertools import chain
 from typing import Any
 
 import redis
-import redis.asyncio
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.serde.base import SerializerProtocol
 from redis.cluster import RedisCluster
 from redis.exceptions import AskError, ClusterCrossSlotError
 
 from ._codec import encode_blob, encode_checkpoint
-from ._core import ABSENT, VERSION_DIGITS, _b, _s
+from ._core import ABSENT, VERSION_DIGITS, Eval, Plan, _b, _lost_blobs, _s
 from ._errors import CorruptDataError, PlainRedisError, WrongTypeError
-from ._keys import SEP, KeySpace, LegacyKeys, blob_suffix, escape_run
+from ._keys import SEP, KeySpace, LegacyKeys, ThreadKeys, blob_suffix, escape, escape_run
 from ._sync import RedisSaver
 
 __all__ = ["MigrationReport", "migrate_v010"]
@@ -62,6 +65,11 @@ _SOURCE_PAGE, _SOURCE_PAGES = 16, 4  # parked entries `parked_source` reads, at 
 # Keys (or hash entries) per command: Redis 5 and 6 drop the connection of a command with
 # more than 1,048,576 arguments, and a long 0.1.0 timeline has more keys than that.
 _CHUNK = 1000
+# Checkpoints of a timeline read, written and read back together (four round trips): what
+# the run holds at once, however long the timeline. The first batch of a timeline takes
+# `_FIRST`, each next one about `_BATCH_BYTES` of values at the size of the last one's (a
+# chat's checkpoints grow with it), `_BATCH` at most.
+_FIRST, _BATCH, _BATCH_BYTES = 16, 64, 4 << 20
 
 
 @dataclass
@@ -183,10 +191,18 @@ def _read(client: redis.Redis, key: bytes | str, expected: str, read: Callable[[
     try:
         return read()
     except redis.ResponseError as exc:
-        if not str(exc).startswith("WRONGTYPE"):
-            raise
-        found = _s(client.type(key))
-        raise WrongTypeError(_s(key), found, expected, _FOREIGN_FIX) from None
+        return _checked(client, key, expected, exc)
+
+
+def _checked(client: redis.Redis, key: bytes | str, expected: str, reply: Any) -> Any:
+    """A pipeline's `reply` to a read of the 0.1.0 `expected` at `key`, as `_read` gives it:
+    an error reply is raised, a WRONGTYPE one as a `WrongTypeError`."""
+    if not isinstance(reply, redis.ResponseError):
+        return reply
+    if not str(reply).startswith("WRONGTYPE"):
+        raise reply
+    found = _s(client.type(key))
+    raise WrongTypeError(_s(key), found, expected, _FOREIGN_FIX) from None
 
 
 def _version(value: Any) -> Any:
@@ -205,22 +221,24 @@ _CLUSTER = (
 
 
 def _check_client(client: Any) -> None:
-    """Raises `TypeError` naming the type of `client` when it is no blocking client."""
-    if isinstance(client, (redis.Redis, RedisCluster)):  # a cluster is refused by its kind
-        return
+    """Raises `TypeError` naming the type of `client` when it cannot run blocking commands:
+    a URL, a `redis.asyncio` client, anything without `execute_command` and `pipeline`. A
+    wrapper that has both (instrumentation's, say) will do, as it does for `RedisSaver`."""
+    kind = type(client)
     if isinstance(client, (str, bytes)):
         fix = (
             "pass a client built from it, redis.Redis.from_url(url), or run `plainredis "
             "migrate --url URL --prefix ...` from a shell"
         )
-    elif isinstance(client, (redis.asyncio.Redis, redis.asyncio.RedisCluster)):
+    elif any(k.__module__.startswith("redis.asyncio") for k in kind.__mro__):
         fix = (
             "the migration runs blocking commands: pass a redis.Redis client, e.g. "
             "redis.Redis.from_url(url)"
         )
+    elif hasattr(client, "execute_command") and hasattr(client, "pipeline"):
+        return
     else:
         fix = "pass a redis.Redis client, e.g. redis.Redis.from_url(url)"
-    kind = type(client)
     name = (
         kind.__qualname__
         if kind.__module__ == "builtins"
@@ -432,11 +450,15 @@ def _refuse_another_target(client: redis.Redis, prefix: str, target: str) -> Non
     )
 
 
-def _refuse_merging(client: redis.Redis, entries: list[_Entry], prefix: str, target: str) -> None:
+def _refuse_merging(
+    client: redis.Redis, entries: list[_Entry], legacy: LegacyKeys, target: str, serde: Any
+) -> None:
     """Refuses a run into `target` when a thread it would migrate exists there already
     (its registry names it, or its namespace set exists): the two threads would become one,
-    their checkpoints mixed in one timeline."""
+    their checkpoints mixed in one timeline. Unless the one there is where an earlier run
+    migrated this thread (see `_migrated_before`)."""
     keyspace = KeySpace(target)
+    prefix = legacy.prefix
     thread_ids = list(dict.fromkeys(entry.thread_id for entry in entries))
     seconds, micros = client.time()
     now_ms = seconds * 1000 + micros / 1000  # the clock of the registry's expiry scores
@@ -459,6 +481,11 @@ def _refuse_merging(client: redis.Redis, entries: list[_Entry], prefix: str, tar
             listed = isinstance(score, float) and score > now_ms
             if listed or exists:
                 existing.append(thread_id)
+    existing = [
+        thread_id
+        for thread_id in existing
+        if not _migrated_before(client, entries, thread_id, legacy, keyspace, serde)
+    ]
     if not existing:
         return
     shown = ", ".join(map(repr, existing[:5])) + (", ..." if len(existing) > 5 else "")
@@ -471,6 +498,37 @@ def _refuse_merging(client: redis.Redis, entries: list[_Entry], prefix: str, tar
         f"redis://... --prefix {shlex.quote(target)} THREAD...`, or RedisSaver.delete_thread); "
         "nothing was changed."
     )
+
+
+def _migrated_before(
+    client: redis.Redis,
+    entries: list[_Entry],
+    thread_id: str,
+    legacy: LegacyKeys,
+    keyspace: KeySpace,
+    serde: Any,
+) -> bool:
+    """Whether thread `thread_id` under `keyspace` is where an earlier run of this migration
+    put it: a timeline of it there holds the oldest 0.1.0 checkpoint waiting (`--keep-old`
+    left it), or that checkpoint's parent (a 0.1.0 writer went on after the run). A rerun
+    then adds to it, as the run would have."""
+    tk = keyspace.thread(thread_id)
+    for entry in entries:
+        if entry.thread_id != thread_id:
+            continue
+        oldest = client.zrange(entry.idx_key, 0, 0)
+        if not oldest:
+            continue
+        cid = _s(oldest[0])
+        cp_key = legacy.cp(thread_id, entry.ns, cid)
+        typed = _unwrap(client.get(cp_key), cp_key)
+        parent = None
+        if typed is not None:
+            parent = _checkpoint_doc(_loads(serde, typed, cp_key), cp_key)[2]
+        for known in (cid, parent):
+            if known is not None and client.zscore(tk.idx(entry.ns), known) is not None:
+                return True
+    return False
 
 
 def _refuse_keeping_shadows(entries: list[_Entry], legacy: LegacyKeys) -> None:
@@ -571,8 +629,9 @@ def _migrate(
     waiting += _entries(unparked, stash, legacy, stash, target, MigrationReport())
     if keep_old and target == prefix:
         _refuse_keeping_shadows(waiting, legacy)
+    saver = RedisSaver(client=client, prefix=target, ttl=ttl, serde=serde)
     if target != prefix and not parked:  # a rerun finds the threads its run wrote there
-        _refuse_merging(client, waiting, prefix, target)
+        _refuse_merging(client, waiting, legacy, target, saver.serde)
     # 0.1.0 data to finish: a registry, a parked one, or the record of a run that stopped
     # after its last thread. Without any, `legacy.seq` is not 0.1.0's and is left alone.
     found = registry is not None or bool(parked) or bool(client.exists(legacy.parked_into))
@@ -591,16 +650,16 @@ def _migrate(
     report = MigrationReport(found=found)
     raw = _read(client, stash, "hash", partial(client.hgetall, stash))
     entries = _entries(raw, stash, legacy, stash, target, report)
-    saver = RedisSaver(client=client, prefix=target, ttl=ttl, serde=serde)
     saver._migrating = True  # it writes while 0.1.0's registry is parked: see _ready_plan
     for entry in entries:
         thread_id, ns = entry.thread_id, entry.ns
         old_keys = _migrate_timeline(saver, client, legacy, entry.idx_key, thread_id, ns, report)
         if progress:
             progress(f"migrated thread {thread_id!r} namespace {ns!r}")
-        if not keep_old:
-            report.old_keys_deleted += _delete(client, old_keys)
-        client.hdel(stash, entry.idx_key)
+        if keep_old:
+            client.hdel(stash, entry.idx_key)
+        else:
+            report.old_keys_deleted += _delete(client, old_keys, stash, entry.idx_key)
         report.threads += 1
     if not report.skipped:
         if not keep_old:
@@ -617,16 +676,41 @@ def _chunks(items: list[Any]) -> list[list[Any]]:
     return [items[i : i + _CHUNK] for i in range(0, len(items), _CHUNK)]
 
 
-def _delete(client: redis.Redis, keys: list[bytes | str]) -> int:
-    """Deletes `keys` all at once, as one DEL did: a DEL per `_CHUNK` keys in one
+def _delete(client: redis.Redis, keys: list[bytes | str], stash: str, entry: bytes) -> int:
+    """Deletes `keys` all at once, as one DEL did, and with them the `entry` of their
+    timeline in the parked registry `stash`: a DEL per `_CHUNK` keys and the HDEL in one
     transaction, so a run stopped half-way leaves none of a timeline's keys gone without the
     rest (a rerun would read its checkpoints without their blobs)."""
-    if not keys:
-        return 0
     with client.pipeline(transaction=True) as pipe:
         for part in _chunks(keys):
             pipe.delete(*part)
-        return sum(pipe.execute())
+        pipe.hdel(stash, entry)
+        return sum(pipe.execute()[:-1])
+
+
+@dataclass
+class _Blob:
+    """A 0.1.0 channel value: `stored` as a put writes it (`ABSENT` for an empty channel),
+    and `compared`, the value as `_as_stored` gives it (None: the channel is absent)."""
+
+    stored: bytes
+    compared: Any
+
+
+@dataclass
+class _Checkpoint:
+    """A 0.1.0 checkpoint encoded for the current layout, with what it must read back as:
+    the values of its 0.1.0 blobs, and its metadata and pending writes as compared."""
+
+    cid: str
+    payload: bytes
+    refs: list[str]
+    channels: list[str]  # of `refs`, in order
+    blob_keys: list[str]  # the 0.1.0 key of each of `refs`
+    run_key: str | None
+    metadata: Any
+    writes: list[tuple[str, list[tuple[str, Any]]]]  # (task id, its writes), for put_writes
+    pending: list[tuple[str, str, tuple[str, bytes]]]
 
 
 def _migrate_timeline(
@@ -638,86 +722,324 @@ def _migrate_timeline(
     ns: str,
     report: MigrationReport,
 ) -> list[bytes | str]:
-    """Copies one (thread, namespace); returns the 0.1.0 keys it read, each once."""
-    serde = saver.serde
+    """Copies one (thread, namespace) in batches of checkpoints (`_BATCH`), each read back
+    before the next is read, so that the run holds one batch however long the timeline is;
+    returns the 0.1.0 keys it read, each once."""
     tk = saver.keyspace.thread(thread_id)
     # A set in insertion order: every checkpoint names the blob of every channel, most of
     # them the blob its parent named.
     old_keys: dict[bytes | str, None] = {idx_key: None}
-    expected: dict[str, tuple[dict[str, Any], dict[str, Any], list[tuple[str, str, Any]]]] = {}
-    for raw_id in _read(client, idx_key, "zset", partial(client.zrange, idx_key, 0, -1)):
-        cid = _s(raw_id)
-        cp_key = legacy.cp(thread_id, ns, cid)
-        typed = _unwrap(_read(client, cp_key, "string", partial(client.get, cp_key)), cp_key)
-        if typed is None:  # expired under 0.1.0's TTL: nothing to carry over
-            old_keys[legacy.wr(thread_id, ns, cid)] = None  # its writes may outlive it
-            continue
-        checkpoint, metadata, parent_id = _checkpoint_doc(_loads(serde, typed, cp_key), cp_key)
-        old_versions = dict(checkpoint["channel_versions"])
-        checkpoint["channel_versions"] = {ch: _version(v) for ch, v in old_versions.items()}
-        checkpoint["versions_seen"] = {
-            node: {ch: _version(v) for ch, v in seen.items()}
-            for node, seen in checkpoint["versions_seen"].items()
-        }
-        checkpoint.pop("channel_values", None)
-        written: dict[str, bytes] = {}
-        values: dict[str, Any] = {}
-        for channel, version in old_versions.items():
-            blob_key = legacy.blob(thread_id, ns, channel, version)
-            blob = _unwrap(
-                _read(client, blob_key, "string", partial(client.get, blob_key)), blob_key
-            )
-            old_keys[blob_key] = None
-            if blob is not None:
-                absent = blob[0] == "empty"  # stored as no key, as the savers do
-                written[blob_suffix(channel, _version(version))] = (
-                    ABSENT if absent else encode_blob(blob)
-                )
-                if not absent:
-                    values[channel] = _loads(serde, blob, blob_key)
-        refs = [blob_suffix(ch, v) for ch, v in checkpoint["channel_versions"].items()]
-        run_id = metadata.get("run_id")
-        payload = encode_checkpoint(
-            parent_id,
-            escape_run(str(run_id)) if run_id is not None else "",
-            refs,
-            serde.dumps_typed(checkpoint),
-            serde.dumps_typed(metadata),
-        )
-        run_key = saver.keyspace.run(str(run_id)) if run_id is not None else None
-        versions = checkpoint["channel_versions"]
-        while True:  # with a TTL, a blob 0.1.0 let expire is named lost: absent here
-            (reply,) = saver._run([saver._put_eval(tk, ns, cid, payload, refs, written, run_key)])
-            if not saver._resend_lost(reply, refs, versions, values, written):
-                break
-        report.checkpoints += 1
-        report.blobs += len(written)
-
-        wr_key = legacy.wr(thread_id, ns, cid)
-        old_keys.update(dict.fromkeys((cp_key, wr_key)))
-        by_task: dict[str, list[tuple[int, str, Any]]] = {}
-        for fld, raw in _read(client, wr_key, "hash", partial(client.hgetall, wr_key)).items():
-            unwrapped = _unwrap(raw, wr_key)
-            if unwrapped is None:
-                continue
-            name = _b(fld).decode(errors="replace")
-            index = LegacyKeys.write_index(name)
-            if index is None:
-                raise _misshapen(wr_key, f"its field {name!r} does not end with 0.1.0's ':index'")
-            task_id, channel, value = _write(_loads(serde, unwrapped, wr_key), wr_key, name)
-            by_task.setdefault(task_id, []).append((index, channel, value))
-        config: RunnableConfig = {
-            "configurable": {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": cid}
-        }
-        pending: list[tuple[str, str, Any]] = []
-        for task_id, writes in by_task.items():
-            writes.sort(key=lambda w: (w[0] < 0, w[0]))
-            saver.put_writes(config, [(ch, v) for _, ch, v in writes], task_id)
-            report.writes += len(writes)
-            pending += [(task_id, ch, v) for _, ch, v in writes]
-        expected[cid] = (values, metadata, pending)
-    _read_back(saver, thread_id, ns, expected)
+    blobs: dict[str, _Blob | None] = {}  # by 0.1.0 key; None: 0.1.0 let it expire
+    sent: set[str] = set()  # the blobs written, which later puts of the timeline only name
+    timeline = (idx_key, thread_id, ns)
+    page = _read(client, idx_key, "zset", partial(client.zrange, idx_key, 0, _BATCH - 1))
+    start, size = len(page), _FIRST
+    while page:
+        ids, page = page[:size], page[size:]
+        # The next page of ids comes with the batch that leaves less than a batch of this one.
+        at = start if len(page) < _BATCH else None
+        batch, more = _read_batch(saver, client, legacy, timeline, ids, at, old_keys)
+        page += more
+        start += len(more)
+        named = list(dict.fromkeys(key for checkpoint in batch for key in checkpoint.blob_keys))
+        # The blobs the previous batch's last checkpoint named are read already.
+        blobs = {key: blobs[key] for key in named if key in blobs}
+        blobs.update(_fetch(client, saver.serde, [key for key in named if key not in blobs]))
+        _write_batch(saver, tk, ns, batch, blobs, sent, report)
+        _verify(saver, tk, ns, batch, blobs)
+        size = _next_size(size, batch, blobs, named)
+        blobs = {key: blobs[key] for key in batch[-1].blob_keys} if batch else {}
     return list(old_keys)
+
+
+def _next_size(
+    size: int, batch: list[_Checkpoint], blobs: dict[str, _Blob | None], named: list[str]
+) -> int:
+    """How many checkpoints the batch after `batch` takes (`size`: how many ids it took)."""
+    if not batch:
+        return size
+    stored = sum(len(blob.stored) for key in named if (blob := blobs[key]) is not None)
+    return max(1, min(_BATCH, _BATCH_BYTES * len(batch) // max(stored, 1)))
+
+
+def _read_batch(
+    saver: RedisSaver,
+    client: redis.Redis,
+    legacy: LegacyKeys,
+    timeline: tuple[bytes, str, str],
+    ids: list[Any],
+    start: int | None,
+    old_keys: dict[bytes | str, None],
+) -> tuple[list[_Checkpoint], list[Any]]:
+    """The 0.1.0 checkpoints `ids` of `timeline` ``(its 0.1.0 index key, thread id,
+    namespace)`` with their writes, and with a `start` the page of ids from there, in one
+    round trip; their keys are added to `old_keys`. One 0.1.0 let expire is left out."""
+    idx_key, thread_id, ns = timeline
+    cids = [_s(raw) for raw in ids]
+    keys = [(legacy.cp(thread_id, ns, cid), legacy.wr(thread_id, ns, cid)) for cid in cids]
+    with client.pipeline(transaction=False) as pipe:
+        for cp_key, wr_key in keys:
+            pipe.get(cp_key)
+            pipe.hgetall(wr_key)
+        if start is not None:
+            pipe.zrange(idx_key, start, start + _BATCH - 1)
+        replies = pipe.execute(raise_on_error=False)
+    batch: list[_Checkpoint] = []
+    for n, (cid, (cp_key, wr_key)) in enumerate(zip(cids, keys, strict=True)):
+        typed = _unwrap(_checked(client, cp_key, "string", replies[2 * n]), cp_key)
+        if typed is None:  # expired under 0.1.0's TTL: nothing to carry over
+            old_keys[wr_key] = None  # its writes may outlive it
+            continue
+        raw_writes = _checked(client, wr_key, "hash", replies[2 * n + 1])
+        checkpoint = _encoded(saver, legacy, thread_id, ns, cid, typed, raw_writes)
+        old_keys.update(dict.fromkeys((*checkpoint.blob_keys, cp_key, wr_key)))
+        batch.append(checkpoint)
+    after = replies[-1] if start is not None else []
+    return batch, _checked(client, idx_key, "zset", after)
+
+
+def _encoded(
+    saver: RedisSaver,
+    legacy: LegacyKeys,
+    thread_id: str,
+    ns: str,
+    cid: str,
+    typed: tuple[str, bytes],
+    raw_writes: dict[Any, Any],
+) -> _Checkpoint:
+    """The 0.1.0 checkpoint `cid` (its value `typed`, the fields of its writes hash
+    `raw_writes`) decoded and encoded for the current layout."""
+    serde = saver.serde
+    cp_key, wr_key = legacy.cp(thread_id, ns, cid), legacy.wr(thread_id, ns, cid)
+    checkpoint, metadata, parent_id = _checkpoint_doc(_loads(serde, typed, cp_key), cp_key)
+    old_versions = dict(checkpoint["channel_versions"])
+    checkpoint["channel_versions"] = {ch: _version(v) for ch, v in old_versions.items()}
+    checkpoint["versions_seen"] = {
+        node: {ch: _version(v) for ch, v in seen.items()}
+        for node, seen in checkpoint["versions_seen"].items()
+    }
+    checkpoint.pop("channel_values", None)
+    refs = [blob_suffix(ch, v) for ch, v in checkpoint["channel_versions"].items()]
+    run_id = metadata.get("run_id")
+    payload = encode_checkpoint(
+        parent_id,
+        escape_run(str(run_id)) if run_id is not None else "",
+        refs,
+        serde.dumps_typed(checkpoint),
+        serde.dumps_typed(metadata),
+    )
+    by_task: dict[str, list[tuple[int, str, Any]]] = {}
+    for fld, raw in raw_writes.items():
+        unwrapped = _unwrap(raw, wr_key)
+        if unwrapped is None:
+            continue
+        name = _b(fld).decode(errors="replace")
+        index = LegacyKeys.write_index(name)
+        if index is None:
+            raise _misshapen(wr_key, f"its field {name!r} does not end with 0.1.0's ':index'")
+        task_id, channel, value = _write(_loads(serde, unwrapped, wr_key), wr_key, name)
+        by_task.setdefault(task_id, []).append((index, channel, value))
+    writes: list[tuple[str, list[tuple[str, Any]]]] = []
+    pending: list[tuple[str, str, Any]] = []
+    for task_id, items in by_task.items():
+        items.sort(key=lambda w: (w[0] < 0, w[0]))
+        writes.append((task_id, [(ch, v) for _, ch, v in items]))
+        pending += [(task_id, ch, v) for _, ch, v in items]
+    return _Checkpoint(
+        cid=cid,
+        payload=payload,
+        refs=refs,
+        channels=list(old_versions),
+        blob_keys=[legacy.blob(thread_id, ns, ch, v) for ch, v in old_versions.items()],
+        run_key=saver.keyspace.run(str(run_id)) if run_id is not None else None,
+        metadata=_as_stored(serde, metadata),
+        writes=writes,
+        pending=_writes(serde, pending),
+    )
+
+
+def _fetch(client: redis.Redis, serde: SerializerProtocol, keys: list[str]) -> dict[str, Any]:
+    """The 0.1.0 blobs `keys` (distinct) as `_Blob`s, None for one 0.1.0 let expire: read
+    with an MGET per `_CHUNK` keys in one round trip, and one more for the keys MGET finds
+    no string at (expired, or another program's value, which is an error naming it)."""
+    if not keys:
+        return {}
+    with client.pipeline(transaction=False) as pipe:
+        for part in _chunks(keys):
+            pipe.mget(part)
+        raw = dict(zip(keys, chain.from_iterable(pipe.execute()), strict=True))
+    missing = [key for key, value in raw.items() if value is None]
+    if missing:
+        with client.pipeline(transaction=False) as pipe:
+            for key in missing:
+                pipe.get(key)
+            replies = pipe.execute(raise_on_error=False)
+        for key, reply in zip(missing, replies, strict=True):
+            raw[key] = _checked(client, key, "string", reply)
+    found: dict[str, _Blob | None] = {}
+    for key in keys:
+        typed = _unwrap(raw.pop(key), key)
+        if typed is None:
+            found[key] = None
+        elif typed[0] == "empty":  # stored as no key, as the savers do
+            found[key] = _Blob(ABSENT, None)
+        else:
+            found[key] = _Blob(encode_blob(typed), _as_stored(serde, _loads(serde, typed, key)))
+    return found
+
+
+def _write_batch(
+    saver: RedisSaver,
+    tk: ThreadKeys,
+    ns: str,
+    batch: list[_Checkpoint],
+    blobs: dict[str, _Blob | None],
+    sent: set[str],
+    report: MigrationReport,
+) -> None:
+    """Writes `batch` in one round trip: each checkpoint's put, then its pending writes, as
+    one at a time would. A blob an earlier put wrote (`sent`) is only named. A put that
+    found a blob it names expired (with a TTL) wrote nothing, and is sent again with it:
+    its writes are sent again after it."""
+    ops: list[Generator[Any, Any, Any]] = []
+    puts: list[_Checkpoint | None] = []
+    for checkpoint in batch:
+        written: dict[str, bytes] = {}
+        for suffix, key in zip(checkpoint.refs, checkpoint.blob_keys, strict=True):
+            blob = blobs[key]
+            if blob is not None and suffix not in sent:
+                written[suffix] = blob.stored
+        sent.update(written)
+        writes = _put_writes(saver, tk, ns, checkpoint)
+        ops += [_put(saver, tk, ns, checkpoint, written, blobs, sent, report), *writes]
+        puts += [checkpoint, *[None] * len(writes)]
+        report.writes += sum(len(items) for _, items in checkpoint.writes)
+    for put_of, resent in zip(puts, _run_together(saver, ops), strict=True):
+        if put_of is not None and resent:
+            for op in _put_writes(saver, tk, ns, put_of):
+                saver._drive(op)
+
+
+def _put(
+    saver: RedisSaver,
+    tk: ThreadKeys,
+    ns: str,
+    checkpoint: _Checkpoint,
+    written: dict[str, bytes],
+    blobs: dict[str, _Blob | None],
+    sent: set[str],
+    report: MigrationReport,
+) -> Generator[Plan, list[Any], None]:
+    """The put of `checkpoint` writing the blobs `written`, sent again with the blobs its
+    reply names expired: the 0.1.0 value, absent where 0.1.0 let it expire."""
+    by_suffix = dict(zip(checkpoint.refs, checkpoint.blob_keys, strict=True))
+    carried = sum(blobs[key] is not None for key in checkpoint.blob_keys)
+    while True:
+        put = saver._put_eval(
+            tk, ns, checkpoint.cid, checkpoint.payload, checkpoint.refs, written, checkpoint.run_key
+        )
+        (reply,) = yield [put]
+        lost = _lost_blobs(reply)
+        if not lost:
+            break
+        for suffix in lost:
+            if suffix in written or suffix not in by_suffix:
+                raise RuntimeError(f"PUT script named blob {suffix!r} it was not asked to refresh")
+            blob = blobs[by_suffix[suffix]]
+            written[suffix] = ABSENT if blob is None else blob.stored
+            carried += blob is None
+        sent.update(written)
+    report.checkpoints += 1
+    report.blobs += carried
+
+
+def _put_writes(
+    saver: RedisSaver, tk: ThreadKeys, ns: str, checkpoint: _Checkpoint
+) -> list[Generator[Any, Any, Any]]:
+    """The saver's `put_writes` of each task's writes to `checkpoint`, not started."""
+    config: RunnableConfig = {
+        "configurable": {
+            "thread_id": tk.thread_id,
+            "checkpoint_ns": ns,
+            "checkpoint_id": checkpoint.cid,
+        }
+    }
+    return [
+        saver._put_writes_steps(config, writes, task_id, "")
+        for task_id, writes in checkpoint.writes
+    ]
+
+
+def _run_together(saver: RedisSaver, ops: list[Generator[Any, Any, Any]]) -> list[bool]:
+    """Runs the first plan of each of `ops` (operations of the saver's core) in one round
+    trip, in order, then the rest of each on its own; True for each that had more."""
+    firsts: list[Plan] = [next(op, []) for op in ops]
+    plan = [command for first in firsts for command in first]
+    replies = saver._run(plan) if plan else []
+    more: list[bool] = []
+    at = 0
+    for op, first in zip(ops, firsts, strict=True):
+        more.append(bool(first) and _finish(saver, op, replies[at : at + len(first)]))
+        at += len(first)
+    return more
+
+
+def _finish(saver: RedisSaver, op: Generator[Any, Any, Any], reply: list[Any]) -> bool:
+    """Runs the rest of `op`, given the `reply` to its first plan; True if it had more."""
+    had_more = False
+    try:
+        step = op.send(reply)
+        while True:
+            had_more = True
+            step = op.send(saver._run(step) if isinstance(step, list) else None)
+    except StopIteration:
+        return had_more
+
+
+def _verify(
+    saver: RedisSaver,
+    tk: ThreadKeys,
+    ns: str,
+    batch: list[_Checkpoint],
+    blobs: dict[str, _Blob | None],
+) -> None:
+    """Reads `batch` back in one round trip, through the script and decoding the saver's
+    `list` reads checkpoints by id with, and compares each checkpoint with what 0.1.0
+    stored, one at a time, before any old key goes."""
+    if not batch:
+        return
+    serde = saver.serde
+    pairs = [part for checkpoint in batch for part in (escape(ns), checkpoint.cid)]
+    fetch = (tk.cp_prefix, tk.wr_prefix, tk.blob_prefix, *pairs)
+    (reply,) = saver._run([Eval("entries", (tk.ns,), fetch)])
+    found = iter(reply)  # in the order asked, without those missing
+    shared: dict[str, tuple[str, bytes]] = {}  # blobs the reply sends once (see `_tuple`)
+    entry = next(found, None)
+    for checkpoint in batch:
+        got = None
+        if entry is not None and _s(entry[1][0]) == checkpoint.cid:
+            got = saver._tuple(tk, ns, checkpoint.cid, entry[1], shared)
+            entry = next(found, None)
+        values = {
+            channel: blob.compared
+            for channel, key in zip(checkpoint.channels, checkpoint.blob_keys, strict=True)
+            if (blob := blobs[key]) is not None and blob.compared is not None
+        }
+        if got is None:
+            wrong = "it is missing"
+        elif _as_stored(serde, got.checkpoint["channel_values"]) != values:
+            wrong = "its channel values differ"
+        elif _as_stored(serde, got.metadata) != checkpoint.metadata:
+            wrong = "its metadata differs"
+        elif _writes(serde, got.pending_writes or ()) != checkpoint.pending:
+            wrong = "its pending writes differ"
+        else:
+            continue
+        raise PlainRedisError(
+            f"migrating thread {tk.thread_id!r} namespace {ns!r}: checkpoint {checkpoint.cid!r} "
+            f"does not read back as 0.1.0 stored it ({wrong}). Its 0.1.0 keys are kept and the "
+            "run stops here; it can be repeated. Is another program writing under this prefix?"
+        )
 
 
 def _writes(serde: SerializerProtocol, writes: Any) -> list[tuple[str, str, Any]]:
@@ -725,39 +1047,9 @@ def _writes(serde: SerializerProtocol, writes: Any) -> list[tuple[str, str, Any]
     return sorted((str(t), str(ch), serde.dumps_typed(v)) for t, ch, v in writes)
 
 
-def _same(serde: SerializerProtocol, a: Any, b: Any) -> bool:
-    """Equal as stored: compared serialized, so NaN, arrays and objects without `==` work
-    (a mapping key by key, whatever its order)."""
-    if isinstance(a, dict) and isinstance(b, dict):
-        return a.keys() == b.keys() and all(_same(serde, a[k], b[k]) for k in a)
-    return bool(serde.dumps_typed(a) == serde.dumps_typed(b))
-
-
-def _read_back(
-    saver: RedisSaver,
-    thread_id: str,
-    ns: str,
-    expected: dict[str, tuple[dict[str, Any], dict[str, Any], list[tuple[str, str, Any]]]],
-) -> None:
-    """Reads every migrated checkpoint back through the saver before any old key goes."""
-    serde = saver.serde
-    for cid, (values, metadata, pending) in expected.items():
-        config: RunnableConfig = {
-            "configurable": {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": cid}
-        }
-        got = saver.get_tuple(config)
-        if got is None:
-            wrong = "it is missing"
-        elif not _same(serde, got.checkpoint["channel_values"], values):
-            wrong = "its channel values differ"
-        elif not _same(serde, got.metadata, metadata):
-            wrong = "its metadata differs"
-        elif _writes(serde, got.pending_writes or ()) != _writes(serde, pending):
-            wrong = "its pending writes differ"
-        else:
-            continue
-        raise PlainRedisError(
-            f"migrating thread {thread_id!r} namespace {ns!r}: checkpoint {cid!r} does not read "
-            f"back as 0.1.0 stored it ({wrong}). Its 0.1.0 keys are kept and the run stops here; "
-            "it can be repeated. Is another program writing under this prefix?"
-        )
+def _as_stored(serde: SerializerProtocol, value: Any) -> Any:
+    """`value` as the read-back compares it: serialized, so NaN, arrays and objects without
+    `==` compare (a mapping key by key, whatever its order)."""
+    if isinstance(value, dict):
+        return {key: _as_stored(serde, item) for key, item in value.items()}
+    return serde.dumps_typed(value)
