@@ -1473,16 +1473,18 @@ def test_migrate_v010_given_no_blocking_client_names_the_type_and_the_fix(
     assert everything(client, prefix) == before
 
 
-# -- a rerun into another prefix adds to what an earlier run migrated there ------------------
+# -- a rerun into another prefix after a 0.1.0 writer went on ---------------------------------
 
 
 @pytest.mark.parametrize("keep_old", [False, True])
-def test_a_rerun_into_another_prefix_adds_what_a_010_writer_wrote_since(
+def test_a_rerun_after_a_010_writer_went_on_is_refused_without_advising_a_delete(
     client: redis.Redis, keep_old: bool
 ) -> None:
     """A run into another prefix finished; a 0.1.0 writer left running then put the next
-    checkpoint of the thread. The rerun was refused as a merge of two threads, advising to
-    delete the migrated one; it goes on the thread's timeline there, as the run would have."""
+    checkpoint of the thread. The rerun is refused, changing nothing, and the message no
+    longer advises deleting the migrated thread (that lost its history). Adding to it is no
+    fix: the new checkpoint names values the run deleted (without `keep_old`), and the app
+    may have gone on on the migrated thread (a review found both with a version that did)."""
     old, new = f"old-{uuid.uuid4().hex[:8]}", f"new-{uuid.uuid4().hex[:8]}"
     write_010_thread(client, old, "t", checkpoints=3, channels=2)
     migrate_v010(client, old, to_prefix=new, keep_old=keep_old)
@@ -1492,18 +1494,21 @@ def test_a_rerun_into_another_prefix_adds_what_a_010_writer_wrote_since(
         "v": 4,
         "id": cid,
         "ts": "2026-11-30T10:53:11+00:00",
-        "channel_versions": {"c0": 9},
+        "channel_versions": {"c0": 9, "c1": 2},
         "versions_seen": {},
     }
     doc = {"checkpoint": checkpoint, "metadata": {"step": 3}, "parent_id": parent}
     client.set(f"{old}:cp:t::{cid}", wrapped(doc))
     client.zadd(f"{old}:idx:t:", {cid: 3})
     client.hset(f"{old}:threads", f"{old}:idx:t:", json.dumps({"thread": "t", "ns": ""}))
-    migrate_v010(client, old, to_prefix=new, keep_old=keep_old)
+    before = everything(client, old), everything(client, new)
+    with pytest.raises(PlainRedisError, match="0.1.0 writer went on afterwards, keep them") as info:
+        migrate_v010(client, old, to_prefix=new, keep_old=keep_old)
+    assert "nothing was changed" in str(info.value)
+    assert (everything(client, old), everything(client, new)) == before
     with RedisSaver(client=client, prefix=new) as saver:
         listed = list(saver.list({"configurable": {"thread_id": "t"}}))
-    assert [t.metadata["step"] for t in listed] == [3, 2, 1, 0]
-    assert listed[0].checkpoint["channel_values"] == {"c0": "c0 at 3"}
+    assert [t.metadata["step"] for t in listed] == [2, 1, 0]
 
 
 def test_migrate_v010_takes_a_wrapper_of_a_blocking_client(
@@ -1523,3 +1528,31 @@ def test_migrate_v010_takes_a_wrapper_of_a_blocking_client(
     report = migrate_v010(Wrapper(real), restored["lg"])  # type: ignore[arg-type]
     assert report.threads > 0
     real.close()
+
+
+@pytest.mark.parametrize("how", ["getattr", "class"])
+def test_migrate_v010_refuses_a_wrapper_of_an_asyncio_client(
+    client: redis.Redis, redis_url: str, restored: dict[str, str], how: str
+) -> None:
+    """A wrapper passes the duck-typed check; around a `redis.asyncio` client it failed later
+    with "'coroutine' object has no attribute 'get'"."""
+    import redis.asyncio
+
+    class Wrapper:
+        def __init__(self, real: Any) -> None:
+            self._real = real
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self._real, name)
+
+    class Transparent(Wrapper):
+        @property  # type: ignore[misc]
+        def __class__(self) -> type:  # as wrapt's proxies report the wrapped class
+            return type(self._real)
+
+    real = redis.asyncio.Redis.from_url(redis_url)
+    given = Wrapper(real) if how == "getattr" else Transparent(real)
+    before = everything(client, restored["lg"])
+    with pytest.raises(TypeError, match="blocking commands"):
+        migrate_v010(given, restored["lg"])  # type: ignore[arg-type]
+    assert everything(client, restored["lg"]) == before

@@ -37,6 +37,7 @@ whole stay (`plainredis stats --scan` lists them as orphans).
 from __future__ import annotations
 
 import base64
+import inspect
 import json
 import re
 import shlex
@@ -47,6 +48,7 @@ from itertools import chain
 from typing import Any
 
 import redis
+import redis.asyncio
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.serde.base import SerializerProtocol
 from redis.cluster import RedisCluster
@@ -230,7 +232,11 @@ def _check_client(client: Any) -> None:
             "pass a client built from it, redis.Redis.from_url(url), or run `plainredis "
             "migrate --url URL --prefix ...` from a shell"
         )
-    elif any(k.__module__.startswith("redis.asyncio") for k in kind.__mro__):
+    elif (
+        isinstance(client, (redis.asyncio.Redis, redis.asyncio.RedisCluster))  # a proxy's too
+        or any(k.__module__.startswith("redis.asyncio") for k in kind.__mro__)
+        or inspect.iscoroutinefunction(getattr(client, "execute_command", None))
+    ):
         fix = (
             "the migration runs blocking commands: pass a redis.Redis client, e.g. "
             "redis.Redis.from_url(url)"
@@ -450,15 +456,13 @@ def _refuse_another_target(client: redis.Redis, prefix: str, target: str) -> Non
     )
 
 
-def _refuse_merging(
-    client: redis.Redis, entries: list[_Entry], legacy: LegacyKeys, target: str, serde: Any
-) -> None:
+def _refuse_merging(client: redis.Redis, entries: list[_Entry], prefix: str, target: str) -> None:
     """Refuses a run into `target` when a thread it would migrate exists there already
     (its registry names it, or its namespace set exists): the two threads would become one,
-    their checkpoints mixed in one timeline. Unless the one there is where an earlier run
-    migrated this thread (see `_migrated_before`)."""
+    their checkpoints mixed in one timeline. Also when an earlier run of this migration put
+    it there and a 0.1.0 writer went on afterwards: its new checkpoints name values that run
+    deleted, and the app may have gone on on the migrated thread too."""
     keyspace = KeySpace(target)
-    prefix = legacy.prefix
     thread_ids = list(dict.fromkeys(entry.thread_id for entry in entries))
     seconds, micros = client.time()
     now_ms = seconds * 1000 + micros / 1000  # the clock of the registry's expiry scores
@@ -481,54 +485,20 @@ def _refuse_merging(
             listed = isinstance(score, float) and score > now_ms
             if listed or exists:
                 existing.append(thread_id)
-    existing = [
-        thread_id
-        for thread_id in existing
-        if not _migrated_before(client, entries, thread_id, legacy, keyspace, serde)
-    ]
     if not existing:
         return
     shown = ", ".join(map(repr, existing[:5])) + (", ..." if len(existing) > 5 else "")
     raise PlainRedisError(
         f"the target prefix {target!r} already holds {len(existing)} of the {len(thread_ids)} "
         f"thread ids the run would migrate from {prefix!r} ({shown}): migrated, each 0.1.0 "
-        "thread would be mixed with the thread of its id there into one timeline. Migrate into "
-        "a target prefix that holds none of these thread ids (an empty one), or delete those "
-        f"threads under {target!r} first (`plainredis prune --strategy delete --url "
-        f"redis://... --prefix {shlex.quote(target)} THREAD...`, or RedisSaver.delete_thread); "
-        "nothing was changed."
+        "thread would be mixed with the thread of its id there into one timeline. If they are "
+        "other threads, migrate into a target prefix that holds none of these ids (an empty "
+        f"one), or delete them under {target!r} first (`plainredis prune --strategy delete "
+        f"--url redis://... --prefix {shlex.quote(target)} THREAD...`). If an earlier run "
+        f"migrated them from {prefix!r} and a 0.1.0 writer went on afterwards, keep them: "
+        "what it wrote since is not migrated (a finished thread is never added to; stop every "
+        "0.1.0 writer before migrating); nothing was changed."
     )
-
-
-def _migrated_before(
-    client: redis.Redis,
-    entries: list[_Entry],
-    thread_id: str,
-    legacy: LegacyKeys,
-    keyspace: KeySpace,
-    serde: Any,
-) -> bool:
-    """Whether thread `thread_id` under `keyspace` is where an earlier run of this migration
-    put it: a timeline of it there holds the oldest 0.1.0 checkpoint waiting (`--keep-old`
-    left it), or that checkpoint's parent (a 0.1.0 writer went on after the run). A rerun
-    then adds to it, as the run would have."""
-    tk = keyspace.thread(thread_id)
-    for entry in entries:
-        if entry.thread_id != thread_id:
-            continue
-        oldest = client.zrange(entry.idx_key, 0, 0)
-        if not oldest:
-            continue
-        cid = _s(oldest[0])
-        cp_key = legacy.cp(thread_id, entry.ns, cid)
-        typed = _unwrap(client.get(cp_key), cp_key)
-        parent = None
-        if typed is not None:
-            parent = _checkpoint_doc(_loads(serde, typed, cp_key), cp_key)[2]
-        for known in (cid, parent):
-            if known is not None and client.zscore(tk.idx(entry.ns), known) is not None:
-                return True
-    return False
 
 
 def _refuse_keeping_shadows(entries: list[_Entry], legacy: LegacyKeys) -> None:
@@ -629,9 +599,8 @@ def _migrate(
     waiting += _entries(unparked, stash, legacy, stash, target, MigrationReport())
     if keep_old and target == prefix:
         _refuse_keeping_shadows(waiting, legacy)
-    saver = RedisSaver(client=client, prefix=target, ttl=ttl, serde=serde)
     if target != prefix and not parked:  # a rerun finds the threads its run wrote there
-        _refuse_merging(client, waiting, legacy, target, saver.serde)
+        _refuse_merging(client, waiting, prefix, target)
     # 0.1.0 data to finish: a registry, a parked one, or the record of a run that stopped
     # after its last thread. Without any, `legacy.seq` is not 0.1.0's and is left alone.
     found = registry is not None or bool(parked) or bool(client.exists(legacy.parked_into))
@@ -650,6 +619,7 @@ def _migrate(
     report = MigrationReport(found=found)
     raw = _read(client, stash, "hash", partial(client.hgetall, stash))
     entries = _entries(raw, stash, legacy, stash, target, report)
+    saver = RedisSaver(client=client, prefix=target, ttl=ttl, serde=serde)
     saver._migrating = True  # it writes while 0.1.0's registry is parked: see _ready_plan
     for entry in entries:
         thread_id, ns = entry.thread_id, entry.ns
