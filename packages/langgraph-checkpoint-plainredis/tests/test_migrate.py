@@ -1556,3 +1556,31 @@ def test_migrate_v010_refuses_a_wrapper_of_an_asyncio_client(
     with pytest.raises(TypeError, match="blocking commands"):
         migrate_v010(given, restored["lg"])  # type: ignore[arg-type]
     assert everything(client, restored["lg"]) == before
+
+
+def test_a_rerun_after_010_expired_a_value_the_stopped_run_had_copied_goes_on(
+    client: redis.Redis, prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run stopped after writing part of a timeline and before reading it back; 0.1.0's
+    TTL then expired a value those checkpoints read. Every rerun stopped with "its channel
+    values differ" and the target stayed refused: the copy the stopped run made is kept."""
+
+    class Stopped(BaseException):
+        pass
+
+    def stop(*args: Any, **kwargs: Any) -> None:
+        raise Stopped
+
+    from langgraph_checkpoint_plainredis import _migrate
+
+    write_010_thread(client, prefix, "t", checkpoints=6, channels=2)
+    with monkeypatch.context() as patched:
+        patched.setattr(_migrate, "_verify", stop)
+        with pytest.raises(Stopped):
+            migrate_v010(client, prefix)
+    client.delete(f"{prefix}:blob:t::c1:1")  # as 0.1.0's TTL would
+    report = migrate_v010(client, prefix)
+    assert report.threads == 1
+    with RedisSaver(client=client, prefix=prefix) as saver:
+        newest = saver.get_tuple({"configurable": {"thread_id": "t"}})
+    assert newest is not None and newest.metadata["step"] == 5
