@@ -9,7 +9,10 @@ against it as it cleans pending writes.
 
 from __future__ import annotations
 
+import asyncio
+import threading
 import uuid
+from collections.abc import Callable
 from typing import Annotated, Any, TypedDict
 
 import pytest
@@ -17,6 +20,7 @@ from langchain_core.messages import AIMessage, HumanMessage, RemoveMessage, Tool
 from langgraph.checkpoint.base import BaseCheckpointSaver, empty_checkpoint
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.serde.types import _DeltaSnapshot
+from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph import message as graph_message
 from langgraph.graph.message import add_messages
@@ -334,3 +338,71 @@ async def test_the_async_reads_rebuild_the_window_of_pending_writes_too() -> Non
     armed["on"] = False
     done = await graph.ainvoke(Command(resume="yes"), CONFIG)
     assert [m.id for m in done["messages"]] == ids and ids[-1] == "ai-m11"
+
+
+# -- a history read while the inner saver's list is still open ----------------------------------
+
+
+def within(seconds: float, read: Callable[[], Any]) -> Any:
+    """`read()` in a worker thread, failing the test when it has not returned in `seconds`
+    (a deadlock would otherwise hang the run)."""
+    done: list[Any] = []
+    worker = threading.Thread(target=lambda: done.append(read()), daemon=True)
+    worker.start()
+    worker.join(seconds)
+    assert done, f"no result in {seconds} s: the read is stuck"
+    return done[0]
+
+
+def test_the_history_is_read_after_the_inner_list_ended(inner: BaseCheckpointSaver[Any]) -> None:
+    """SqliteSaver and PostgresSaver hold their connection's lock until `list` ends; the
+    wrapper read the history of a checkpoint between snapshots inside it: get_state_history
+    and `list` hung for ever."""
+    saver = wrapped(inner)
+    # stops on a checkpoint between snapshots with removes pending: its reads rebuild its window
+    graph = stopping_graph(saver, 2, "interrupt", {"on": True}, load=True)
+    graph.invoke(turn(0), CONFIG)
+    tip = saver.get_tuple(CONFIG)
+    assert tip is not None and tip.pending_writes != inner.get_tuple(CONFIG).pending_writes
+    states = within(20, lambda: [*graph.get_state_history(CONFIG)])
+    assert len(states) == len([*inner.list(CONFIG)]) > 2
+    items = within(20, lambda: [*saver.list(CONFIG)])
+    assert items[0].pending_writes == tip.pending_writes  # cleaned as get_tuple cleans
+    first = within(20, lambda: next(iter(saver.list(CONFIG))))  # one at a time, still
+    assert first.config == tip.config
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+async def test_the_async_history_is_read_after_the_inner_list_ended(
+    kind: str, request: pytest.FixtureRequest
+) -> None:
+    """The same under AsyncSqliteSaver and AsyncPostgresSaver: aget_state_history hung."""
+    if kind == "sqlite":
+        opened: Any = AsyncSqliteSaver.from_conn_string(":memory:")
+    else:
+        postgres = pytest.importorskip("langgraph.checkpoint.postgres.aio")
+        opened = postgres.AsyncPostgresSaver.from_conn_string(
+            request.getfixturevalue("postgres_url")
+        )
+    config = {"configurable": {"thread_id": uuid.uuid4().hex}}
+    async with opened as inner:
+        if kind == "postgres":
+            await inner.setup()
+        saver = wrapped(inner)
+        graph = stopping_graph(saver, 2, "interrupt", {"on": True}, load=True)
+        await graph.ainvoke(turn(0), config)
+        tip = await saver.aget_tuple(config)
+
+        async def history() -> list[Any]:
+            return [state async for state in graph.aget_state_history(config)]
+
+        states = await asyncio.wait_for(history(), 20)
+        assert len(states) == len([item async for item in inner.alist(config)]) > 2
+
+        async def items() -> list[Any]:
+            return [item async for item in saver.alist(config)]
+
+        listed = await asyncio.wait_for(items(), 20)
+        assert tip is not None and listed[0].pending_writes == tip.pending_writes
+        if kind == "postgres":
+            await inner.adelete_thread(config["configurable"]["thread_id"])

@@ -196,3 +196,38 @@ def test_a_factory_that_builds_no_list_is_named() -> None:
     """It failed inside the cut with "object of type 'int' has no len()"."""
     with pytest.raises(TypeError, match=r"summary_message_factory returned 7, not a list"):
         injecting(summary_message_factory=lambda summary, count: 7).reduce(conversation(3, calls=0))
+
+
+async def test_a_cut_of_the_same_messages_is_summarized_once() -> None:
+    """Each put of a LangGraph run plans the run's whole list again, so every put after a
+    cut prunes the same messages: summarize_fn ran on each (ten identical calls in an agent
+    loop of ten steps). A planned cut of messages already summarized reuses the text."""
+    calls: list[list[str]] = []
+
+    def counting(pruned: list[Any]) -> str:
+        calls.append([m["id"] for m in pruned])
+        return f"{len(pruned)} earlier"
+
+    reducer = injecting(summarize_fn=counting)
+    messages = conversation(3, calls=0)
+    first = reducer.plan(messages)
+    assert reducer.plan(messages) == first and (await reducer.aplan(messages)) == first
+    assert reducer.reduce(messages).surviving == first.surviving and len(calls) == 1
+    edited = [dict(m, content="changed") if m["id"] == "h0" else m for m in messages]
+    assert reducer.plan(edited).summary == "4 earlier" and len(calls) == 2  # content counts
+    longer = reducer.plan(conversation(4, calls=0))
+    assert longer.summary == "6 earlier" and len(calls) == 3
+
+
+def test_a_failed_summary_is_tried_again_on_the_next_cut() -> None:
+    outcomes: list[Any] = [RuntimeError("down"), "later"]
+
+    def flaky(pruned: list[Any]) -> str:
+        outcome = outcomes.pop(0)
+        if isinstance(outcome, Exception):
+            raise outcome
+        return str(outcome)
+
+    reducer = injecting(summarize_fn=flaky)
+    assert reducer.plan(conversation(3, calls=0)).summary is None
+    assert reducer.plan(conversation(3, calls=0)).summary == "later" and not outcomes

@@ -18,7 +18,7 @@ from ._ledger import AsyncDeliveryLedger, DeliveryLedger, InMemoryLedger
 from ._merge import CutIds, merge_messages
 from ._messages import check_messages, is_langchain_message, message_identity
 from ._report import DeliveryReport
-from ._summary import summary_block, summary_size
+from ._summary import Summaries, summary_block, summary_size
 from ._tokens import resolve_token_counter
 
 logger = logging.getLogger("agentstate_reducer")
@@ -61,6 +61,7 @@ class MessageReducer:
         )
         self._dispatcher = Dispatcher(self.ledger, config.dedupe_window)
         self._tasks: set[asyncio.Task[Any]] = set()
+        self._summaries = Summaries()
 
     @property
     def min_messages(self) -> int:
@@ -103,10 +104,11 @@ class MessageReducer:
         messages, cut, pruned = self._cut(existing, new)
         if cut is None:
             return ReducerResult(surviving=messages, pruned=[])
-        summary = None
-        if self.config.summarize_fn is not None:
+        summary, key = self._summarized(pruned)
+        summarize = self.config.summarize_fn
+        if key is not None and summarize is not None:
             try:
-                summary = self.config.summarize_fn(list(pruned))
+                summary = summarize(list(pruned))
             except Exception:
                 logger.warning("summarize_fn failed; cutting without a summary", exc_info=True)
             if inspect.isawaitable(summary):
@@ -115,6 +117,8 @@ class MessageReducer:
                     "ReducerConfig.summarize_fn returned an awaitable in a sync call; use "
                     "aplan/areduce, or pass a plain function"
                 )
+            summary = _summary_text(summary)
+            self._summaries.put(key, summary)
         return self._assemble(messages, cut, pruned, summary)
 
     async def aplan(
@@ -124,15 +128,18 @@ class MessageReducer:
         messages, cut, pruned = self._cut(existing, new)
         if cut is None:
             return ReducerResult(surviving=messages, pruned=[])
-        summary = None
-        if self.config.summarize_fn is not None:
+        summary, key = self._summarized(pruned)
+        summarize = self.config.summarize_fn
+        if key is not None and summarize is not None:
             try:
-                summary = self.config.summarize_fn(list(pruned))
+                summary = summarize(list(pruned))
                 if inspect.isawaitable(summary):
                     summary = await summary
             except Exception:
                 logger.warning("summarize_fn failed; cutting without a summary", exc_info=True)
                 summary = None
+            summary = _summary_text(summary)
+            self._summaries.put(key, summary)
         return self._assemble(messages, cut, pruned, summary)
 
     # -- the hand-off -----------------------------------------------------------------
@@ -351,6 +358,16 @@ class MessageReducer:
         if not pruned:
             return messages, None, []
         return messages, cut, pruned
+
+    def _summarized(self, pruned: list[Any]) -> tuple[str | None, str | None]:
+        """The summary of `pruned` a cut of the same messages got (see `Summaries`), and
+        None; or None and the key to record a new one under, when `summarize_fn` must run
+        (None and None without a `summarize_fn`)."""
+        if self.config.summarize_fn is None:
+            return None, None
+        key = Summaries.key(pruned)
+        text = self._summaries.get(key)
+        return (text, None) if text is not None else (None, key)
 
     def _assemble(
         self, messages: list[Any], cut: Cut, pruned: list[Any], summary: Any

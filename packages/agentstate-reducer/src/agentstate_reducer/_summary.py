@@ -3,13 +3,66 @@
 from __future__ import annotations
 
 import hashlib
+import json
+import threading
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ._config import SummaryMessageFactory
-from ._messages import kind_of, message_identity, to_langchain_message, with_id
+from ._messages import (
+    _get,
+    _jsonable,
+    kind_of,
+    message_identity,
+    role_of,
+    to_langchain_message,
+    with_id,
+)
 
 SUMMARY_ID_PREFIX = "summary-"
+
+# How many cuts' summaries a reducer remembers (see `Summaries`).
+SUMMARIES = 64
+
+
+class Summaries:
+    """The summary text of the last `SUMMARIES` cuts, by what they pruned.
+
+    A caller that plans the same list again (each put of a LangGraph run cuts the run's
+    whole list in memory, so every put after a cut prunes the same messages) gets the text
+    `summarize_fn` returned for those messages instead of a new call. The key is each
+    pruned message's identity and content, so an edit under the same id summarizes again.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._texts: OrderedDict[str, str] = OrderedDict()
+
+    @staticmethod
+    def key(pruned: Sequence[Any]) -> str:
+        payload = [
+            [message_identity(m), role_of(m), _get(m, "content"), _get(m, "tool_calls")]
+            for m in pruned
+        ]
+        text = json.dumps(payload, sort_keys=True, ensure_ascii=False, default=_jsonable)
+        return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+    def get(self, key: str) -> str | None:
+        with self._lock:
+            text = self._texts.get(key)
+            if text is not None:
+                self._texts.move_to_end(key)
+            return text
+
+    def put(self, key: str, text: str | None) -> None:
+        if text is None:  # a failed call is tried again on the next cut
+            return
+        with self._lock:
+            self._texts[key] = text
+            self._texts.move_to_end(key)
+            while len(self._texts) > SUMMARIES:
+                self._texts.popitem(last=False)
 
 
 def default_summary_messages_factory(summary: str, pruned_count: int) -> list[Any]:
