@@ -251,63 +251,6 @@ def test_pruned_turns_reach_on_prune_once_each_with_the_run_namespace() -> None:
     assert set(contents) | kept == everything and not set(contents) & kept
 
 
-def test_time_travel_with_langgraph_s_own_config_keeps_the_thread_s_namespace(
-    inner: BaseCheckpointSaver[Any],
-) -> None:
-    """`snapshot.config` (get_state_history, update_state) names the thread and checkpoint
-    only, and LangGraph copies no tuple into the metadata: a run from it delivered what it
-    cut to ("memories", thread_id) instead of the app's namespace."""
-    seen: dict[Any, list[str]] = {}
-
-    def remember(pruned: list[Any], namespace: Any) -> None:
-        seen.setdefault(namespace, []).extend(m.id for m in pruned)
-
-    saver = ReducingSaver(inner, reducer(remember, window=5, keep=3))
-    graph = chat_graph(saver)
-    config = {"configurable": {"thread_id": "t", "memory_namespace": ("memories", "user-42")}}
-    for turn in range(3):
-        graph.invoke({"messages": [HumanMessage(f"q{turn}", id=f"h{turn}")]}, config)
-    snap = next(s for s in graph.get_state_history(config) if s.next == ("reply",))
-    assert "memory_namespace" not in snap.config["configurable"]
-    graph.update_state(snap.config, {"messages": [HumanMessage("again", id="h2")]})
-    fork = graph.get_state(config).config
-    assert "memory_namespace" not in fork["configurable"]
-    more = [HumanMessage("and", id="h3"), AIMessage("x", id="a3"), HumanMessage("so", id="h4")]
-    graph.invoke({"messages": more}, fork)
-    assert set(seen) == {("memories", "user-42")} and "h3" in seen[("memories", "user-42")]
-    # a config naming another namespace still wins
-    other = {"configurable": {"thread_id": "t", "memory_namespace": "elsewhere"}}
-    graph.invoke({"messages": [HumanMessage(f"n{i}", id=f"n{i}") for i in range(6)]}, other)
-    assert set(seen) == {("memories", "user-42"), "elsewhere"}
-
-
-async def test_async_time_travel_keeps_the_thread_s_namespace() -> None:
-    """The same under ainvoke, with a namespace JSON holds only as lists (read as tuples)."""
-    seen: list[Any] = []
-    cutting = reducer(lambda pruned, ns: seen.append(ns), window=5, keep=3)
-    namespace = {"user": ("u", 1)}
-    config = {"configurable": {"thread_id": "a", "memory_namespace": namespace}}
-    async with AsyncSqliteSaver.from_conn_string(":memory:") as inner:
-        graph = chat_graph(ReducingSaver(inner, cutting))
-        for turn in range(3):
-            await graph.ainvoke({"messages": [HumanMessage(f"q{turn}", id=f"h{turn}")]}, config)
-        snap = [s async for s in graph.aget_state_history(config) if s.next == ("reply",)][0]
-        fork = await graph.aupdate_state(snap.config, {"messages": [HumanMessage("x", id="h2")]})
-        more = [HumanMessage(f"n{i}", id=f"n{i}") for i in range(4)]
-        await graph.ainvoke({"messages": more}, fork)
-    assert len(seen) > 1 and all(ns == namespace for ns in seen)
-
-
-def test_a_thread_without_a_namespace_stores_none() -> None:
-    inner = InMemorySaver()
-    graph = chat_graph(ReducingSaver(inner, reducer()))
-    config = {"configurable": {"thread_id": "plain"}}
-    for turn in range(4):
-        graph.invoke({"messages": [HumanMessage(f"q{turn}")]}, config)
-    assert all("agentstate_memory_namespace" not in i.metadata for i in inner.list(config))
-    assert "memory_namespace" not in graph.get_state(config).config["configurable"]
-
-
 def test_a_message_edited_in_the_window_leaves_it_with_its_edited_content() -> None:
     """An edit by id (add_messages replaces the message) made while the message is in the
     window is what the hook gets when a later cut prunes it; see long-term-memory.md for

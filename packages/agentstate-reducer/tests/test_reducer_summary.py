@@ -231,3 +231,26 @@ def test_a_failed_summary_is_tried_again_on_the_next_cut() -> None:
     reducer = injecting(summarize_fn=flaky)
     assert reducer.plan(conversation(3, calls=0)).summary is None
     assert reducer.plan(conversation(3, calls=0)).summary == "later" and not outcomes
+
+
+def test_a_cut_whose_content_has_no_json_text_is_summarized_each_time() -> None:
+    """A tool result holding a dict with int and str keys (an OpenAPI `responses` map) made
+    the summary cache's key raise, and every plan of the thread with it."""
+    calls: list[int] = []
+
+    def summarize(pruned: list[Any]) -> str:
+        calls.append(len(pruned))
+        return "s"
+
+    reducer = MessageReducer(
+        config=ReducerConfig(min_messages=2, max_messages=4, summarize_fn=summarize)
+    )
+    mixed = {"responses": {200: "OK", "default": "error"}}
+    messages = [
+        {"role": "user", "content": "q0", "id": "h0"},
+        {"role": "assistant", "content": [{"type": "json", "json": mixed}], "id": "a0"},
+        *({"role": "user", "content": f"q{i}", "id": f"h{i}"} for i in range(1, 5)),
+    ]
+    for _ in range(2):
+        assert reducer.plan(messages).summary == "s"
+    assert len(calls) == 2

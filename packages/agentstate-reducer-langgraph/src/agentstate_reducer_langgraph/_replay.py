@@ -9,19 +9,10 @@ names an id the window does not hold (`add_messages` raises, and every later rea
 thread with it), and a tool result rewritten under its id after the cut took its call is
 appended at the end of the window, a result without its call.
 
-A compiled subgraph node (or any node returning the list it was given) writes that whole
-list back: its pending write holds the messages the cut took, and `add_messages` appends
-them, ids the window does not hold, at its end, after the newest turn, where the next cut
-keeps them and prunes the turns after them. ReducingSaver records in each checkpoint's
-metadata (`CUT_IDS`) the ids its put's cut took from the list LangGraph holds in memory,
-which is the list a step starting from that checkpoint is given.
-
 So a read returns the pending writes to the messages channel without the removes of
 messages that neither the window nor the other writes hold (removing a message that is gone
-is what the remove asked for), without the tool results whose call neither holds (the cut
-takes such a result with its call), and without the messages under an id the checkpoint's
-cut took that its window does not hold (the cut of a step that finished would take them
-again: they stand where the cut took them). Writes are stored as LangGraph made them.
+is what the remove asked for), and without the tool results whose call neither holds (the
+cut takes such a result with its call). Writes are stored as LangGraph made them.
 
 A `DeltaChannel` stores its value only at its snapshots, which ReducingSaver cuts, and
 rebuilds it on a read from the newest snapshot and the writes made since
@@ -30,7 +21,7 @@ rebuilds it on a read from the newest snapshot and the writes made since
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from langgraph.checkpoint.base import CheckpointTuple, PendingWrite
@@ -48,18 +39,7 @@ from agentstate_reducer._messages import (  # the reducer's own reading of a mes
     tool_call_ids,
 )
 
-__all__ = [
-    "CUT_IDS",
-    "cut_ids",
-    "needs_history",
-    "rebuilt",
-    "recorded",
-    "replayable",
-    "replayable_history",
-]
-
-# The checkpoint metadata key of the ids its put's cut took from LangGraph's list.
-CUT_IDS = "agentstate_cut_ids"
+__all__ = ["needs_history", "rebuilt", "replayable", "replayable_history"]
 
 # langgraph.graph.message.REMOVE_ALL_MESSAGES: a remove that names no message.
 _REMOVE_ALL = "__remove_all__"
@@ -76,26 +56,8 @@ def replayable(item: CheckpointTuple, key: str, window: list[Any] | None = None)
         window = _stored(item.checkpoint["channel_values"].get(key))
     if window is None:
         return item
-    pending = _cleaned(window, item.pending_writes, key, cut_ids(item))
+    pending = _cleaned(window, item.pending_writes, key)
     return item if pending is None else item._replace(pending_writes=pending)
-
-
-def recorded(metadata: Any, pruned: Iterable[Any]) -> Any:
-    """`metadata` (a copy when it changes) holding the ids of `pruned` as `CUT_IDS`, or
-    none when `pruned` is empty (LangGraph may hand a put the metadata it loaded)."""
-    ids = [found for found in map(id_of, pruned) if found is not None]
-    if not ids and CUT_IDS not in metadata:
-        return metadata
-    marked = {k: v for k, v in metadata.items() if k != CUT_IDS}
-    if ids:
-        marked[CUT_IDS] = ids
-    return marked
-
-
-def cut_ids(item: CheckpointTuple) -> frozenset[str]:
-    """The ids the cut of `item`'s put took from the list LangGraph held (`CUT_IDS`)."""
-    found = (item.metadata or {}).get(CUT_IDS)
-    return frozenset(str(i) for i in found) if isinstance(found, (list, tuple)) else frozenset()
 
 
 def needs_history(item: CheckpointTuple, key: str) -> bool:
@@ -106,11 +68,7 @@ def needs_history(item: CheckpointTuple, key: str) -> bool:
     written = [
         m for _, channel, v in item.pending_writes or () if channel == key for m in _items(v)
     ]
-    return (
-        key not in item.checkpoint["channel_values"]
-        and key in counters
-        and _droppable(written, cut_ids(item))
-    )
+    return key not in item.checkpoint["channel_values"] and key in counters and _droppable(written)
 
 
 def rebuilt(histories: Mapping[str, DeltaChannelHistory], key: str) -> list[Any]:
@@ -162,27 +120,22 @@ def replayable_history(
 
 
 def _cleaned(
-    window: list[Any], writes: Sequence[PendingWrite], key: str, cut: Collection[str] = ()
+    window: list[Any], writes: Sequence[PendingWrite], key: str
 ) -> list[PendingWrite] | None:
     """`writes` without the messages of channel `key` that would replay onto `window` as
-    removes of messages nothing holds, tool results of calls nothing holds, or messages
-    under an id in `cut` (that the cut took) that `window` does not hold; None when there
-    are none."""
+    removes of messages nothing holds or tool results of calls nothing holds; None when
+    there are none."""
     written = [m for _, channel, v in writes if channel == key for m in _items(v)]
-    if not _droppable(written, cut):
+    if not _droppable(written):
         return None
-    stored = {id_of(m) for m in window}
-    taken = {found for found in cut if found not in stored}
-    held = [*window, *(m for m in written if not _is_remove(m) and id_of(m) not in taken)]
+    held = [*window, *(m for m in written if not _is_remove(m))]
     present = {id_of(m) for m in held}
     calls = {call for m in held for call in tool_call_ids(m)}
 
     def gone(message: Any) -> bool:
-        found = id_of(message)
-        if found in taken and not _is_remove(message):
-            return True
         if _is_tool(message):
             return tool_call_id_of(message) not in calls
+        found = id_of(message)
         return _is_remove(message) and found not in present and found != _REMOVE_ALL
 
     cleaned: list[PendingWrite] = []
@@ -226,10 +179,9 @@ def _overwrite(value: Any) -> tuple[bool, Any]:
     return False, value
 
 
-def _droppable(messages: Iterable[Any], cut: Collection[str] = ()) -> bool:
-    """Whether any of `messages` is a remove, a tool result or a message under an id in
-    `cut`, which a cleaning may drop."""
-    return any(_is_remove(m) or _is_tool(m) or (cut and id_of(m) in cut) for m in messages)
+def _droppable(messages: Iterable[Any]) -> bool:
+    """Whether any of `messages` is a remove or a tool result, which a cleaning may drop."""
+    return any(_is_remove(m) or _is_tool(m) for m in messages)
 
 
 def _items(value: Any) -> Iterable[Any]:

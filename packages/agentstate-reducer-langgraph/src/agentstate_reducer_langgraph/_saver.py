@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import copy
-import json
 import threading
 import warnings
 from collections import OrderedDict
@@ -27,13 +26,12 @@ from agentstate_reducer import (
     MessageReducer,
     ReducerConfig,
     ReducerResult,
-    namespace_json,
 )
 
 from ._delivery import DeliveryRunner
 from ._outbox import Delivery, DeliveryMode, DrainReport, Outbox, OutboxStats
 from ._redis import RedisSink
-from ._replay import needs_history, rebuilt, recorded, replayable, replayable_history
+from ._replay import needs_history, rebuilt, replayable, replayable_history
 
 __all__ = [
     "ReducingSaver",
@@ -71,73 +69,6 @@ def memory_namespace(reducer: Any, config: RunnableConfig | None) -> Any:
         return tuple(namespace) if isinstance(namespace, list) else namespace
     thread_id = configurable.get("thread_id")
     return ("memories", str(thread_id)) if thread_id is not None else None
-
-
-# The checkpoint metadata key of the memory namespace its put was made with, as JSON text.
-NAMESPACE_TEXT = "agentstate_memory_namespace"
-
-
-def _namespace_key(reducer: Any) -> str:
-    key = getattr(getattr(reducer, "config", None), "namespace_key", "memory_namespace")
-    return str(key)
-
-
-def _with_namespace(metadata: CheckpointMetadata, reducer: Any, config: RunnableConfig) -> Any:
-    """`metadata` (a copy when it changes) holding the text of the namespace `config` names
-    (`NAMESPACE_TEXT`), or none when it names none, or one JSON cannot hold (a set)."""
-    namespace = ((config or {}).get("configurable") or {}).get(_namespace_key(reducer))
-    text = None if namespace is None else namespace_json(namespace)
-    if text is not None and _namespace_of(text) is None:
-        text = None
-    if metadata.get(NAMESPACE_TEXT) == text:
-        return metadata
-    marked: dict[str, Any] = {k: v for k, v in metadata.items() if k != NAMESPACE_TEXT}
-    if text is not None:
-        marked[NAMESPACE_TEXT] = text
-    return marked
-
-
-def _namespace_of(text: Any) -> Any:
-    """The namespace `NAMESPACE_TEXT` holds, its lists read as tuples; None when it holds
-    none (not JSON: a namespace holding a set)."""
-    if not isinstance(text, str):
-        return None
-    try:
-        return _tupled(json.loads(text))
-    except ValueError:
-        return None
-
-
-def _tupled(value: Any) -> Any:
-    if isinstance(value, list):
-        return tuple(_tupled(item) for item in value)
-    if isinstance(value, dict):
-        return {k: _tupled(v) for k, v in value.items()}
-    return value
-
-
-def _carrying(
-    item: CheckpointTuple, reducer: Any, config: RunnableConfig | None
-) -> CheckpointTuple:
-    """`item`, its config (and its parent's) naming the namespace its put was made with,
-    when `config`, the caller's, names none. LangGraph runs a graph, and `update_state`
-    stores, with the config of the checkpoint it loaded merged in, so a run from a config
-    of LangGraph's own (`snapshot.config`: the thread and checkpoint only) keeps the
-    thread's namespace."""
-    key = _namespace_key(reducer)
-    if key in ((config or {}).get("configurable") or {}):
-        return item
-    namespace = _namespace_of((item.metadata or {}).get(NAMESPACE_TEXT))
-    if namespace is None:
-        return item
-
-    def named(at: RunnableConfig) -> RunnableConfig:
-        return {**at, "configurable": {**(at.get("configurable") or {}), key: namespace}}
-
-    parent = item.parent_config
-    return item._replace(
-        config=named(item.config), parent_config=None if parent is None else named(parent)
-    )
 
 
 def _messages_to_cut(
@@ -211,8 +142,7 @@ WINDOWS = 4096
 
 
 class _Windows:
-    """The window each put of this process stored last, and what its cut took, per
-    (thread, checkpoint namespace).
+    """The window each put of this process stored last, per (thread, namespace).
 
     LangGraph keeps the whole message list in memory for the rest of a run, and a later
     put of that run that leaves the channel at the same version still carries it. A saver
@@ -220,13 +150,12 @@ class _Windows:
     stores only the channels in ``new_versions``, but one that stores the whole checkpoint
     on every put (SqliteSaver) would store the list uncut: those puts store the window
     stored for that version instead. The oldest entries beyond `WINDOWS` are forgotten;
-    a list loaded from storage is already a window. What the cut took is recorded in those
-    puts' metadata too (see `_replay`): a step starting from one is given the whole list.
+    a list loaded from storage is already a window.
     """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._last: OrderedDict[tuple[Any, Any], tuple[Any, list[Any], list[Any]]] = OrderedDict()
+        self._last: OrderedDict[tuple[Any, Any], tuple[Any, list[Any]]] = OrderedDict()
 
     @staticmethod
     def _slot(config: RunnableConfig) -> tuple[Any, Any]:
@@ -234,38 +163,29 @@ class _Windows:
         return conf.get("thread_id"), conf.get("checkpoint_ns", "")
 
     def stored(
-        self,
-        config: RunnableConfig,
-        stored: Checkpoint,
-        given: Checkpoint,
-        key: str,
-        pruned: list[Any],
+        self, config: RunnableConfig, stored: Checkpoint, given: Checkpoint, key: str
     ) -> None:
-        """Remembers the window `stored` holds and the messages the cut `pruned`, when the
-        cut changed `given`'s list."""
+        """Remembers the window `stored` holds, when the cut changed `given`'s list."""
         slot = self._slot(config)
         with self._lock:
             if stored is given:  # nothing cut: the list in memory is the one stored
                 self._last.pop(slot, None)
                 return
             version = stored["channel_versions"].get(key)
-            self._last[slot] = (version, stored["channel_values"][key], pruned)
+            self._last[slot] = (version, stored["channel_values"][key])
             self._last.move_to_end(slot)
             while len(self._last) > WINDOWS:
                 self._last.popitem(last=False)
 
-    def same(
-        self, config: RunnableConfig, checkpoint: Checkpoint, key: str
-    ) -> tuple[Checkpoint, list[Any]]:
-        """`checkpoint`, holding the window stored for its version of `key` if one was, and
-        the messages that cut took (none when there was none)."""
+    def same(self, config: RunnableConfig, checkpoint: Checkpoint, key: str) -> Checkpoint:
+        """`checkpoint`, holding the window stored for its version of `key` if one was."""
         if not isinstance(checkpoint["channel_values"].get(key), list):
-            return checkpoint, []
+            return checkpoint
         with self._lock:
             last = self._last.get(self._slot(config))
         if last is None or last[0] != checkpoint["channel_versions"].get(key):
-            return checkpoint, []
-        return _holding(checkpoint, key, last[1]), last[2]
+            return checkpoint
+        return _holding(checkpoint, key, last[1])
 
 
 def plan_reduction(
@@ -429,7 +349,7 @@ class ReducingSaver(BaseCheckpointSaver[Any]):
 
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         item = self.inner.get_tuple(config)
-        return item if item is None else self._replayable(item, config)
+        return item if item is None else self._replayable(item)
 
     def list(
         self,
@@ -440,11 +360,11 @@ class ReducingSaver(BaseCheckpointSaver[Any]):
         limit: int | None = None,
     ) -> Iterator[CheckpointTuple]:
         items = self.inner.list(config, filter=filter, before=before, limit=limit)
-        return items if self.passthrough else self._replayed(items, config)
+        return items if self.passthrough else self._replayed(items)
 
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         item = await self.inner.aget_tuple(config)
-        return item if item is None else await self._areplayable(item, config)
+        return item if item is None else await self._areplayable(item)
 
     async def alist(
         self,
@@ -455,67 +375,53 @@ class ReducingSaver(BaseCheckpointSaver[Any]):
         limit: int | None = None,
     ) -> AsyncIterator[CheckpointTuple]:
         items = aiter(self.inner.alist(config, filter=filter, before=before, limit=limit))
-        key = self.messages_key
         async for item in items:
-            if self.passthrough:
-                yield item
-            elif needs_history(item, key):
+            if not self.passthrough and needs_history(item, self.messages_key):
                 rest = [other async for other in items]  # see `_replayed`
-                yield await self._areplayable(item, config)
+                yield await self._areplayable(item)
                 for other in rest:
-                    yield await self._areplayable(other, config)
+                    yield await self._areplayable(other)
                 return
-            else:
-                yield self._read(item, config)
+            yield await self._areplayable(item)
 
-    def _replayed(
-        self, items: Iterator[CheckpointTuple], config: RunnableConfig | None
-    ) -> Iterator[CheckpointTuple]:
+    def _replayed(self, items: Iterator[CheckpointTuple]) -> Iterator[CheckpointTuple]:
         """`items`, each `_replayable`, read lazily until one needs its window rebuilt.
 
         SqliteSaver, PostgresSaver and their async twins hold their connection's lock (or
         cursor) until their `list` ends, and their `get_delta_channel_history` takes it
-        again: before the first history read, the rest of `items` is read into memory.
+        again (a `get_state_history` hung): before the first history read, the rest of
+        `items` is read into memory.
         """
-        key = self.messages_key
         items = iter(items)  # one iteration, which the loop and the read of the rest share
         for item in items:
-            if needs_history(item, key):
+            if needs_history(item, self.messages_key):
                 rest = [*items]  # ends the inner iteration, which frees its connection
-                yield self._replayable(item, config)
+                yield self._replayable(item)
                 for other in rest:
-                    yield self._replayable(other, config)
+                    yield self._replayable(other)
                 return
-            yield self._read(item, config)
+            yield self._replayable(item)
 
-    def _replayable(self, item: CheckpointTuple, config: RunnableConfig | None) -> CheckpointTuple:
-        """A stored checkpoint whose pending writes replay onto its window (see `_replay`),
-        naming the namespace it was stored with (see `_carrying`); with pass-through, as the
-        inner saver returned it."""
+    def _replayable(self, item: CheckpointTuple) -> CheckpointTuple:
+        """A stored checkpoint whose pending writes replay onto its window (see `_replay`);
+        with pass-through, as the inner saver returned it."""
         if self.passthrough:
             return item
         key = self.messages_key
         if not needs_history(item, key):
-            return self._read(item, config)
+            return replayable(item, key)
         history = self.inner.get_delta_channel_history(config=item.config, channels=[key])
-        return self._read(item, config, rebuilt(history, key))
+        return replayable(item, key, rebuilt(history, key))
 
-    async def _areplayable(
-        self, item: CheckpointTuple, config: RunnableConfig | None
-    ) -> CheckpointTuple:
+    async def _areplayable(self, item: CheckpointTuple) -> CheckpointTuple:
         """`_replayable`, reading a `DeltaChannel`'s history with the async API."""
         if self.passthrough:
             return item
         key = self.messages_key
         if not needs_history(item, key):
-            return self._read(item, config)
+            return replayable(item, key)
         history = await self.inner.aget_delta_channel_history(config=item.config, channels=[key])
-        return self._read(item, config, rebuilt(history, key))
-
-    def _read(
-        self, item: CheckpointTuple, config: RunnableConfig | None, window: Any = None
-    ) -> CheckpointTuple:
-        return _carrying(replayable(item, self.messages_key, window), self.reducer, config)
+        return replayable(item, key, rebuilt(history, key))
 
     # -- writing ---------------------------------------------------------------------------
 
@@ -530,15 +436,13 @@ class ReducingSaver(BaseCheckpointSaver[Any]):
             return self.inner.put(config, checkpoint, metadata, new_versions)
         if self.messages_key not in new_versions:
             _warn_other_messages(self.reducer, checkpoint["channel_values"], self.messages_key)
-            same, pruned = self._windows.same(config, checkpoint, self.messages_key)
-            metadata = _with_namespace(recorded(metadata, pruned), self.reducer, config)
+            same = self._windows.same(config, checkpoint, self.messages_key)
             return self.inner.put(config, same, metadata, new_versions)
         reduced, result, namespace = plan_reduction(
             self.reducer, checkpoint, config, self.messages_key
         )
+        self._windows.stored(config, reduced, checkpoint, self.messages_key)
         pruned = result.pruned if result is not None else []
-        self._windows.stored(config, reduced, checkpoint, self.messages_key, pruned)
-        metadata = _with_namespace(recorded(metadata, pruned), self.reducer, config)
         if self.delivery is None or not pruned:
             stored = self.inner.put(config, reduced, metadata, new_versions)
             if pruned:
@@ -561,15 +465,13 @@ class ReducingSaver(BaseCheckpointSaver[Any]):
             return await self.inner.aput(config, checkpoint, metadata, new_versions)
         if self.messages_key not in new_versions:
             _warn_other_messages(self.reducer, checkpoint["channel_values"], self.messages_key)
-            same, pruned = self._windows.same(config, checkpoint, self.messages_key)
-            metadata = _with_namespace(recorded(metadata, pruned), self.reducer, config)
+            same = self._windows.same(config, checkpoint, self.messages_key)
             return await self.inner.aput(config, same, metadata, new_versions)
         reduced, result, namespace = await aplan_reduction(
             self.reducer, checkpoint, config, self.messages_key
         )
+        self._windows.stored(config, reduced, checkpoint, self.messages_key)
         pruned = result.pruned if result is not None else []
-        self._windows.stored(config, reduced, checkpoint, self.messages_key, pruned)
-        metadata = _with_namespace(recorded(metadata, pruned), self.reducer, config)
         if self.delivery is None or not pruned:
             stored = await self.inner.aput(config, reduced, metadata, new_versions)
             if pruned:

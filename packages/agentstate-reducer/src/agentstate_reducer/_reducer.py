@@ -106,7 +106,7 @@ class MessageReducer:
             return ReducerResult(surviving=messages, pruned=[])
         summary, key = self._summarized(pruned)
         summarize = self.config.summarize_fn
-        if key is not None and summarize is not None:
+        if summary is None and summarize is not None:
             try:
                 summary = summarize(list(pruned))
             except Exception:
@@ -118,7 +118,8 @@ class MessageReducer:
                     "aplan/areduce, or pass a plain function"
                 )
             summary = _summary_text(summary)
-            self._summaries.put(key, summary)
+            if key is not None:
+                self._summaries.put(key, summary)
         return self._assemble(messages, cut, pruned, summary)
 
     async def aplan(
@@ -130,7 +131,7 @@ class MessageReducer:
             return ReducerResult(surviving=messages, pruned=[])
         summary, key = self._summarized(pruned)
         summarize = self.config.summarize_fn
-        if key is not None and summarize is not None:
+        if summary is None and summarize is not None:
             try:
                 summary = summarize(list(pruned))
                 if inspect.isawaitable(summary):
@@ -139,7 +140,8 @@ class MessageReducer:
                 logger.warning("summarize_fn failed; cutting without a summary", exc_info=True)
                 summary = None
             summary = _summary_text(summary)
-            self._summaries.put(key, summary)
+            if key is not None:
+                self._summaries.put(key, summary)
         return self._assemble(messages, cut, pruned, summary)
 
     # -- the hand-off -----------------------------------------------------------------
@@ -361,12 +363,12 @@ class MessageReducer:
 
     def _summarized(self, pruned: list[Any]) -> tuple[str | None, str | None]:
         """The summary of `pruned` a cut of the same messages got (see `Summaries`), and
-        None; or None and the key to record a new one under, when `summarize_fn` must run
-        (None and None without a `summarize_fn`)."""
+        None; or None and the key to record a new one under (None for a cut it cannot key),
+        when `summarize_fn` must run (None and None without a `summarize_fn`)."""
         if self.config.summarize_fn is None:
             return None, None
         key = Summaries.key(pruned)
-        text = self._summaries.get(key)
+        text = None if key is None else self._summaries.get(key)
         return (text, None) if text is not None else (None, key)
 
     def _assemble(

@@ -40,12 +40,17 @@ class Summaries:
         self._texts: OrderedDict[str, str] = OrderedDict()
 
     @staticmethod
-    def key(pruned: Sequence[Any]) -> str:
+    def key(pruned: Sequence[Any]) -> str | None:
+        """The key of a cut pruning `pruned`; None when its content has no JSON text (a
+        dict with keys of mixed types, say): such a cut is summarized every time."""
         payload = [
             [message_identity(m), role_of(m), _get(m, "content"), _get(m, "tool_calls")]
             for m in pruned
         ]
-        text = json.dumps(payload, sort_keys=True, ensure_ascii=False, default=_jsonable)
+        try:
+            text = json.dumps(payload, sort_keys=True, ensure_ascii=False, default=_jsonable)
+        except (TypeError, ValueError, RecursionError):
+            return None
         return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
     def get(self, key: str) -> str | None:
