@@ -243,3 +243,83 @@ def test_a_rewrite_of_a_message_the_window_holds_replays_on_a_fork(
     app.invoke(None, fork)
     app.invoke(Command(resume=True), CFG)
     assert [m.content for m in app.get_state(CFG).values["messages"]] == ["h0", "EDITED", "answer"]
+
+
+def subgraph_beside_approval(checkpointer: Any) -> Any:
+    """`sub`, a compiled subgraph answering research notes (it writes back the whole list it
+    was given, as every compiled subgraph does), beside `approve`, which interrupts on a
+    question starting with "risky"; then `answer`."""
+
+    def research(state: State) -> dict[str, Any]:
+        return {"messages": [AIMessage("notes", id=f"r-{state['messages'][-1].id}")]}
+
+    def gate(state: State) -> dict[str, Any]:
+        if state["messages"][-1].content.startswith("risky"):
+            interrupt("approve?")
+        return {}
+
+    def answer(state: State) -> dict[str, Any]:
+        return {"messages": [AIMessage("answer", id=f"a-{state['messages'][-1].id}")]}
+
+    sub = StateGraph(State).add_node("research", research).add_edge(START, "research").compile()
+    return (
+        StateGraph(State)
+        .add_node("sub", sub)
+        .add_node("approve", gate)
+        .add_node("answer", answer)
+        .add_edge(START, "sub")
+        .add_edge(START, "approve")
+        .add_edge(["sub", "approve"], "answer")
+        .compile(checkpointer=checkpointer)
+    )
+
+
+def test_a_subgraph_s_pending_echo_of_cut_turns_is_not_appended(
+    inner: BaseCheckpointSaver[Any],
+) -> None:
+    """The subgraph's pending write holds the turns the cut took from the checkpoint its
+    step starts from (it hands back the whole list it was given); replayed onto the window,
+    they came back after the newest question (on get_state and on resume), and the next cut
+    pruned that question instead."""
+    config = ReducerConfig(min_messages=3, max_messages=5)
+    saver = ReducingSaver(inner, MessageReducer(config=config))
+    graph = subgraph_beside_approval(saver)
+    for t in range(3):
+        graph.invoke({"messages": [HumanMessage(f"q{t}", id=f"h{t}")]}, CFG)
+    old = [m.id for m in graph.get_state(CFG).values["messages"]]
+    assert old == ["h0", "h2", "r-h2", "a-r-h2"]
+    question = [HumanMessage("context", id="h3a"), HumanMessage("risky q3", id="h3")]
+    assert "__interrupt__" in graph.invoke({"messages": question}, CFG)
+    assert [m.id for m in graph.get_state(CFG).values["messages"]] == ["h0", "h3a", "h3", "r-h3"]
+    graph.invoke(Command(resume="yes"), CFG)
+    ids = [m.id for m in graph.get_state(CFG).values["messages"]]
+    assert ids == ["h0", "h3a", "h3", "r-h3", "a-r-h3"]
+
+
+def test_a_node_handing_back_the_list_it_was_given_is_no_echo_of_cut_turns_either() -> None:
+    """A node returning the list its step was given (after a step that did not write the
+    messages channel), beside one that interrupts: its pending write's messages the cut took
+    do not come back."""
+
+    def tick(state: Flagged) -> dict[str, Any]:
+        return {"flag": state.get("flag", 0) + 1}
+
+    def echo(state: Flagged) -> dict[str, Any]:
+        return {"messages": state["messages"]}  # a node handing back the list it was given
+
+    graph = StateGraph(Flagged)
+    graph.add_node("tick", tick)
+    graph.add_node("echo", echo)
+    graph.add_node("approve", approve)
+    graph.add_edge(START, "tick")
+    graph.add_edge("tick", "echo")
+    graph.add_edge("tick", "approve")
+    graph.add_edge("echo", END)
+    graph.add_edge("approve", END)
+    app = graph.compile(checkpointer=wrapped(InMemorySaver()))
+    many = [HumanMessage(f"m{i}", id=f"m{i}") for i in range(9)]
+    app.invoke({"messages": many, "flag": 0}, CFG)
+    ids = [m.id for m in app.get_state(CFG).values["messages"]]
+    assert len(ids) <= 6 and ids[-1] == "m8"
+    app.invoke(Command(resume=True), CFG)
+    assert [m.id for m in app.get_state(CFG).values["messages"]] == ids
