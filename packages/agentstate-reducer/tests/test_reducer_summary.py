@@ -246,11 +246,15 @@ def test_a_cut_whose_content_has_no_json_text_is_summarized_each_time() -> None:
         config=ReducerConfig(min_messages=2, max_messages=4, summarize_fn=summarize)
     )
     mixed = {"responses": {200: "OK", "default": "error"}}
-    messages = [
-        {"role": "user", "content": "q0", "id": "h0"},
-        {"role": "assistant", "content": [{"type": "json", "json": mixed}], "id": "a0"},
-        *({"role": "user", "content": f"q{i}", "id": f"h{i}"} for i in range(1, 5)),
-    ]
-    for _ in range(2):
-        assert reducer.plan(messages).summary == "s"
-    assert len(calls) == 2
+    for with_ids in (True, False):  # one without an id is known by its content, in JSON
+        calls.clear()
+        messages = [
+            {"role": "user", "content": "q0", "id": "h0"},
+            {"role": "assistant", "content": [{"type": "json", "json": mixed}]},
+            *({"role": "user", "content": f"q{i}", "id": f"h{i}"} for i in range(1, 5)),
+        ]
+        if with_ids:
+            messages[1]["id"] = "a0"
+        for _ in range(2):
+            assert reducer.plan(messages).summary == "s"
+        assert len(calls) == 2

@@ -12,12 +12,7 @@ appended at the end of the window, a result without its call.
 So a read returns the pending writes to the messages channel without the removes of
 messages that neither the window nor the other writes hold (removing a message that is gone
 is what the remove asked for), and without the tool results whose call neither holds (the
-cut takes such a result with its call). A write that hands back the whole list its step was
-given (a compiled subgraph's, whose state starts as that list) holds the messages the cut
-took too: replayed, they came back after the newest question, which the next cut then
-pruned. In a write holding every message of the window, the messages before the window's
-last one that the window lacks are those, and are dropped. Writes are stored as LangGraph
-made them.
+cut takes such a result with its call). Writes are stored as LangGraph made them.
 
 A `DeltaChannel` stores its value only at its snapshots, which ReducingSaver cuts, and
 rebuilds it on a read from the newest snapshot and the writes made since
@@ -70,14 +65,10 @@ def needs_history(item: CheckpointTuple, key: str) -> bool:
     (its metadata counts the channel's updates since one), while pending writes to it could
     be dropped: its window is then rebuilt from the history (`rebuilt`) to clean them."""
     counters = (item.metadata or {}).get("counters_since_delta_snapshot") or {}
-    values = [v for _, channel, v in item.pending_writes or () if channel == key]
-    written = [m for v in values for m in _items(v)]
-    echoing = any(isinstance(v, list) and len(v) > 1 for v in values)  # see `_echoed`
-    return (
-        key not in item.checkpoint["channel_values"]
-        and key in counters
-        and (echoing or _droppable(written))
-    )
+    written = [
+        m for _, channel, v in item.pending_writes or () if channel == key for m in _items(v)
+    ]
+    return key not in item.checkpoint["channel_values"] and key in counters and _droppable(written)
 
 
 def rebuilt(histories: Mapping[str, DeltaChannelHistory], key: str) -> list[Any]:
@@ -132,18 +123,10 @@ def _cleaned(
     window: list[Any], writes: Sequence[PendingWrite], key: str
 ) -> list[PendingWrite] | None:
     """`writes` without the messages of channel `key` that would replay onto `window` as
-    echoes of messages the cut took (`_echoed`), removes of messages nothing holds or tool
-    results of calls nothing holds; None when there are none."""
-    window_ids = {found for m in window if (found := id_of(m)) is not None}
-    echoes = [_echoed(window_ids, v) if channel == key else set() for _, channel, v in writes]
-    written = [
-        m
-        for (_, channel, v), echo in zip(writes, echoes, strict=True)
-        if channel == key
-        for m in _items(v)
-        if id_of(m) not in echo
-    ]
-    if not any(echoes) and not _droppable(written):
+    removes of messages nothing holds or tool results of calls nothing holds; None when
+    there are none."""
+    written = [m for _, channel, v in writes if channel == key for m in _items(v)]
+    if not _droppable(written):
         return None
     held = [*window, *(m for m in written if not _is_remove(m))]
     present = {id_of(m) for m in held}
@@ -157,31 +140,13 @@ def _cleaned(
 
     cleaned: list[PendingWrite] = []
     changed = False
-    for (task, channel, value), echo in zip(writes, echoes, strict=True):
+    for task, channel, value in writes:
         if channel == key:
-            kept = _without(value, lambda m, echo=echo: id_of(m) in echo or gone(m))
+            kept = _without(value, gone)
             changed = changed or kept is not value
             value = kept
         cleaned.append((task, channel, value))
     return cleaned if changed else None
-
-
-def _echoed(window_ids: set[Any], value: Any) -> set[Any]:
-    """The ids of the messages the cut took that a write to the messages channel hands back:
-    in a write holding every message of the window (the list its step was given, as a
-    compiled subgraph writes it), those before the window's last one that the window lacks.
-    None of them for any other write (a node's new messages, an edit of some by id)."""
-    if not isinstance(value, list) or not window_ids:
-        return set()
-    ids = [id_of(m) for m in value]
-    if not window_ids <= set(ids):
-        return set()
-    last = max(i for i, found in enumerate(ids) if found in window_ids)
-    return {
-        found
-        for m, found in zip(value[:last], ids[:last], strict=True)
-        if found is not None and found not in window_ids and not _is_remove(m)
-    }
 
 
 def _without(value: Any, drop: Any) -> Any:

@@ -43,11 +43,11 @@ class Summaries:
     def key(pruned: Sequence[Any]) -> str | None:
         """The key of a cut pruning `pruned`; None when its content has no JSON text (a
         dict with keys of mixed types, say): such a cut is summarized every time."""
-        payload = [
-            [message_identity(m), role_of(m), _get(m, "content"), _get(m, "tool_calls")]
-            for m in pruned
-        ]
-        try:
+        try:  # a message without an id is known by its content, in JSON text too
+            payload = [
+                [message_identity(m), role_of(m), _get(m, "content"), _get(m, "tool_calls")]
+                for m in pruned
+            ]
             text = json.dumps(payload, sort_keys=True, ensure_ascii=False, default=_jsonable)
         except (TypeError, ValueError, RecursionError):
             return None
