@@ -2218,6 +2218,85 @@ async def test_a_passed_async_client_is_reused_and_left_open(
     await aclient.aclose()
 
 
+class _Forwarding:
+    """A wrapper that hands every attribute on to the client it wraps (as instrumentation's
+    wrappers do)."""
+
+    def __init__(self, real: Any) -> None:
+        self._real = real
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._real, name)
+
+
+class _Transparent(_Forwarding):
+    @property  # type: ignore[misc]
+    def __class__(self) -> type:  # as wrapt's proxies report the wrapped class
+        return type(self._real)
+
+
+@pytest.mark.parametrize("wrap", [None, _Forwarding, _Transparent])
+def test_a_client_of_the_other_style_is_refused_naming_the_saver_to_use(
+    wrap: Any,
+) -> None:
+    """A wrapper of a `redis.asyncio` client was taken by RedisSaver, whose first call then
+    failed with "cannot unpack non-iterable coroutine object"; AsyncRedisSaver refused it
+    saying to use RedisSaver "for a blocking client". Nothing here connects."""
+    url = "redis://127.0.0.1:6379/0"
+
+    def given(client: Any) -> Any:
+        return client if wrap is None else wrap(client)
+
+    with pytest.raises(TypeError, match="RedisSaver needs a blocking redis client, .*AsyncR"):
+        RedisSaver(client=given(aioredis.Redis.from_url(url)))
+    with pytest.raises(TypeError, match="AsyncRedisSaver needs a redis.asyncio client, .*use R"):
+        AsyncRedisSaver(client=given(redis.Redis.from_url(url)))
+
+
+@pytest.mark.parametrize("wrap", [_Forwarding, _Transparent])
+def test_a_wrapper_of_a_client_serves_the_saver(
+    redis_url: str, redis_kind: str, prefix: str, wrap: Any
+) -> None:
+    """A wrapper that hands attributes on, around a cluster client, was taken for a
+    standalone client: the first put failed, its keys in more than one slot."""
+    factory = RedisCluster if redis_kind.endswith("-cluster") else redis.Redis
+    client = factory.from_url(redis_url, protocol=2)
+    saver = RedisSaver(client=wrap(client), prefix=prefix)
+    c = saver.put(cfg("w"), checkpoint({"m": 1}, {"m": 1}), {}, {"m": 1})
+    saver.put_writes(c, [("m", 2)], "task")
+    tup = saver.get_tuple(cfg("w"))
+    assert tup.checkpoint["channel_values"] == {"m": 1}
+    assert tup.pending_writes == [("task", "m", 2)]
+    assert [t.config for t in saver.list(cfg("w"))] == [c]
+    saver.delete_thread("w")
+    assert saver.get_tuple(cfg("w")) is None
+    saver.close()
+    assert client.ping()
+    client.close()
+
+
+@pytest.mark.parametrize("wrap", [_Forwarding, _Transparent])
+async def test_a_wrapper_of_an_async_client_serves_the_async_saver(
+    redis_url: str, redis_kind: str, prefix: str, wrap: Any
+) -> None:
+    """A wrapper of a `redis.asyncio` client was refused, the message saying to use
+    RedisSaver "for a blocking client"."""
+    factory = aioredis.RedisCluster if redis_kind.endswith("-cluster") else aioredis.Redis
+    aclient = factory.from_url(redis_url, protocol=2)
+    saver = AsyncRedisSaver(client=wrap(aclient), prefix=prefix)
+    c = await saver.aput(cfg("w"), checkpoint({"m": 1}, {"m": 1}), {}, {"m": 1})
+    await saver.aput_writes(c, [("m", 2)], "task")
+    tup = await saver.aget_tuple(cfg("w"))
+    assert tup.checkpoint["channel_values"] == {"m": 1}
+    assert tup.pending_writes == [("task", "m", 2)]
+    assert [t.config async for t in saver.alist(cfg("w"))] == [c]
+    await saver.adelete_thread("w")
+    assert await saver.aget_tuple(cfg("w")) is None
+    await saver.aclose()
+    assert await aclient.ping()
+    await aclient.aclose()
+
+
 async def test_async_resp3_on_request(server_pool: Any, prefix: str) -> None:
     async with AsyncRedisSaver(server_pool.get("redis-7"), prefix=prefix, protocol=3) as saver:
         assert saver.client.connection_pool.connection_kwargs["protocol"] == 3

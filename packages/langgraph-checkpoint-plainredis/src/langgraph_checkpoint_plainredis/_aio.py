@@ -42,7 +42,14 @@ from ._core import (
     translate_error,
 )
 from ._errors import LegacyKeyspaceError
-from ._shell import check_serde, connect_options, validate_client, wire_args, wrong_side
+from ._shell import (
+    check_serde,
+    connect_options,
+    is_cluster_client,
+    validate_client,
+    wire_args,
+    wrong_side,
+)
 from ._wire import (
     POOL_ARGS,
     Direct,
@@ -240,7 +247,7 @@ class AsyncRedisSaver(SaverCore, BaseCheckpointSaver[str]):
         if client is not None:
             validate_client(client, "AsyncRedisSaver", "async")
             self._client, self._owns_client = client, False
-            self._cluster = isinstance(client, RedisCluster)
+            self._cluster = is_cluster_client(client)
             self._known = True
         elif url is not None:
             self._connect = connect_options(

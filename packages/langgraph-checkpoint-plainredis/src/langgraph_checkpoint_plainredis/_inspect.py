@@ -31,7 +31,7 @@ from redis.exceptions import ResponseError
 from ._core import _s, info_refused, parked_check, refuse_parked
 from ._errors import LegacyKeyspaceError, WrongTypeError
 from ._keys import SEP, ThreadKeys, listed_namespace, listed_thread, member_text
-from ._shell import _parameters, check_database
+from ._shell import _parameters, check_database, is_cluster_client
 from ._sync import RedisSaver, close_client
 
 __all__ = [
@@ -219,7 +219,7 @@ class Inspector:
         self.saver = saver
         self.keyspace = saver.keyspace
         self.client: Any = saver.client
-        self.cluster = isinstance(self.client, RedisCluster)
+        self.cluster = is_cluster_client(self.client)
         self._owns_client = owns_client
 
     @classmethod

@@ -37,7 +37,6 @@ whole stay (`plainredis stats --scan` lists them as orphans).
 from __future__ import annotations
 
 import base64
-import inspect
 import json
 import re
 import shlex
@@ -48,16 +47,15 @@ from itertools import chain
 from typing import Any
 
 import redis
-import redis.asyncio
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.serde.base import SerializerProtocol
-from redis.cluster import RedisCluster
 from redis.exceptions import AskError, ClusterCrossSlotError
 
 from ._codec import encode_blob, encode_checkpoint
 from ._core import ABSENT, VERSION_DIGITS, Eval, Plan, _b, _lost_blobs, _s
 from ._errors import CorruptDataError, PlainRedisError, WrongTypeError
 from ._keys import SEP, KeySpace, LegacyKeys, ThreadKeys, blob_suffix, escape, escape_run
+from ._shell import is_asyncio_client, is_cluster_client
 from ._sync import RedisSaver
 
 __all__ = ["MigrationReport", "migrate_v010"]
@@ -232,11 +230,7 @@ def _check_client(client: Any) -> None:
             "pass a client built from it, redis.Redis.from_url(url), or run `plainredis "
             "migrate --url URL --prefix ...` from a shell"
         )
-    elif (
-        isinstance(client, (redis.asyncio.Redis, redis.asyncio.RedisCluster))  # a proxy's too
-        or any(k.__module__.startswith("redis.asyncio") for k in kind.__mro__)
-        or inspect.iscoroutinefunction(getattr(client, "execute_command", None))
-    ):
+    elif is_asyncio_client(client):
         fix = (
             "the migration runs blocking commands: pass a redis.Redis client, e.g. "
             "redis.Redis.from_url(url)"
@@ -256,7 +250,7 @@ def _check_client(client: Any) -> None:
 def _refuse_cluster(client: redis.Redis) -> None:
     """Raises `PlainRedisError` when `client` talks to a cluster (its keys are spread over
     nodes, and the migration renames and reads across them)."""
-    if isinstance(client, RedisCluster):
+    if is_cluster_client(client):
         raise PlainRedisError(_CLUSTER.format(answer=""))
     try:
         enabled = client.info("cluster").get("cluster_enabled")

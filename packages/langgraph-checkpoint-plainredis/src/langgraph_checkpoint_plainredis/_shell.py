@@ -34,6 +34,8 @@ __all__ = [
     "check_serde",
     "connect_options",
     "default_retry",
+    "is_asyncio_client",
+    "is_cluster_client",
     "is_final",
     "validate_client",
     "wire_args",
@@ -315,6 +317,23 @@ def _check_codec(cls: str, decodes: Any, encoding: Any, errors: Any) -> None:
         )
 
 
+def is_asyncio_client(client: Any) -> bool:
+    """Whether `client` is a `redis.asyncio` client: by its class (a subclass, a user's or
+    instrumentation's, counts as its base), by the class it reports (a transparent proxy's),
+    or by a coroutine `execute_command` (a wrapper that hands calls on)."""
+    return (
+        isinstance(client, (aioredis.Redis, AsyncRedisCluster))
+        or any(k.__module__.startswith("redis.asyncio") for k in type(client).__mro__)
+        or inspect.iscoroutinefunction(getattr(client, "execute_command", None))
+    )
+
+
+def is_cluster_client(client: Any) -> bool:
+    """Whether `client` is a redis-py cluster client, blocking or asyncio: by its class, by
+    the class it reports, or by the node map a wrapper hands on."""
+    return isinstance(client, (RedisCluster, AsyncRedisCluster)) or hasattr(client, "nodes_manager")
+
+
 def validate_client(client: Any, cls: str, expected: str) -> None:
     """Rejects clients the saver cannot use, naming the fix."""
     if not (hasattr(client, "execute_command") and hasattr(client, "pipeline")):
@@ -333,9 +352,8 @@ def validate_client(client: Any, cls: str, expected: str) -> None:
         getattr(encoder, "encoding", kwargs.get("encoding")),
         getattr(encoder, "encoding_errors", kwargs.get("encoding_errors")),
     )
-    # A subclass of a redis-py client (a user's, or instrumentation's) counts as its base.
-    is_async = any(k.__module__.startswith("redis.asyncio") for k in type(client).__mro__)
-    if expected == "async" and not is_async and hasattr(client, "execute_command"):
+    is_async = is_asyncio_client(client)
+    if expected == "async" and not is_async:
         raise TypeError(
             f"{cls} needs a redis.asyncio client, got {type(client).__module__}."
             f"{type(client).__name__}: use RedisSaver for a blocking client"
