@@ -1606,6 +1606,31 @@ async def test_an_int_parent_id_is_stored_as_its_string(saver: Any) -> None:
     assert parent["configurable"]["checkpoint_id"] == "5"
 
 
+async def test_an_int_id_bounds_a_listing_as_its_string(saver: Any) -> None:
+    """`get_tuple` and `put` take an int id as its string; `list` with one raised "can only
+    concatenate str (not 'int') to str" (in `before`) or compared int with str (in the
+    config)."""
+    for cid in ("3", "5", "7"):
+        await put(saver, "t", {"m": 1}, {"m": cid}, cid=cid)
+    five = {"configurable": {"thread_id": "t", "checkpoint_ns": "", "checkpoint_id": 5}}
+    ids = [t.checkpoint["id"] async for t in saver.alist(cfg("t"), before=five)]
+    assert ids == ["3"]
+    assert [t.checkpoint["id"] async for t in saver.alist(None, before=five)] == ["3"]
+    assert [t.checkpoint["id"] async for t in saver.alist(five)] == ["5"]
+    seven = {"configurable": {"checkpoint_id": "7"}}
+    assert [t.checkpoint["id"] async for t in saver.alist(five, before=seven)] == ["5"]
+
+
+async def test_a_checkpoint_id_of_an_empty_string_is_refused(saver: Any) -> None:
+    """A put with id '' was stored and returned a config naming '', which names no
+    checkpoint: reading it back gave the newest checkpoint instead, and the stored one could
+    never be read by its id."""
+    kept = await put(saver, "t", {"m": 1}, {"m": "1"})
+    with pytest.raises(ValueError, match=r"checkpoint\['id'\] is '': pass a checkpoint"):
+        await put(saver, "t", {"m": 2}, {"m": "2"}, cid="")
+    assert [t.config async for t in saver.alist(cfg("t"))] == [kept]
+
+
 async def test_an_empty_config_lists_every_thread_as_none_does(saver: Any) -> None:
     """`list({})` walks every thread, as `list(None)` does, like InMemorySaver and
     PostgresSaver (both test the config for truth); it raised "thread_id is missing"."""

@@ -327,6 +327,13 @@ def _named_id(config: RunnableConfig | None, what: str) -> Any:
     return _id_value(value, f"{what}: config['configurable']['checkpoint_id']")
 
 
+def _bound(config: RunnableConfig | None, what: str) -> str | None:
+    """The checkpoint id `config` names as a bound of a listing, as stored (an int id is
+    stored as its string); None when it names none ('' and 0 included, as in InMemorySaver)."""
+    value = _named_id(config, what)
+    return str(value) if value else None
+
+
 def _id_value(value: Any, what: str) -> Any:
     """A checkpoint id as given (a str, or an int as InMemorySaver keeps it), or None."""
     if value is None or (isinstance(value, int) and not isinstance(value, bool)):
@@ -347,8 +354,9 @@ def _put_arguments(checkpoint: Any, metadata: Any, new_versions: Any) -> Any:
             f"put: checkpoint must be a dict (a LangGraph Checkpoint), got "
             f"{type(checkpoint).__name__} {checkpoint!r}"
         )
-    if checkpoint.get("id") is None:
-        state = "is None" if "id" in checkpoint else "is missing"
+    if checkpoint.get("id") is None or checkpoint["id"] == "":
+        # '' in a config names no checkpoint: one stored under it could never be read by id
+        state = "is missing" if "id" not in checkpoint else f"is {checkpoint['id']!r}"
         raise ValueError(
             f"put: checkpoint['id'] {state}: pass a checkpoint LangGraph made "
             "(empty_checkpoint() and create_checkpoint() give it a fresh id)"
@@ -1249,7 +1257,7 @@ class SaverCore:
             return
         if isinstance(config, Mapping) and not config:
             config = None  # {} lists every thread, as InMemorySaver and PostgresSaver do
-        before_id = _named_id(before, "list: before") or None  # '': no bound
+        before_id = _bound(before, "list: before")
         if config is None and filter and (usable := self._usable_index(filter)):
             if (yield from self._list_indexed(*usable, before_id, filter, remaining)):
                 return
@@ -1285,7 +1293,7 @@ class SaverCore:
         conf = _configurable(config, "list")
         thread_id = _str_field(conf, "thread_id")
         ns = conf.get("checkpoint_ns")
-        only = _named_id(config, "list") or None  # '': no checkpoint named, as in get_tuple
+        only = _bound(config, "list")  # '': no checkpoint named, as in get_tuple
         yield from self._list_thread(
             self.keyspace.thread(thread_id),
             None if ns is None else _str_field(conf, "checkpoint_ns"),
