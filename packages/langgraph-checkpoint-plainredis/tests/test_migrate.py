@@ -15,6 +15,7 @@ import redis
 from langchain_core.messages import AIMessage, HumanMessage
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.message import add_messages
+from wrappers import Forwarding, Transparent
 
 from langgraph_checkpoint_plainredis import (
     LegacyKeyspaceError,
@@ -1517,15 +1518,8 @@ def test_migrate_v010_takes_a_wrapper_of_a_blocking_client(
     """A wrapper with `execute_command` and `pipeline` (instrumentation's, say), which
     `RedisSaver` takes, was refused by the check for a blocking client."""
 
-    class Wrapper:
-        def __init__(self, real: redis.Redis) -> None:
-            self._real = real
-
-        def __getattr__(self, name: str) -> Any:
-            return getattr(self._real, name)
-
     real = redis.Redis.from_url(redis_url, protocol=2)
-    report = migrate_v010(Wrapper(real), restored["lg"])  # type: ignore[arg-type]
+    report = migrate_v010(Forwarding(real), restored["lg"])  # type: ignore[arg-type]
     assert report.threads > 0
     real.close()
 
@@ -1538,20 +1532,8 @@ def test_migrate_v010_refuses_a_wrapper_of_an_asyncio_client(
     with "'coroutine' object has no attribute 'get'"."""
     import redis.asyncio
 
-    class Wrapper:
-        def __init__(self, real: Any) -> None:
-            self._real = real
-
-        def __getattr__(self, name: str) -> Any:
-            return getattr(self._real, name)
-
-    class Transparent(Wrapper):
-        @property  # type: ignore[misc]
-        def __class__(self) -> type:  # as wrapt's proxies report the wrapped class
-            return type(self._real)
-
     real = redis.asyncio.Redis.from_url(redis_url)
-    given = Wrapper(real) if how == "getattr" else Transparent(real)
+    given = Forwarding(real) if how == "getattr" else Transparent(real)
     before = everything(client, restored["lg"])
     with pytest.raises(TypeError, match="blocking commands"):
         migrate_v010(given, restored["lg"])  # type: ignore[arg-type]

@@ -19,6 +19,7 @@ from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from redis.cluster import RedisCluster
+from wrappers import Forwarding, Transparent
 
 from agentstate_testkit.savers import SyncAsAsync
 from langgraph_checkpoint_plainredis import (
@@ -2243,24 +2244,7 @@ async def test_a_passed_async_client_is_reused_and_left_open(
     await aclient.aclose()
 
 
-class _Forwarding:
-    """A wrapper that hands every attribute on to the client it wraps (as instrumentation's
-    wrappers do)."""
-
-    def __init__(self, real: Any) -> None:
-        self._real = real
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._real, name)
-
-
-class _Transparent(_Forwarding):
-    @property  # type: ignore[misc]
-    def __class__(self) -> type:  # as wrapt's proxies report the wrapped class
-        return type(self._real)
-
-
-@pytest.mark.parametrize("wrap", [None, _Forwarding, _Transparent])
+@pytest.mark.parametrize("wrap", [None, Forwarding, Transparent])
 def test_a_client_of_the_other_style_is_refused_naming_the_saver_to_use(
     wrap: Any,
 ) -> None:
@@ -2278,7 +2262,7 @@ def test_a_client_of_the_other_style_is_refused_naming_the_saver_to_use(
         AsyncRedisSaver(client=given(redis.Redis.from_url(url)))
 
 
-@pytest.mark.parametrize("wrap", [_Forwarding, _Transparent])
+@pytest.mark.parametrize("wrap", [Forwarding, Transparent])
 def test_a_wrapper_of_a_client_serves_the_saver(
     redis_url: str, redis_kind: str, prefix: str, wrap: Any
 ) -> None:
@@ -2300,7 +2284,7 @@ def test_a_wrapper_of_a_client_serves_the_saver(
     client.close()
 
 
-@pytest.mark.parametrize("wrap", [_Forwarding, _Transparent])
+@pytest.mark.parametrize("wrap", [Forwarding, Transparent])
 async def test_a_wrapper_of_an_async_client_serves_the_async_saver(
     redis_url: str, redis_kind: str, prefix: str, wrap: Any
 ) -> None:
