@@ -1634,6 +1634,29 @@ def test_one_async_saver_serves_one_event_loop_after_another(redis_url: str, pre
         asyncio.run(saver.aclose())
 
 
+def test_one_async_saver_serves_loops_left_open_one_after_another(
+    redis_url: str, prefix: str
+) -> None:
+    """Loops a framework keeps (`run_until_complete` on one, then on the next, none closed):
+    the saver's own pool, whose lock callers waited on in the second loop, stayed bound to
+    it, and the third loop's calls failed with "... is bound to a different event loop". A
+    client of its own is built again on every new loop, as after a closed one."""
+    saver = AsyncRedisSaver(redis_url, prefix=prefix)
+    loops = []
+    try:
+        for n in range(3):
+            loops.append(asyncio.new_event_loop())
+            # more calls at once than the pool's 64 connections: callers wait on its lock
+            stored = loops[-1].run_until_complete(aput_at_once(saver, 200, run_id=f"r{n}"))
+            assert len(stored) == 200, n
+    finally:
+        for loop in loops:
+            loop.close()
+    got = asyncio.run(saver.aget_tuple(stored[0]))
+    assert got is not None and got.config == stored[0]
+    asyncio.run(saver.aclose())
+
+
 def test_an_async_saver_refuses_a_second_loop_while_the_first_still_runs(
     redis_url: str, prefix: str
 ) -> None:

@@ -110,11 +110,12 @@ def _closed(loop: asyncio.AbstractEventLoop | None) -> bool:
 
 
 def _enter_loop(saver: AsyncRedisSaver, loop: asyncio.AbstractEventLoop) -> None:
-    """The first call of `saver` on `loop`. A client of its own that served a loop closed
-    since (one `asyncio.run` after another) is replaced: that pool's locks and connections
-    belong to the closed loop, and redis-py's cluster client cannot leave it; its sockets are
-    closed when it is collected. A client passed in stays (its kept connections are opened
-    again on the running loop: `_leave_other_loop`).
+    """The first call of `saver` on `loop`. A client of its own that served another loop
+    (closed since, as after one `asyncio.run` another; or stopped, as between two loops'
+    `run_until_complete`) is replaced: that pool's locks and connections belong to that loop
+    (a lock that was waited on once is bound to it for good), and redis-py's cluster client
+    cannot leave it; its sockets are closed when it is collected. A client passed in stays
+    (its kept connections are opened again on the running loop: `_leave_other_loop`).
 
     A saver whose last call's loop still runs (in another thread) is refused: its pool's
     locks and connections belong to that loop, and sharing them across running loops fails
@@ -126,7 +127,7 @@ def _enter_loop(saver: AsyncRedisSaver, loop: asyncio.AbstractEventLoop) -> None
             f"({previous!r}): its connections belong to that loop. Create one AsyncRedisSaver "
             "per event loop (per thread), or use RedisSaver from several threads."
         )
-    if saver._owns_client and _closed(saver._loop):
+    if saver._owns_client and previous is not None:
         saver._client = saver._new_client()
         saver._idle = Idle.of(saver._client)
         saver._direct = None

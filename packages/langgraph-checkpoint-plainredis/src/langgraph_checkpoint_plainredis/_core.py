@@ -477,6 +477,7 @@ class SaverCore:
         self._unmarked_seen: set[str] = set()  # fields whose incomplete index it logged
         # per (thread, namespace), the DeltaChannels of the last checkpoint it put or read
         self._delta_seen: dict[tuple[str, str], tuple[str, ...]] = {}
+        self._delta_lock = threading.Lock()  # a blocking saver's threads put at once
         self.keyspace = KeySpace(prefix)
         self.prefix = prefix
         self.ttl = ttl
@@ -969,13 +970,14 @@ class SaverCore:
         last `_DELTA_SEEN` (thread, namespace) pairs used."""
         counted, _ = _delta_counted(metadata)
         slot = (thread_id, ns)
-        known = self._delta_seen.pop(slot, ())
-        if counted:
-            known = tuple(dict.fromkeys([*known, *counted]))
-        if known:
-            self._delta_seen[slot] = known  # last used last
-            while len(self._delta_seen) > _DELTA_SEEN:
-                self._delta_seen.pop(next(iter(self._delta_seen), slot), None)
+        with self._delta_lock:
+            known = self._delta_seen.pop(slot, ())
+            if counted:
+                known = tuple(dict.fromkeys([*known, *counted]))
+            if known:
+                self._delta_seen[slot] = known  # last used last
+                while len(self._delta_seen) > _DELTA_SEEN:
+                    self._delta_seen.pop(next(iter(self._delta_seen)))
         return list(known)
 
     def _chain_runs(self, tk: ThreadKeys, ns: str, reply: Any) -> Plan:
