@@ -2447,6 +2447,36 @@ def test_delete_for_runs_keeps_a_checkpoint_the_run_wrote_meanwhile_findable(
         assert saver.get_tuple(cfg("t2")) is None
 
 
+@pytest.mark.standalone
+def test_delete_for_runs_keeps_a_checkpoint_the_run_put_again_findable(
+    redis_url: str, prefix: str, client: redis.Redis
+) -> None:
+    """The run putting a checkpoint again (a retried put) after delete_for_runs removed it,
+    and before the call took the members it read out of the run set: the checkpoint stayed,
+    its member gone, and no later delete_for_runs of the run could find it (its keys stayed
+    for ever). On a standalone server the member leaves in the script that removes its
+    checkpoint. (On a cluster the run sets live in other slots: documented.)"""
+    with (
+        RedisSaver(redis_url, prefix=prefix) as saver,
+        RedisSaver(redis_url, prefix=prefix) as other,
+    ):
+        cp = checkpoint({"m": 1}, {"m": 1})
+        saver.put(cfg("t"), cp, {"run_id": "R"}, {"m": 1})
+        steps = saver._delete_for_runs_steps(["R"])
+        reply = saver._run(next(steps))  # the run set's members, read
+        reply = saver._run(steps.send(reply))  # their checkpoints removed
+        other.put(cfg("t"), cp, {"run_id": "R"}, {"m": 1})  # the run puts it again
+        with contextlib.suppress(StopIteration):
+            while True:
+                reply = saver._run(steps.send(reply))
+        assert saver.get_tuple(cfg("t")) is not None
+        saver.delete_for_runs(["R"])
+        assert saver.get_tuple(cfg("t")) is None
+        assert set(client.scan_iter(match=f"{prefix}:*")) <= {
+            f"{prefix}:threads".encode()  # the registry, on a standalone server
+        }
+
+
 def test_delete_for_runs_keeps_a_checkpoint_another_run_put_again_meanwhile(
     redis_url: str, prefix: str
 ) -> None:

@@ -1782,15 +1782,18 @@ class SaverCore:
             yield [Eval("remove_checkpoints_check", keys, args) for keys, args in calls]
         plan: Plan = [Eval("remove_checkpoints", keys, args) for keys, args in calls]
         replies = (yield plan) if plan else []
-        # Only once every script went through: a refused one leaves the run sets to retry
-        # with. Only the members read leave (the set goes with its last one): a checkpoint
-        # the run wrote since stays found by it. A script per run set (its own cluster slot)
-        # and 500 members.
-        yield self._after_thread_scripts(zip(tks, replies, strict=True)) + [
-            Eval("run_leave", (run_key,), tuple(reply[i : i + 500]))
-            for run_key, reply in zip(run_keys, members, strict=True)
-            for i in range(0, len(reply or ()), 500)
-        ]
+        # On a standalone server each thread's script took the members read out of their
+        # run sets, with their checkpoints. On a cluster, where the run sets live in other
+        # slots, they leave only once every script went through (a refused one leaves the
+        # run sets to retry with): only the members read (the set goes with its last one),
+        # so a checkpoint the run wrote since stays found by it, unless the run put one of
+        # those again in between. A script per run set and 500 members.
+        if self._cluster:
+            yield self._after_thread_scripts(zip(tks, replies, strict=True)) + [
+                Eval("run_leave", (run_key,), tuple(reply[i : i + 500]))
+                for run_key, reply in zip(run_keys, members, strict=True)
+                for i in range(0, len(reply or ()), 500)
+            ]
 
     def _copy_thread_steps(
         self, source_thread_id: str, target_thread_id: str

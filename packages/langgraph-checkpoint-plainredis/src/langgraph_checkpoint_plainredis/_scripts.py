@@ -1653,7 +1653,7 @@ local err = check(KEYS[1], 'zset') or (REGISTRY and check_registry(REGISTRY))
   or check_timelines(KEYS[1], p)
 if err then return err end
 -- A checkpoint put again by another run since the caller read the run set is that run's now:
--- it stays (its old run set's member is dropped by the caller all the same).
+-- it stays (its member leaves the old run set all the same).
 local runs, kept = {}, {}
 for i = 8, #ARGV, 3 do
   local payload
@@ -1664,6 +1664,7 @@ for i = 8, #ARGV, 3 do
   else
     run_left(payload, p, runs)
   end
+  if REGISTRY then runs[p.run .. ARGV[i + 2]] = true end  -- the run set the caller read
 end
 err = check_run_sets(runs)
 if err then return err end
@@ -1675,6 +1676,10 @@ for i = 8, #ARGV, 3 do
     remove_checkpoint(t, n, cid, p)
     touched[n] = true
   end
+  -- On a standalone server every member read leaves its run set here, with its checkpoint:
+  -- the run putting that checkpoint again after this script finds it in its set. (On a
+  -- cluster the run sets live in other slots: the caller takes the members out after.)
+  if REGISTRY then redis.call('SREM', p.run .. ARGV[i + 2], t .. ':' .. n .. ':' .. cid) end
 end
 for n in pairs(touched) do
   if collect_garbage(t, n, p, runs) then redis.call('ZREM', KEYS[1], n)
