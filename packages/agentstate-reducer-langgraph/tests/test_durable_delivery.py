@@ -11,6 +11,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
+import math
+import re
 import socket
 import threading
 import time
@@ -1131,6 +1133,93 @@ def test_misconfigurations_say_what_to_do(client: redis.Redis, prefix: str) -> N
     assert inner.reducer is None  # refused before the wrapper handed it the reducer
     with pytest.raises(ValueError, match="outbox"):
         ReducingSaver(InMemorySaver(), reducer(ledger)).drain()
+
+
+@pytest.mark.parametrize(
+    "name", ["lease", "grace", "retry_after", "max_retry_after", "poll_interval"]
+)
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        (math.inf, "must be a finite number of seconds >= 0"),
+        (math.nan, "must be a finite number of seconds >= 0"),
+        (-1, "must be a finite number of seconds >= 0"),
+        (1e17, r"is more than 1,000,000,000 seconds \(about 31 years\)"),
+        ("30", "must be a number of seconds \\(int or float\\), got str"),
+        (True, "must be a number of seconds \\(int or float\\), got bool"),
+    ],
+    ids=["inf", "nan", "negative", "1e17", "str", "bool"],
+)
+def test_a_delivery_timing_that_is_not_a_finite_number_of_seconds_is_refused(
+    name: str, value: Any, message: str
+) -> None:
+    """`Delivery(lease=inf)` and `Delivery(lease=nan)` were taken (`value < 0` let them
+    through); every put that pruned then failed with a bare OverflowError or ValueError
+    ("cannot convert float infinity to integer") naming neither Delivery nor the field."""
+    with pytest.raises(
+        ValueError,
+        match=rf"^Delivery\({name}={re.escape(repr(value))}\) {message}.*pass e\.g\. {name}=",
+    ):
+        Delivery("manual", **{name: value})
+    assert getattr(Delivery("manual", **{name: 10**9}), name) == 10**9  # the longest taken
+
+
+@pytest.mark.parametrize(
+    ("ttl", "error", "message"),
+    [
+        (math.inf, ValueError, r"ttl=inf\) is not a positive number of seconds"),
+        (math.nan, ValueError, r"ttl=nan\) is not a positive number of seconds"),
+        (0, ValueError, r"ttl=0\) is not a positive number of seconds"),
+        (
+            "3600",
+            TypeError,
+            r"ttl=\.\.\.\) must be seconds as int or float, or None; got str '3600'",
+        ),
+        (True, TypeError, r"ttl=\.\.\.\) must be seconds as int or float, or None; got bool True"),
+        (1e17, ValueError, r"ttl=1e\+17\) is more than 1,000,000,000 seconds \(about 31 years\)"),
+    ],
+    ids=["inf", "nan", "zero", "str", "bool", "1e17"],
+)
+def test_a_ledger_ttl_redis_cannot_keep_is_refused_when_the_ledger_is_built(
+    client: redis.Redis, prefix: str, ttl: Any, error: type[Exception], message: str
+) -> None:
+    """`ttl=inf` raised a bare OverflowError and `ttl='3600'` a bare TypeError; `ttl=1e17` was
+    taken, then Redis refused every PEXPIRE, so no delivery was recorded and the reducer
+    dropped the pruned messages once its retry buffer was full."""
+    with pytest.raises(error, match=rf"^RedisDeliveryLedger\({message}"):
+        RedisDeliveryLedger(client, prefix=prefix, ttl=ttl)
+
+
+def test_the_longest_and_shortest_ledger_ttls_reach_redis(client: redis.Redis, prefix: str) -> None:
+    """The longest ttl taken is one Redis keeps; a ttl under a millisecond was rounded to 0,
+    which means no expiry, so its entries were kept forever."""
+    longest = RedisDeliveryLedger(client, prefix=prefix, ttl=10**9)
+    longest.mark("hook", ("m", "long"), ["a"])  # Redis takes its PEXPIRE
+    assert longest.seen("hook", ("m", "long"), ["a"]) == {"a"}
+    assert 0 < client.pttl(longest.keys.ledger(("m", "long"))) <= 10**12
+    shortest = RedisDeliveryLedger(client, prefix=prefix, ttl=0.0001)
+    shortest.mark("hook", ("m", "short"), ["a"])
+    assert client.pttl(shortest.keys.ledger(("m", "short"))) in (-2, 0, 1)
+
+
+def test_delivery_parts_that_would_fail_only_in_a_worker_are_refused_when_built(
+    client: redis.Redis, prefix: str
+) -> None:
+    """Each was taken and failed later, at every delivery or in the background worker's
+    loop: a serializer without dumps_typed, a checkpoint_key that is no function, options
+    that are no Delivery."""
+    ledger = RedisDeliveryLedger(client, prefix=prefix)
+    with pytest.raises(TypeError, match=r"^RedisMemoryWriter\(serde='json'\) needs a LangGraph "):
+        RedisMemoryWriter(ledger, serde="json")
+    with pytest.raises(
+        TypeError, match=r"^RedisOutbox\(checkpoint_key='lg:cp'\) must be a function"
+    ):
+        RedisOutbox(client, prefix=prefix, checkpoint_key="lg:cp")  # type: ignore[arg-type]
+    outbox = RedisOutbox(client, prefix=prefix)
+    with pytest.raises(TypeError, match=r"^DeliveryRunner\(options='manual'\) must be a Delivery"):
+        DeliveryRunner(InMemorySaver(), reducer(ledger), outbox, "manual")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"^DeliveryRunner\(outbox=None\) does not implement"):
+        DeliveryRunner(InMemorySaver(), reducer(ledger), None, Delivery())  # type: ignore[arg-type]
 
 
 # -- RESP3 clients: refused, saying what to do, where the server has no HELLO ----------------

@@ -168,6 +168,132 @@ def test_bad_arguments_say_what_to_pass() -> None:
         ReducingSaver(InMemorySaver(), ReducerConfig())  # type: ignore[arg-type]
 
 
+def without(checkpoint: Any, key: str) -> Any:
+    return {k: v for k, v in checkpoint.items() if k != key}
+
+
+def bad_puts() -> list[tuple[str, tuple[Any, ...], type[Exception], str]]:
+    """(what, put arguments, error, message) of puts the wrapper cannot read."""
+    config = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
+    cp = checkpoint_with([HumanMessage(f"m{i}", id=f"id{i}") for i in range(9)])
+    return [
+        (
+            "config None",
+            (None, cp, {}, {"messages": 1}),
+            TypeError,
+            r"config must be a dict \(a RunnableConfig\), got NoneType None: pass "
+            r"\{'configurable': \{'thread_id'",
+        ),
+        (
+            "configurable str",
+            ({"configurable": "t"}, cp, {}, {"messages": 1}),
+            TypeError,
+            r"config\['configurable'\] must be a dict, got str 't'",
+        ),
+        (
+            "checkpoint None",
+            (config, None, {}, {"messages": 1}),
+            TypeError,
+            r"checkpoint must be a dict \(a LangGraph Checkpoint\), got NoneType None",
+        ),
+        (
+            "no id",
+            (config, without(cp, "id"), {}, {"messages": 1}),
+            ValueError,
+            r"checkpoint\['id'\] is missing: pass a checkpoint LangGraph made",
+        ),
+        (
+            "no channel_values",
+            (config, without(cp, "channel_values"), {}, {"messages": 1}),
+            ValueError,
+            r"checkpoint\['channel_values'\] is missing, not a dict of channel name -> value",
+        ),
+        (
+            "no channel_versions",
+            (config, without(cp, "channel_versions"), {}, {"messages": 1}),
+            ValueError,
+            r"checkpoint\['channel_versions'\] is missing",
+        ),
+        (
+            "new_versions None",
+            (config, cp, {}, None),
+            TypeError,
+            r"new_versions must be a dict of channel name -> version, got NoneType None: "
+            r"pass \{\} when no channel changed",
+        ),
+        (
+            "new_versions list",
+            (config, cp, {}, ["messages"]),
+            TypeError,
+            r"new_versions must be a dict .*, got list \['messages'\]",
+        ),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("what", "args", "error", "message"), bad_puts(), ids=[case[0] for case in bad_puts()]
+)
+async def test_a_put_the_wrapper_cannot_read_is_refused_naming_the_argument_and_stores_nothing(
+    what: str, args: tuple[Any, ...], error: type[Exception], message: str
+) -> None:
+    """`put(None, ...)` raised AttributeError ('NoneType' object has no attribute 'get'), a
+    checkpoint without `id` a KeyError, `new_versions=None` a bare "argument of type
+    'NoneType' is not iterable", each from deep inside the wrapper or the inner saver."""
+    hook = Recorder()
+    saver = ReducingSaver(InMemorySaver(), reducer(hook, window=3, keep=2))
+    config = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
+    stored = saver.put(config, checkpoint_with([HumanMessage("m0", id="id0")]), {}, {"messages": 1})
+    before = saver.get_tuple(config)
+    with pytest.raises(error, match=rf"^ReducingSaver\.put: {message}"):
+        saver.put(*args)
+    with pytest.raises(error, match=rf"^ReducingSaver\.aput: {message}"):
+        await saver.aput(*args)
+    assert saver.get_tuple(config) == before and before.config == stored
+    assert len(list(saver.list(None))) == 1 and hook.seen == []
+
+
+def test_the_inner_savers_own_errors_still_reach_the_caller() -> None:
+    """The wrapper checks only what it reads itself: a config InMemorySaver refuses (no
+    `configurable`) fails as it does without the wrapper."""
+    cp = checkpoint_with([HumanMessage(f"m{i}", id=f"id{i}") for i in range(5)])
+    with pytest.raises(KeyError) as direct:
+        InMemorySaver().put({}, cp, {}, {"messages": 1})
+    with pytest.raises(KeyError) as wrapped:
+        ReducingSaver(InMemorySaver(), reducer(window=3, keep=2)).put({}, cp, {}, {"messages": 1})
+    assert str(wrapped.value) == str(direct.value)
+
+
+def test_the_helpers_name_a_wrong_argument_and_the_fix() -> None:
+    """`memory_namespace(reducer, "t1")` raised AttributeError, `apply_reducer` of None or
+    {} a bare TypeError or KeyError 'channel_values', and of a ReducerConfig an
+    AttributeError ('ReducerConfig' object has no attribute 'plan')."""
+    r = reducer()
+    config = {"configurable": {"thread_id": "t"}}
+    with pytest.raises(
+        TypeError,
+        match=r"^memory_namespace: config must be a dict \(a RunnableConfig\), got str 't1': "
+        r"pass \{'configurable': \{'thread_id': 't1'\}\}",
+    ):
+        memory_namespace(r, "t1")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"^memory_namespace: config\['configurable'\] must be"):
+        memory_namespace(r, {"configurable": ["t1"]})  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"^apply_reducer: checkpoint must be a dict .*NoneType"):
+        apply_reducer(r, None, config)  # type: ignore[arg-type]
+    with pytest.raises(
+        ValueError, match=r"^apply_reducer: checkpoint\['channel_values'\] is missing"
+    ):
+        apply_reducer(r, {}, config)  # type: ignore[arg-type, typeddict-item]
+    cp = checkpoint_with([HumanMessage("m0", id="id0")])
+    with pytest.raises(
+        TypeError, match=r"^apply_reducer needs a MessageReducer, got a ReducerConfig: pass "
+    ):
+        apply_reducer(r.config, cp, config)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"^apply_reducer needs a MessageReducer, got str 'x'"):
+        apply_reducer("x", cp, config)  # type: ignore[arg-type]
+    assert apply_reducer(r, cp, config) is cp and apply_reducer(None, cp, config) is cp
+    assert memory_namespace(r, None) is None and memory_namespace(r, {"configurable": None}) is None
+
+
 class Chat(TypedDict):
     chat: Annotated[list[Any], add_messages]
 

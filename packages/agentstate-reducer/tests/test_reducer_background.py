@@ -786,3 +786,18 @@ async def test_a_reducers_aflush_in_its_own_scheduled_hook_waits_for_the_others_
     reducer.deliver([{"role": "human", "content": "a", "id": "m1"}], "ns")  # scheduled: a task
     await asyncio.wait_for(reducer.aflush(), 5)
     assert seen == ["m1"] and reducer.pending == 0
+
+
+@pytest.mark.parametrize("kind", [Background, AsyncBackground])
+def test_a_background_hook_that_is_not_callable_is_refused_when_built(kind: type) -> None:
+    """`Background(5)` was taken; every batch then failed in the worker, so its messages
+    stayed undelivered for good."""
+    name = kind.__name__
+    with pytest.raises(
+        TypeError,
+        match=rf"^{name}\(fn\) takes the hook to run, .*got int 5, which is not callable: "
+        rf"pass e\.g\. {name}\(remember\)",
+    ):
+        kind(5)
+    with pytest.raises(TypeError, match=rf"^{name}\(name=7\) must be a str"):
+        kind(print, name=7)

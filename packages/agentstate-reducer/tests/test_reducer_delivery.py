@@ -914,3 +914,93 @@ async def test_failed_retries_put_back_by_a_cancelled_delivery_stay_oldest_and_b
     report = await reducer.adeliver([], "ns")
     assert report["a"].delivered == () and report["b"].delivered == ("x", "y")
     assert a.ids == ["x", "y"] and b.ids == ["h0", "b0", "x", "y"] and reducer.pending == 0
+
+
+class RedisLike:
+    """Stands in for `redis.Redis`: no `seen`, no `mark`."""
+
+    def get(self, key: str) -> None:
+        return None
+
+
+RedisLike.__module__ = "redis.client"
+
+
+class SeenOnly:
+    def seen(self, hook_key: str, namespace: Any, message_ids: Sequence[str]) -> set[str]:
+        return set()
+
+
+@pytest.mark.parametrize(
+    ("ledger", "message"),
+    [
+        (
+            RedisLike(),
+            r"got redis\.client\.RedisLike .*, which has no seen\(\) and mark\(\): for a Redis "
+            r"client pass RedisDeliveryLedger\(client\)",
+        ),
+        (SeenOnly(), r"SeenOnly .*, which has no mark\(\): pass InMemoryLedger\(\)"),
+        ({}, r"got builtins\.dict \{\}, which has no seen\(\) and mark\(\)"),
+        (InMemoryLedger, r"got the class InMemoryLedger: pass InMemoryLedger\(\.\.\.\)"),
+    ],
+    ids=["redis-client", "seen-only", "dict", "a-class"],
+)
+def test_a_ledger_that_is_no_delivery_ledger_is_refused_when_the_reducer_is_built(
+    ledger: Any, message: str
+) -> None:
+    """`ledger=redis.Redis(...)` (for `RedisDeliveryLedger(client)`) was taken: every lookup
+    failed, logged as retryable, and once the retry buffer was full pruned turns were
+    dropped for good."""
+    hook = Recorder()
+    with pytest.raises(TypeError, match=rf"^MessageReducer\(ledger=\.\.\.\) needs a .*{message}"):
+        reducer_with(hook, ledger=ledger)
+    assert hook.calls == []
+
+
+def test_a_config_that_is_no_reducer_config_is_refused_naming_the_fix() -> None:
+    """`MessageReducer(config={"max_messages": 4})` raised AttributeError: 'dict' object has
+    no attribute 'dedupe_window'."""
+    with pytest.raises(
+        TypeError,
+        match=r"takes a ReducerConfig, got dict \{'max_messages': 4\}: pass "
+        r"config=ReducerConfig\(.*ReducerConfig\(\*\*settings\)",
+    ):
+        MessageReducer(config={"max_messages": 4})  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("value", "kind"), [(5, "int"), ("hello", "str"), (b"hi", "bytes")])
+async def test_a_message_list_of_the_wrong_type_is_refused_naming_the_argument(
+    value: Any, kind: str
+) -> None:
+    """`reduce(5)` raised a bare "'int' object is not iterable", `deliver(None, ns)` a bare
+    "'NoneType' object is not iterable", and a str was read letter by letter."""
+    hook = Recorder()
+    reducer = reducer_with(hook, min_messages=1, max_messages=2)
+    history = conversation(2, calls=0)
+    wanted = "list of messages, one message or None"
+    for call in (reducer.plan, reducer.reduce):
+        with pytest.raises(TypeError, match=rf"^existing must be a list of messages, got {kind} "):
+            call(value)
+        with pytest.raises(
+            TypeError, match=rf"^new must be a list of messages, got {kind} .*{wanted}"
+        ):
+            call(history, value)
+    for acall in (reducer.aplan, reducer.areduce):
+        with pytest.raises(TypeError, match=rf"^existing must be a list of messages, got {kind} "):
+            await acall(value)
+    for pruned in (value, None):
+        with pytest.raises(TypeError, match=r"^pruned must be a list of messages, got .*\[\] only"):
+            reducer.deliver(pruned, "ns")
+        with pytest.raises(TypeError, match=r"^pruned must be a list of messages, got "):
+            await reducer.adeliver(pruned, "ns")
+    assert hook.calls == [] and reducer.pending == 0
+    assert len(reducer.reduce(None, history).surviving) < len(history)  # None is still none
+
+
+def test_an_iterable_that_fails_while_read_keeps_its_own_error() -> None:
+    def broken() -> Any:
+        yield {"role": "human", "content": "a"}
+        raise TypeError("from inside the generator")
+
+    with pytest.raises(TypeError, match="from inside the generator"):
+        reducer_with().reduce(broken())

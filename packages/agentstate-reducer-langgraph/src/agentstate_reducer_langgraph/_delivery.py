@@ -177,6 +177,17 @@ class DeliveryRunner:
         outbox: Outbox,
         options: Delivery,
     ) -> None:
+        # Checked here: a background worker met them only in its loop, and died there.
+        if not isinstance(outbox, Outbox):
+            raise TypeError(
+                f"DeliveryRunner(outbox={outbox!r:.80}) does not implement the Outbox "
+                "protocol; pass e.g. RedisOutbox(client)"
+            )
+        if not isinstance(options, Delivery):
+            raise TypeError(
+                f"DeliveryRunner(options={options!r:.80}) must be a Delivery: pass "
+                "Delivery.of(mode) or Delivery(mode, ...)"
+            )
         self.inner = inner
         self.reducer = reducer
         self.outbox = outbox

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -19,6 +20,10 @@ __all__ = [
     "StagedBatch",
     "batch_id",
 ]
+
+# The longest timing a `Delivery` takes, in seconds (about 31 years): infinity, or a value
+# whose milliseconds overflow a float or a Redis score, failed every put that prunes.
+MAX_SECONDS = 10**9
 
 DeliveryMode = Literal["inline", "background", "manual"]
 _MODES = ("inline", "background", "manual")
@@ -236,6 +241,9 @@ class Delivery:
         max_retry_after: The longest wait between retries.
         poll_interval: Seconds between polls of the outbox by the background worker.
         batch_size: Most batches one drain claims.
+
+    Every timing is a finite number of seconds from 0 to `MAX_SECONDS` (10**9, about 31
+    years); anything else raises `ValueError` naming it.
     """
 
     mode: DeliveryMode = "inline"
@@ -253,8 +261,24 @@ class Delivery:
             )
         for name in ("lease", "grace", "retry_after", "max_retry_after", "poll_interval"):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-                raise ValueError(f"Delivery({name}={value!r}) must be a number of seconds >= 0")
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise ValueError(
+                    f"Delivery({name}={value!r}) must be a number of seconds (int or float), "
+                    f"got {type(value).__name__}: pass e.g. {name}={getattr(Delivery, name)!r}"
+                )
+            # NaN passed `value < 0`; infinity failed every put that prunes when converted
+            # to whole milliseconds.
+            if not math.isfinite(value) or value < 0:
+                raise ValueError(
+                    f"Delivery({name}={value!r}) must be a finite number of seconds >= 0: "
+                    f"pass e.g. {name}={getattr(Delivery, name)!r}"
+                )
+            if value > MAX_SECONDS:
+                raise ValueError(
+                    f"Delivery({name}={value!r}) is more than {MAX_SECONDS:,} seconds (about "
+                    f"31 years), the longest timing Delivery takes: pass e.g. "
+                    f"{name}={getattr(Delivery, name)!r}"
+                )
         if self.lease < 0.001:
             raise ValueError(
                 f"Delivery(lease={self.lease!r}) must be at least 0.001 seconds (leases are "

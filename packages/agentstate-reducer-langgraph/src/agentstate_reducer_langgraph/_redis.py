@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -286,6 +287,38 @@ async def _aheal_client(client: Any, owner: str) -> RuntimeError | None:
     return None
 
 
+# The longest ledger ttl, in seconds (about 31 years), far below where PEXPIRE fails: Redis
+# refuses a count of milliseconds that overflows once added to its clock, and a script's
+# redis.call spells a number of 1e17 (ms) or more with an exponent, not an integer.
+MAX_TTL = 10**9
+
+
+def _ttl_ms(ttl: object) -> int:
+    """`RedisDeliveryLedger`'s ttl in milliseconds (0: none), checked: ``ttl=inf`` raised a
+    bare OverflowError and ``ttl='3600'`` a bare TypeError, and a ttl Redis refuses was
+    taken, after which every ledger write failed and the reducer dropped what it could not
+    record once its retry buffer was full."""
+    if ttl is None:
+        return 0
+    if isinstance(ttl, bool) or not isinstance(ttl, (int, float)):
+        raise TypeError(
+            f"RedisDeliveryLedger(ttl=...) must be seconds as int or float, or None; got "
+            f"{type(ttl).__name__} {ttl!r}: pass e.g. ttl=30 * 24 * 3600"
+        )
+    if not math.isfinite(ttl) or ttl <= 0:
+        raise ValueError(
+            f"RedisDeliveryLedger(ttl={ttl!r}) is not a positive number of seconds: pass "
+            "e.g. ttl=30 * 24 * 3600, or ttl=None to keep the entries forever"
+        )
+    if ttl > MAX_TTL:
+        raise ValueError(
+            f"RedisDeliveryLedger(ttl={ttl!r}) is more than {MAX_TTL:,} seconds (about 31 "
+            "years), more than a Redis expiry can say: pass ttl=None to keep the entries "
+            "forever"
+        )
+    return max(1, int(ttl * 1000))
+
+
 class RedisOutbox:
     """An `Outbox` in Redis 5.0+: a zset of due batches and a hash per batch.
 
@@ -312,6 +345,12 @@ class RedisOutbox:
         checkpoint_key: CheckpointKey | None = None,
     ) -> None:
         _check_client(client, "RedisOutbox", None)
+        if checkpoint_key is not None and not callable(checkpoint_key):
+            raise TypeError(
+                f"RedisOutbox(checkpoint_key={checkpoint_key!r:.80}) must be a function "
+                "(thread_id, checkpoint_ns, checkpoint_id) -> key, or None; "
+                "RedisOutbox.for_saver(saver) sets it for a plainredis saver"
+            )
         self._client = client
         self._saver: Any = None
         self.keys = DeliveryKeys(prefix)
@@ -489,8 +528,9 @@ class RedisDeliveryLedger:
         aclient: The `redis.asyncio` twin of `client` (same server and database), for
             `aput` and `ainvoke`.
         prefix: The first component of every key.
-        ttl: Seconds a namespace's entries live after its last delivery; None keeps them
-            forever. A message re-pruned after they expired is delivered again.
+        ttl: Seconds a namespace's entries live after its last delivery, at most
+            `MAX_TTL` (10**9, about 31 years); None keeps them forever. A message re-pruned
+            after they expired is delivered again.
     """
 
     def __init__(
@@ -504,14 +544,13 @@ class RedisDeliveryLedger:
         _check_client(client, LEDGER, False)
         if aclient is not None:
             _check_client(aclient, ALEDGER, True)
-        if ttl is not None and (isinstance(ttl, bool) or not ttl > 0):
-            raise ValueError(f"ttl={ttl!r} must be a number of seconds above 0, or None")
+        ttl_ms = _ttl_ms(ttl)
         _check_resp3(client, aclient)
         self.client = client
         self.aclient = aclient
         self.keys = DeliveryKeys(prefix)
         self.ttl = ttl
-        self._core = LedgerCore(self.keys, int(ttl * 1000) if ttl else 0)
+        self._core = LedgerCore(self.keys, ttl_ms)
 
     @classmethod
     def for_saver(
@@ -659,6 +698,15 @@ class RedisMemoryWriter(RedisSink):
     def __init__(
         self, ledger: RedisDeliveryLedger, *, name: str = "redis-memory", serde: Any = None
     ) -> None:
+        if serde is not None and not all(
+            callable(getattr(serde, method, None)) for method in ("dumps_typed", "loads_typed")
+        ):
+            # Else every delivery to it failed, and the reducer dropped the messages once
+            # its retry buffer was full.
+            raise TypeError(
+                f"RedisMemoryWriter(serde={serde!r:.80}) needs a LangGraph serializer, with "
+                "dumps_typed and loads_typed: pass e.g. JsonPlusSerializer(), or None for it"
+            )
         super().__init__(ledger, name=name)
         if serde is None:
             from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer

@@ -6,7 +6,7 @@ import copy
 import threading
 import warnings
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Callable, Collection, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Iterator, Mapping, Sequence
 from typing import Any
 
 from langchain_core.runnables import RunnableConfig
@@ -27,6 +27,7 @@ from agentstate_reducer import (
     ReducerConfig,
     ReducerResult,
 )
+from agentstate_reducer._messages import shown  # the reducer's own (pinned <0.7)
 
 from ._delivery import DeliveryRunner
 from ._outbox import Delivery, DeliveryMode, DrainReport, Outbox, OutboxStats
@@ -61,14 +62,102 @@ def memory_namespace(reducer: Any, config: RunnableConfig | None) -> Any:
 
     ``config["configurable"][reducer.config.namespace_key]`` when set, else
     ``("memories", thread_id)``, else None.
+
+    Raises:
+        TypeError: `config`, or its ``configurable``, is not a dict.
     """
-    configurable = (config or {}).get("configurable") or {}
+    configurable = _configurable("memory_namespace", config)
     key = getattr(getattr(reducer, "config", None), "namespace_key", "memory_namespace")
     namespace = configurable.get(key)
     if namespace is not None:
         return tuple(namespace) if isinstance(namespace, list) else namespace
     thread_id = configurable.get("thread_id")
     return ("memories", str(thread_id)) if thread_id is not None else None
+
+
+def _configurable(where: str, config: Any) -> Mapping[str, Any]:
+    """``config["configurable"]`` ({} when absent); a TypeError naming `where` when `config`
+    or it is no dict (an AttributeError came from deep inside)."""
+    if not config:
+        return {}
+    if not isinstance(config, Mapping):
+        example = repr(config) if isinstance(config, str) else "..."
+        raise TypeError(
+            f"{where}: config must be a dict (a RunnableConfig), got "
+            f"{type(config).__name__} {shown(config)}: pass "
+            f"{{'configurable': {{'thread_id': {example}}}}}"
+        )
+    configurable = config.get("configurable")
+    if not configurable:
+        return {}
+    if not isinstance(configurable, Mapping):
+        raise TypeError(
+            f"{where}: config['configurable'] must be a dict, got "
+            f"{type(configurable).__name__} {shown(configurable)}: pass "
+            "{'configurable': {'thread_id': ...}}"
+        )
+    return configurable
+
+
+def _check_reducer(where: str, reducer: Any) -> None:
+    if isinstance(reducer, ReducerConfig):
+        raise TypeError(
+            f"{where} needs a MessageReducer, got a ReducerConfig: pass "
+            "MessageReducer(config=...) with it"
+        )
+    if not hasattr(reducer, "plan") or not hasattr(reducer, "deliver"):
+        raise TypeError(
+            f"{where} needs a MessageReducer, got {type(reducer).__name__} "
+            f"{shown(reducer)}: pass MessageReducer(config=ReducerConfig(...))"
+        )
+
+
+def _check_checkpoint(where: str, checkpoint: Any, *, stored: bool = False) -> None:
+    """Refuses what is no LangGraph `Checkpoint` (a KeyError or TypeError came from deep
+    inside); with `stored`, also one without an ``id`` or ``channel_versions``, which a put
+    needs. Only the shape: nothing inside the channels is read."""
+    if not isinstance(checkpoint, Mapping):
+        raise TypeError(
+            f"{where}: checkpoint must be a dict (a LangGraph Checkpoint), got "
+            f"{type(checkpoint).__name__} {shown(checkpoint)}: pass a checkpoint LangGraph "
+            "made (empty_checkpoint(), create_checkpoint())"
+        )
+    if stored and checkpoint.get("id") is None:
+        state = "is missing" if "id" not in checkpoint else "is None"
+        raise ValueError(
+            f"{where}: checkpoint['id'] {state}: pass a checkpoint LangGraph made "
+            "(empty_checkpoint() and create_checkpoint() give it a fresh id)"
+        )
+    fields = ("channel_values", "channel_versions") if stored else ("channel_values",)
+    for field in fields:
+        value = checkpoint.get(field)
+        if not isinstance(value, Mapping):
+            state = "is missing" if field not in checkpoint else f"is {shown(value)}"
+            raise ValueError(
+                f"{where}: checkpoint[{field!r}] {state}, not a dict of channel name -> "
+                "value: pass a checkpoint LangGraph made (empty_checkpoint(), "
+                "create_checkpoint())"
+            )
+
+
+def _check_put(where: str, config: Any, checkpoint: Any, new_versions: Any) -> None:
+    """Refuses, before anything is staged or stored, a put the wrapper cannot read (it
+    raised AttributeError, KeyError or a bare TypeError from deep inside). Cheap: the
+    shape only, as every put runs it."""
+    if not isinstance(config, Mapping):
+        raise TypeError(
+            f"{where}: config must be a dict (a RunnableConfig), got "
+            f"{type(config).__name__} {shown(config)}: pass "
+            "{'configurable': {'thread_id': ..., 'checkpoint_ns': ''}}"
+        )
+    _configurable(where, config)
+    _check_checkpoint(where, checkpoint, stored=True)
+    if not isinstance(new_versions, Mapping):
+        raise TypeError(
+            f"{where}: new_versions must be a dict of channel name -> version, got "
+            f"{type(new_versions).__name__} {shown(new_versions)}: pass {{}} when no "
+            "channel changed"
+        )
 
 
 def _messages_to_cut(
@@ -235,6 +324,8 @@ def apply_reducer(
     """
     if reducer is None:
         return checkpoint
+    _check_reducer("apply_reducer", reducer)
+    _check_checkpoint("apply_reducer", checkpoint)
     reduced, result, namespace = plan_reduction(reducer, checkpoint, config, messages_key)
     if result is not None and result.pruned:
         reducer.deliver(result.pruned, namespace)
@@ -434,6 +525,7 @@ class ReducingSaver(BaseCheckpointSaver[Any]):
     ) -> RunnableConfig:
         if self.passthrough:
             return self.inner.put(config, checkpoint, metadata, new_versions)
+        _check_put("ReducingSaver.put", config, checkpoint, new_versions)
         if self.messages_key not in new_versions:
             _warn_other_messages(self.reducer, checkpoint["channel_values"], self.messages_key)
             same = self._windows.same(config, checkpoint, self.messages_key)
@@ -463,6 +555,7 @@ class ReducingSaver(BaseCheckpointSaver[Any]):
     ) -> RunnableConfig:
         if self.passthrough:
             return await self.inner.aput(config, checkpoint, metadata, new_versions)
+        _check_put("ReducingSaver.aput", config, checkpoint, new_versions)
         if self.messages_key not in new_versions:
             _warn_other_messages(self.reducer, checkpoint["channel_values"], self.messages_key)
             same = self._windows.same(config, checkpoint, self.messages_key)

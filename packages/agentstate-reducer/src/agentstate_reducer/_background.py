@@ -16,6 +16,7 @@ from typing import Any
 
 from ._config import RememberFn
 from ._delivery import caller_cancelled, hook_key
+from ._messages import shown
 
 logger = logging.getLogger("agentstate_reducer")
 
@@ -29,10 +30,23 @@ class BatchDropped(RuntimeError):
     """A background hook did not accept a batch: its backlog was full or it was closed."""
 
 
-def _check_sizes(owner: str, workers: object, max_pending: object) -> None:
+def _check_args(owner: str, fn: object, workers: object, max_pending: object, name: object) -> None:
+    """Refuses what only failed later: a `fn` that is not callable failed each batch in the
+    worker, which stayed undelivered for good; a `name` that is not a str was no ledger key."""
+    if not callable(fn):
+        raise TypeError(
+            f"{owner}(fn) takes the hook to run, a function (pruned, namespace); got "
+            f"{type(fn).__name__} {shown(fn)}, which is not callable: pass e.g. "
+            f"{owner}(remember)"
+        )
     for label, value in (("workers", workers), ("max_pending", max_pending)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"{owner}({label}={value!r}) must be an int >= 1")
+    if name is not None and not isinstance(name, str):
+        raise TypeError(
+            f"{owner}(name={shown(name)}) must be a str (the hook's ledger key), or None for "
+            "the qualified name of fn"
+        )
 
 
 def _settle(done: Done | None, error: BaseException | None) -> Any:
@@ -110,7 +124,7 @@ class Background:
         max_pending: int = 1000,
         name: str | None = None,
     ) -> None:
-        _check_sizes("Background", workers, max_pending)
+        _check_args("Background", fn, workers, max_pending, name)
         self.fn = fn
         self.name = name or hook_key(fn)
         self.workers = workers
@@ -325,7 +339,7 @@ class AsyncBackground:
         max_pending: int = 1000,
         name: str | None = None,
     ) -> None:
-        _check_sizes("AsyncBackground", workers, max_pending)
+        _check_args("AsyncBackground", fn, workers, max_pending, name)
         self.fn = fn
         self.name = name or hook_key(fn)
         self.workers = workers

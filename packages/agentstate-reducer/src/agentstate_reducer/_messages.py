@@ -157,6 +157,12 @@ def check_messages(messages: Sequence[Any], what: str = "message") -> None:
         )
 
 
+def shown(value: Any, limit: int = 80) -> str:
+    """`repr(value)` for an error message, cut to about `limit` characters."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 def is_langchain_message(message: Any) -> bool:
     """Return True when `message` is a LangChain `BaseMessage`, without importing LangChain."""
     cls = type(message)

@@ -16,7 +16,7 @@ from ._cut import Cut, checked_count, plan_cut
 from ._delivery import Dispatcher, Job, ReportBuilder, caller_cancelled, hook_keys
 from ._ledger import AsyncDeliveryLedger, DeliveryLedger, InMemoryLedger
 from ._merge import CutIds, merge_messages
-from ._messages import check_messages, is_langchain_message, message_identity
+from ._messages import check_messages, is_langchain_message, message_identity, shown
 from ._report import DeliveryReport
 from ._summary import Summaries, summary_block, summary_size
 from ._tokens import resolve_token_counter
@@ -36,6 +36,10 @@ class MessageReducer:
         config: The full configuration.
         ledger: Records deliveries; defaults to `InMemoryLedger(config.dedupe_window)`.
             Pass a durable one to deliver exactly once across restarts.
+
+    Raises:
+        TypeError: `config` is not a `ReducerConfig`, or `ledger` has no callable `seen`
+            and `mark` (a Redis client given for `RedisDeliveryLedger(client)`, say).
     """
 
     def __init__(
@@ -48,6 +52,13 @@ class MessageReducer:
     ) -> None:
         if config is None:
             config = ReducerConfig(min_messages=min_messages, max_messages=max_messages)
+        elif not isinstance(config, ReducerConfig):
+            raise TypeError(
+                f"MessageReducer(config=...) takes a ReducerConfig, got "
+                f"{type(config).__name__} {shown(config)}: pass "
+                "config=ReducerConfig(max_messages=..., ...) (for a dict of settings, "
+                "ReducerConfig(**settings))"
+            )
         elif (min_messages, max_messages) != (0, None):
             warnings.warn(
                 f"MessageReducer(min_messages={min_messages}, max_messages={max_messages}) "
@@ -55,6 +66,8 @@ class MessageReducer:
                 UserWarning,
                 stacklevel=2,
             )
+        if ledger is not None:
+            _check_ledger(ledger)
         self.config = config
         self.ledger: DeliveryLedger = (
             ledger if ledger is not None else InMemoryLedger(config.dedupe_window)
@@ -99,7 +112,8 @@ class MessageReducer:
 
         Raises:
             TypeError: An item is not a message (a str, say): each of those had one
-                identity, so a hook got only the first.
+                identity, so a hook got only the first. Or `existing` or `new` is neither
+                a list of messages, one message nor None.
         """
         messages, cut, pruned = self._cut(existing, new)
         if cut is None:
@@ -339,7 +353,7 @@ class MessageReducer:
     # -- shared core --------------------------------------------------------------------
 
     def _cut(self, existing: Any, new: Any) -> tuple[list[Any], Cut | None, list[Any]]:
-        messages = [*_listify(existing), *_listify(new)]
+        messages = [*_listify(existing, "existing"), *_listify(new, "new")]
         check_messages(messages)
         c = self.config
         counter = None
@@ -523,19 +537,72 @@ class MessageReducer:
         )
 
 
-def _listify(value: Any) -> list[Any]:
+def _check_ledger(ledger: object) -> None:
+    """Refuses a `ledger` that is no `DeliveryLedger`: the reducer only met it at the first
+    delivery, logged each failed lookup as retryable, and once its retry buffer
+    (`dedupe_window`) was full dropped the pruned messages for good."""
+    if isinstance(ledger, type):  # its seen() and mark() are unbound: every call raises
+        raise TypeError(
+            f"MessageReducer(ledger=...) needs a ledger instance, got the class "
+            f"{ledger.__qualname__}: pass {ledger.__qualname__}(...)"
+        )
+    missing = [name for name in ("seen", "mark") if not callable(getattr(ledger, name, None))]
+    if not missing:
+        return
+    kind = type(ledger)
+    if kind.__module__.split(".")[0] == "redis":
+        fix = (
+            "for a Redis client pass RedisDeliveryLedger(client) "
+            "(from agentstate_reducer_langgraph)"
+        )
+    else:
+        fix = (
+            "pass InMemoryLedger(), RedisDeliveryLedger(client) (from "
+            "agentstate_reducer_langgraph), or an object with seen(hook_key, namespace, "
+            "message_ids) and mark(hook_key, namespace, message_ids)"
+        )
+    raise TypeError(
+        f"MessageReducer(ledger=...) needs a DeliveryLedger, got {kind.__module__}."
+        f"{kind.__qualname__} {shown(ledger)}, which has no "
+        f"{' and '.join(name + '()' for name in missing)}: {fix}"
+    )
+
+
+def _listify(value: Any, name: str) -> list[Any]:
     if value is None:
         return []
     if isinstance(value, Mapping) or is_langchain_message(value):
         return [value]
-    return list(value)
+    return _as_list(value, name, "a list of messages, one message or None")
 
 
 def _checked(pruned: Iterable[Any]) -> list[Any]:
     """`pruned` as a list, checked to hold only messages (`check_messages`)."""
-    items = list(pruned)
+    items = _as_list(pruned, "pruned", "a list of messages ([] only retries)")
     check_messages(items, "pruned message")
     return items
+
+
+def _as_list(value: Any, name: str, wanted: str) -> list[Any]:
+    """`list(value)`; a TypeError naming `name`, its value and `wanted` for a value that is
+    no collection of messages (None, a number, a str): it raised from deep inside, or a
+    str went in letter by letter."""
+    if value is not None and not isinstance(value, (str, bytes)):
+        try:
+            return list(value)
+        except TypeError as exc:
+            if isinstance(value, Iterable):
+                raise  # raised while iterating: not about the value's type
+            raise _not_messages(name, value, wanted) from exc
+    raise _not_messages(name, value, wanted)
+
+
+def _not_messages(name: str, value: Any, wanted: str) -> TypeError:
+    return TypeError(
+        f"{name} must be a list of messages, got {type(value).__name__} {shown(value)}: "
+        f"pass {wanted}, where a message is a {{'role': ..., 'content': ...}} dict or a "
+        "message object"
+    )
 
 
 async def _await(awaitable: Any) -> Any:
