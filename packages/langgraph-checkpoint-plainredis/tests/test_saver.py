@@ -1664,14 +1664,22 @@ async def test_an_int_id_bounds_a_listing_as_its_string(saver: Any) -> None:
     assert [t.checkpoint["id"] async for t in saver.alist(five, before=seven)] == ["5"]
 
 
-async def test_a_checkpoint_id_of_an_empty_string_is_refused(saver: Any) -> None:
-    """A put with id '' was stored and returned a config naming '', which names no
+async def test_a_checkpoint_id_naming_no_checkpoint_is_refused(saver: Any) -> None:
+    """A put with id '' (or 0) was stored and returned a config naming it, which names no
     checkpoint: reading it back gave the newest checkpoint instead, and the stored one could
-    never be read by its id."""
+    never be read by its id. Writes to such an id stayed until the thread was deleted."""
     kept = await put(saver, "t", {"m": 1}, {"m": "1"})
     with pytest.raises(ValueError, match=r"checkpoint\['id'\] is '': pass a checkpoint"):
         await put(saver, "t", {"m": 2}, {"m": "2"}, cid="")
+    with pytest.raises(ValueError, match=r"checkpoint\['id'\] is 0: pass a checkpoint"):
+        await put(saver, "t", {"m": 2}, {"m": "2"}, cid=0)  # type: ignore[arg-type]
+    # writes to no checkpoint stayed until the thread was deleted
+    for empty in ("", 0):
+        named = {"configurable": {"thread_id": "t", "checkpoint_ns": "", "checkpoint_id": empty}}
+        with pytest.raises(ValueError, match=r"\['checkpoint_id'\] is .*names no checkpoint"):
+            await saver.aput_writes(named, [("m", 5)], "task")
     assert [t.config async for t in saver.alist(cfg("t"))] == [kept]
+    assert (await saver.aget_tuple(kept)).pending_writes == []
 
 
 async def test_an_empty_config_lists_every_thread_as_none_does(saver: Any) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import gc
 import os
 import re
 import signal
@@ -12,6 +13,8 @@ import socket
 import struct
 import sys
 import threading
+import uuid
+import warnings
 from types import SimpleNamespace
 from typing import Any
 
@@ -22,7 +25,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+from redis.cluster import RedisCluster
 from redis.connection import Connection
+from wrappers import Forwarding
 
 from agentstate_testkit import servers
 from agentstate_testkit.forking import child_passes_while_held
@@ -1655,6 +1660,87 @@ def test_one_async_saver_serves_loops_left_open_one_after_another(
     got = asyncio.run(saver.aget_tuple(stored[0]))
     assert got is not None and got.config == stored[0]
     asyncio.run(saver.aclose())
+
+
+def test_one_async_saver_alternates_between_two_open_loops_without_leaking(
+    redis_url: str, prefix: str, client: Any
+) -> None:
+    """Two loops a framework keeps, taking turns: each turn built the saver a new client and
+    let the last one go unclosed (a ResourceWarning per connection, its connections open
+    until collected; before that, a lock one loop waited on failed the next). Each loop now
+    keeps a client of its own for its next turn, and `aclose` lets the server close them
+    all (20 connections of the other loop's client stayed open)."""
+    name = f"alt-{uuid.uuid4().hex[:8]}"
+    saver = AsyncRedisSaver(redis_url, prefix=prefix, client_name=name)
+
+    def opened() -> int:
+        nodes = client.get_nodes() if isinstance(client, RedisCluster) else [None]
+        listed = [
+            c
+            for node in nodes
+            for c in (client.client_list(target_nodes=node) if node else client.client_list())
+        ]
+        return sum(1 for c in listed if c["name"] == name)
+
+    first, second = asyncio.new_event_loop(), asyncio.new_event_loop()
+    gc.collect()  # what earlier tests left: only what this one lets go counts below
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", ResourceWarning)
+            for turn in range(12):
+                loop = first if turn % 2 else second
+                assert len(loop.run_until_complete(aput_at_once(saver, 20, f"r{turn}"))) == 20
+                assert opened() > 0
+            gc.collect()
+        assert [w for w in caught if issubclass(w.category, ResourceWarning)] == []
+        second.run_until_complete(saver.aclose())
+        assert opened() == 0
+    finally:
+        first.close()
+        second.close()
+
+
+@pytest.mark.standalone  # a cluster client's nodes refuse calls past max_connections
+def test_an_async_saver_closed_on_a_new_loop_serves_the_next(redis_url: str, prefix: str) -> None:
+    """`aclose` on a loop after the last call's loop had closed forgot that loop, so the next
+    loop kept a client whose pool lock the first loops had bound: "... is bound to a
+    different event loop" once calls waited on its pool."""
+    saver = AsyncRedisSaver(redis_url, prefix=prefix, max_connections=4)
+    for n in range(2):
+        assert len(asyncio.run(aput_at_once(saver, 40, f"r{n}"))) == 40  # callers wait
+    asyncio.run(saver.aclose())
+    assert len(asyncio.run(aput_at_once(saver, 40, "r2"))) == 40
+    asyncio.run(saver.aclose())
+
+
+@pytest.mark.parametrize("wrap", [None, Forwarding, "subclass"])
+def test_a_passed_async_client_of_any_kind_serves_one_loop_after_another(
+    redis_url: str, redis_kind: str, prefix: str, wrap: Any
+) -> None:
+    """Only a plain `redis.asyncio.Redis` had the connections it kept from a closed loop
+    opened again: a forwarding wrapper, a subclass or a cluster client failed every other
+    `asyncio.run` with "Event loop is closed" (its pipeline too, as `copy_thread` uses)."""
+    cluster = redis_kind.endswith("-cluster")
+    base = aioredis.RedisCluster if cluster else aioredis.Redis
+
+    class Sub(base):  # type: ignore[valid-type,misc]
+        pass
+
+    factory = Sub if wrap == "subclass" else base
+    passed = factory.from_url(redis_url, protocol=2)
+    saver = AsyncRedisSaver(
+        client=Forwarding(passed) if wrap is Forwarding else passed, prefix=prefix
+    )
+
+    async def use(n: int) -> None:
+        stored = await saver.aput(cfg(f"t{n}"), checkpoint("x"), {}, {"m": 1})
+        assert [t.config async for t in saver.alist(cfg(f"t{n}"))] == [stored]
+        await saver.acopy_thread(f"t{n}", f"u{n}")
+        if n == 2:
+            await passed.aclose()  # on its last loop: redis-py's own aclose cannot move
+
+    for n in range(3):
+        asyncio.run(use(n))
 
 
 def test_an_async_saver_refuses_a_second_loop_while_the_first_still_runs(

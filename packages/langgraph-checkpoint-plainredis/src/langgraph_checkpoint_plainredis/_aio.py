@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import functools
 import socket
+import weakref
 from collections.abc import AsyncIterator, Generator, Iterator, Mapping, Sequence
 from types import TracebackType
 from typing import Any, TypeVar
@@ -91,13 +92,15 @@ def _on_another_loop(conn: Any) -> bool:
 
 async def _leave_other_loop(conn: Any) -> None:
     """Drops the stream of a connection opened on another event loop, so that its next use
-    connects on the running one. When that loop is closed its transport cannot close
-    through it (redis-py forgets the stream all the same): the socket is shut down here, and
-    closed when the transport is collected."""
+    connects on the running one. When that loop is closed, or not running (it may run
+    again, or never), its transport cannot close through it now (redis-py forgets the
+    stream all the same): the socket is shut down here, so the server lets the connection
+    go, and closed when the transport is collected or its loop runs again."""
     transport = conn._writer.transport
-    try:
+    loop = getattr(conn._reader, "_loop", None)
+    with contextlib.suppress(RuntimeError):  # "Event loop is closed"
         await conn.disconnect(nowait=True)
-    except RuntimeError:  # "Event loop is closed"
+    if loop is None or not loop.is_running():
         sock = transport.get_extra_info("socket")
         if sock is not None:
             with contextlib.suppress(OSError):
@@ -109,13 +112,36 @@ def _closed(loop: asyncio.AbstractEventLoop | None) -> bool:
     return loop is not None and loop.is_closed()
 
 
+def _kept_elsewhere(client: Any, in_use: bool = False) -> list[Any]:
+    """The connections of `client` opened on another event loop than the running one: those
+    its pool (a cluster client's: each node's) keeps for the next call and, with `in_use`,
+    those lent out."""
+    pool = getattr(client, "connection_pool", None)
+    if pool is not None:
+        opened = [*getattr(pool, "_available_connections", ())]
+        if in_use:
+            opened += getattr(pool, "_in_use_connections", ())
+    else:  # a cluster client: its nodes', and those it was started from (the slot map's)
+        manager = getattr(client, "nodes_manager", None)
+        nodes = {
+            id(node): node
+            for table in ("nodes_cache", "startup_nodes")
+            for node in getattr(manager, table, {}).values()
+        }
+        field = "_connections" if in_use else "_free"
+        opened = [conn for node in nodes.values() for conn in getattr(node, field, ())]
+    return [conn for conn in opened if _on_another_loop(conn)]
+
+
 def _enter_loop(saver: AsyncRedisSaver, loop: asyncio.AbstractEventLoop) -> None:
-    """The first call of `saver` on `loop`. A client of its own that served another loop
-    (closed since, as after one `asyncio.run` another; or stopped, as between two loops'
-    `run_until_complete`) is replaced: that pool's locks and connections belong to that loop
-    (a lock that was waited on once is bound to it for good), and redis-py's cluster client
-    cannot leave it; its sockets are closed when it is collected. A client passed in stays
-    (its kept connections are opened again on the running loop: `_leave_other_loop`).
+    """The first call of `saver` on `loop` since it served another. A client of its own
+    belongs to the loop it served: that pool's connections and locks are bound to it (a lock
+    waited on once stays bound for good), and redis-py's cluster client cannot leave it. So
+    each loop gets a client of its own: one that served a loop that may run again (open, not
+    running) waits for that loop's next call, parked; one that served a loop closed since
+    (one `asyncio.run` after another) is dropped, and its sockets close when it is collected.
+    A client passed in stays (its kept connections are opened again on the running loop:
+    `_prepare`).
 
     A saver whose last call's loop still runs (in another thread) is refused: its pool's
     locks and connections belong to that loop, and sharing them across running loops fails
@@ -128,10 +154,17 @@ def _enter_loop(saver: AsyncRedisSaver, loop: asyncio.AbstractEventLoop) -> None
             "per event loop (per thread), or use RedisSaver from several threads."
         )
     if saver._owns_client and previous is not None:
-        saver._client = saver._new_client()
-        saver._idle = Idle.of(saver._client)
+        parked = saver._parked
+        if not previous.is_closed():
+            parked[previous] = (saver._client, saver._idle, saver._detect_lock)
+        state = parked.pop(loop, None)
+        if state is not None and is_cluster_client(state[0]) == saver._cluster:
+            saver._client, saver._idle, saver._detect_lock = state
+        else:  # a new loop, or one whose client predates the topology the saver learnt
+            saver._client = saver._new_client()
+            saver._idle = Idle.of(saver._client)
+            saver._detect_lock = asyncio.Lock()
         saver._direct = None
-        saver._detect_lock = asyncio.Lock()
         saver._ready = False
     saver._loop = loop
 
@@ -139,7 +172,14 @@ def _enter_loop(saver: AsyncRedisSaver, loop: asyncio.AbstractEventLoop) -> None
 async def _prepare(saver: AsyncRedisSaver) -> None:
     """What every call does first: follow the running event loop, and get ready once."""
     if (loop := asyncio.get_running_loop()) is not saver._loop:
+        previous = saver._loop
         _enter_loop(saver, loop)
+        if previous is not None and not saver._owns_client:
+            # A client passed in keeps its pool: what it kept from the other loop is opened
+            # again on this one (as the direct path does per connection; redis-py's own
+            # commands failed on such a connection, "Event loop is closed").
+            for conn in _kept_elsewhere(saver._client):
+                await _leave_other_loop(conn)
     if not saver._ready:
         await saver._get_ready()
 
@@ -220,6 +260,9 @@ class AsyncRedisSaver(SaverCore, BaseCheckpointSaver[str]):
     _idle = Shared["Idle | None"]()
     _direct = Shared["Direct | None"]()
     _loop = Shared["asyncio.AbstractEventLoop | None"]()  # see _enter_loop
+    # Clients of its own parked for loops that may run again, with their idle connections
+    # and topology locks (see _enter_loop).
+    _parked = Shared["weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, tuple[Any, Any, Any]]"]()
 
     def __init__(
         self,
@@ -243,6 +286,7 @@ class AsyncRedisSaver(SaverCore, BaseCheckpointSaver[str]):
         self._detect_lock = asyncio.Lock()
         self._ready = False  # see _get_ready
         self._loop = None  # see _enter_loop
+        self._parked = weakref.WeakKeyDictionary()
         self._idle = None  # only for a client of our own, with a large pool
         self._direct = None  # see _direct_pool
         if client is not None:
@@ -308,22 +352,27 @@ class AsyncRedisSaver(SaverCore, BaseCheckpointSaver[str]):
 
     async def aclose(self) -> None:
         """Closes the connection pool, unless the client was passed in."""
-        if self._owns_client and _closed(self._loop):
-            self._loop = None  # its client cannot close through it: left to be collected
+        if not self._owns_client:
             return
-        if self._owns_client:
-            await self._release_idle()
-            # A connection opened on another loop, one that ran beside this one (closed since
-            # or not), cannot close through this one: its stream is dropped first.
-            pool = getattr(self._client, "connection_pool", None)
-            opened = [
-                *getattr(pool, "_available_connections", ()),
-                *getattr(pool, "_in_use_connections", ()),
-            ]
-            for conn in opened:
-                if _on_another_loop(conn):
+        running = asyncio.get_running_loop()
+        last = self._loop
+        if last is not None and last is not running:
+            # The client of this loop (parked, see `_enter_loop`) is the one to close here;
+            # a saver in use on a loop that still runs elsewhere is refused, as a call is.
+            gone = self._client if last.is_closed() else None
+            _enter_loop(self, running)
+            if gone is not None:  # it served a closed loop: its sockets are shut down
+                for conn in _kept_elsewhere(gone, in_use=True):
                     await _leave_other_loop(conn)
-            await self._client.aclose()
+        # Clients parked for other loops cannot close through this one, whose locks they do
+        # not share: their connections' streams are dropped (the sockets shut down, so the
+        # server lets them go), and the clients let go.
+        for client, _, _ in self._parked.values():
+            for conn in _kept_elsewhere(client, in_use=True):
+                await _leave_other_loop(conn)
+        self._parked.clear()
+        await self._release_idle()
+        await self._client.aclose()
 
     async def _release_idle(self) -> None:
         kept = self._idle.drain() if self._idle is not None else []

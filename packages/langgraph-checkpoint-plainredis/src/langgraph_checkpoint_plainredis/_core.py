@@ -346,6 +346,12 @@ def _id_value(value: Any, what: str) -> Any:
     )
 
 
+def _no_id(value: Any) -> bool:
+    """Whether a checkpoint id names no checkpoint: None, '' or 0, which a config reads as
+    "the newest" (as InMemorySaver and LangGraph do)."""
+    return value is None or (not isinstance(value, bool) and value in ("", 0))
+
+
 def _put_arguments(checkpoint: Any, metadata: Any, new_versions: Any) -> Any:
     """Refuses a `put` LangGraph would never make, before anything is sent: returns the
     checkpoint's id."""
@@ -354,8 +360,9 @@ def _put_arguments(checkpoint: Any, metadata: Any, new_versions: Any) -> Any:
             f"put: checkpoint must be a dict (a LangGraph Checkpoint), got "
             f"{type(checkpoint).__name__} {checkpoint!r}"
         )
-    if checkpoint.get("id") is None or checkpoint["id"] == "":
-        # '' in a config names no checkpoint: one stored under it could never be read by id
+    if _no_id(checkpoint.get("id")):
+        # '' or 0 in a config names no checkpoint: one stored under it could never be read
+        # by its id
         state = "is missing" if "id" not in checkpoint else f"is {checkpoint['id']!r}"
         raise ValueError(
             f"put: checkpoint['id'] {state}: pass a checkpoint LangGraph made "
@@ -1011,6 +1018,12 @@ class SaverCore:
         thread_id = _str_field(conf, "thread_id")
         ns = _str_field(conf, "checkpoint_ns", "")
         cid = _str_field(conf, "checkpoint_id")
+        if _no_id(conf["checkpoint_id"]):
+            raise ValueError(
+                f"put_writes: config['configurable']['checkpoint_id'] is "
+                f"{conf['checkpoint_id']!r}, which names no checkpoint: pass the config the "
+                "put of the checkpoint returned"
+            )
         if not writes:
             return
         self._check_indexing("put_writes")
