@@ -115,6 +115,29 @@ async def test_each_operation_costs_a_constant_number_of_round_trips(
         assert counter.round_trips == 1
 
 
+async def test_delete_for_runs_takes_two_round_trips_and_one_more_for_several_threads(
+    counted: tuple[Any, RoundTrips],
+) -> None:
+    """Read the run sets, then a script per thread removing its checkpoints and their
+    run-set members (three round trips before: the members left in a third); with several
+    threads, the check-only twins of those scripts first."""
+    saver, counter = counted
+
+    async def written(run: str, threads: int) -> list[str]:
+        names = [f"{run}-{t}" for t in range(threads)]
+        for name in names:
+            await saver.aput(cfg(name), empty_checkpoint(), {"run_id": run}, {})
+        return names
+
+    for run, threads in (("warm", 2), ("one", 1), ("three", 3)):
+        names = await written(run, threads)
+        with counter.measure():
+            await saver.adelete_for_runs([run])
+        if run != "warm":  # the scripts loaded
+            assert counter.round_trips == (2 if threads == 1 else 3)
+        assert [await saver.aget_tuple(cfg(name)) for name in names] == [None] * threads
+
+
 def test_a_list_reply_carries_each_blob_once(redis_url: str, prefix: str) -> None:
     """Neighbouring checkpoints share blobs: a list reply sends each one once, and the
     tuples still get objects of their own."""
