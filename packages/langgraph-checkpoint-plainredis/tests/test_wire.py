@@ -13,6 +13,7 @@ import socket
 import struct
 import sys
 import threading
+import time
 import uuid
 import warnings
 from types import SimpleNamespace
@@ -1662,6 +1663,26 @@ def test_one_async_saver_serves_loops_left_open_one_after_another(
     asyncio.run(saver.aclose())
 
 
+def _named_connections(client: Any, name: str) -> int:
+    """Connections the server holds for clients named `name` (on every node of a cluster)."""
+    nodes = client.get_nodes() if isinstance(client, RedisCluster) else [None]
+    listed = [
+        c
+        for node in nodes
+        for c in (client.client_list(target_nodes=node) if node else client.client_list())
+    ]
+    return sum(1 for c in listed if c["name"] == name)
+
+
+def _left_open(client: Any, name: str) -> int:
+    """`_named_connections` once the server has seen the sockets shut down (it reads the
+    news on its own time): the count, polled for up to 10 s until it is 0."""
+    deadline = time.monotonic() + 10
+    while (count := _named_connections(client, name)) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return count
+
+
 def test_one_async_saver_alternates_between_two_open_loops_without_leaking(
     redis_url: str, prefix: str, client: Any
 ) -> None:
@@ -1674,13 +1695,7 @@ def test_one_async_saver_alternates_between_two_open_loops_without_leaking(
     saver = AsyncRedisSaver(redis_url, prefix=prefix, client_name=name)
 
     def opened() -> int:
-        nodes = client.get_nodes() if isinstance(client, RedisCluster) else [None]
-        listed = [
-            c
-            for node in nodes
-            for c in (client.client_list(target_nodes=node) if node else client.client_list())
-        ]
-        return sum(1 for c in listed if c["name"] == name)
+        return _named_connections(client, name)
 
     first, second = asyncio.new_event_loop(), asyncio.new_event_loop()
     gc.collect()  # what earlier tests left: only what this one lets go counts below
@@ -1694,8 +1709,79 @@ def test_one_async_saver_alternates_between_two_open_loops_without_leaking(
             gc.collect()
         assert [w for w in caught if issubclass(w.category, ResourceWarning)] == []
         second.run_until_complete(saver.aclose())
-        assert opened() == 0
+        assert _left_open(client, name) == 0
     finally:
+        first.close()
+        second.close()
+
+
+@pytest.mark.parametrize("left", ["closed", "dropped"])
+def test_the_clients_of_loops_left_behind_are_let_go(
+    redis_url: str, redis_kind: str, prefix: str, client: Any, left: str
+) -> None:
+    """A new loop per step, the last one closed (or dropped unclosed) after the switch: the
+    client kept for the loop left, in case it ran again, was never let go, and the server's
+    connections grew by the pool's size every step (120 after 30 steps). A client whose loop
+    has closed is let go, and at most four are kept."""
+    name = f"left-{uuid.uuid4().hex[:8]}"
+    # a cluster client's nodes refuse calls past max_connections instead of waiting
+    pool = {} if redis_kind.endswith("-cluster") else {"max_connections": 4}
+    saver = AsyncRedisSaver(redis_url, prefix=prefix, client_name=name, **pool)
+    loops: list[asyncio.AbstractEventLoop] = []
+    counts = []
+    try:
+        for step in range(12):
+            loops.append(asyncio.new_event_loop())
+            loops[-1].run_until_complete(aput_at_once(saver, 16, f"r{step}"))
+            if left == "closed" and len(loops) > 1:
+                loops[-2].close()
+            counts.append(_named_connections(client, name))
+        assert len(saver._parked) <= 4
+        assert counts[-1] <= 2 * counts[4], counts
+        loops[-1].run_until_complete(saver.aclose())
+        assert _left_open(client, name) == 0
+    finally:
+        for loop in loops:
+            loop.close()
+
+
+def test_an_async_saver_serves_its_loop_after_aclose(redis_url: str, prefix: str) -> None:
+    """On a cluster, calls at once after `aclose()` on the same loop failed (AttributeError
+    from redis-py's connection): the closed client forgot its slot map and the saver did not
+    have it read again before calls ran on it at once."""
+
+    async def twice() -> None:
+        assert len(await aput_at_once(saver, 40, "a")) == 40
+        await saver.aclose()
+        assert len(await aput_at_once(saver, 40, "b")) == 40
+        await saver.aclose()
+
+    saver = AsyncRedisSaver(redis_url, prefix=prefix)
+    asyncio.run(twice())
+
+
+@pytest.mark.standalone  # the pool's size bounds what the loop's client opens
+def test_aclose_ends_a_parked_client_whose_loop_runs_in_another_thread(
+    redis_url: str, prefix: str, client: Any
+) -> None:
+    """The saver ran on loop A, then on B (A's client kept for A), then A ran again in another
+    thread: `aclose()` on B tore A's transports down from B's thread, and with A in debug
+    mode they stayed open for good. Such a client is closed on its own loop."""
+    name = f"run-{uuid.uuid4().hex[:8]}"
+    saver = AsyncRedisSaver(redis_url, prefix=prefix, client_name=name, max_connections=4)
+    first, second = asyncio.new_event_loop(), asyncio.new_event_loop()
+    first.set_debug(True)
+    first.run_until_complete(aput_at_once(saver, 40, "a"))
+    second.run_until_complete(aput_at_once(saver, 40, "b"))
+    worker = threading.Thread(target=first.run_forever, daemon=True)
+    worker.start()
+    try:
+        assert _named_connections(client, name) == 8
+        second.run_until_complete(saver.aclose())
+        assert _left_open(client, name) == 0
+    finally:
+        first.call_soon_threadsafe(first.stop)
+        worker.join(timeout=30)
         first.close()
         second.close()
 

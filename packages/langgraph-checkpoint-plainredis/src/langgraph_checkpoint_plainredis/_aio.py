@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import functools
 import socket
-import weakref
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Generator, Iterator, Mapping, Sequence
 from types import TracebackType
 from typing import Any, TypeVar
@@ -133,15 +133,22 @@ def _kept_elsewhere(client: Any, in_use: bool = False) -> list[Any]:
     return [conn for conn in opened if _on_another_loop(conn)]
 
 
-def _enter_loop(saver: AsyncRedisSaver, loop: asyncio.AbstractEventLoop) -> None:
+# Clients of its own a saver keeps for loops it left that may run again: the most recently
+# left. A loop cannot say whether it will run again, and one that is dropped unclosed stays
+# alive as long as its client does (the client's connections name it).
+_PARKED = 4
+
+Gone = list[tuple[asyncio.AbstractEventLoop, Any]]  # clients let go, each with its loop
+
+
+def _enter_loop(saver: AsyncRedisSaver, loop: asyncio.AbstractEventLoop) -> Gone:
     """The first call of `saver` on `loop` since it served another. A client of its own
     belongs to the loop it served: that pool's connections and locks are bound to it (a lock
     waited on once stays bound for good), and redis-py's cluster client cannot leave it. So
     each loop gets a client of its own: one that served a loop that may run again (open, not
-    running) waits for that loop's next call, parked; one that served a loop closed since
-    (one `asyncio.run` after another) is dropped, and its sockets close when it is collected.
-    A client passed in stays (its kept connections are opened again on the running loop:
-    `_prepare`).
+    running) waits for that loop's next call, parked (`_PARKED` at most); one whose loop has
+    closed is let go. Returns the clients let go, for `_let_go`. A client passed in stays
+    (its kept connections are opened again on the running loop: `_prepare`).
 
     A saver whose last call's loop still runs (in another thread) is refused: its pool's
     locks and connections belong to that loop, and sharing them across running loops fails
@@ -153,27 +160,56 @@ def _enter_loop(saver: AsyncRedisSaver, loop: asyncio.AbstractEventLoop) -> None
             f"({previous!r}): its connections belong to that loop. Create one AsyncRedisSaver "
             "per event loop (per thread), or use RedisSaver from several threads."
         )
+    gone: Gone = []
     if saver._owns_client and previous is not None:
         parked = saver._parked
-        if not previous.is_closed():
+        if previous.is_closed():
+            gone.append((previous, saver._client))
+        else:
             parked[previous] = (saver._client, saver._idle, saver._detect_lock)
         state = parked.pop(loop, None)
+        for other in [other for other in parked if other.is_closed()]:
+            gone.append((other, parked.pop(other)[0]))
+        while len(parked) > _PARKED:  # the least recently left first
+            other, (client, _, _) = parked.popitem(last=False)
+            gone.append((other, client))
         if state is not None and is_cluster_client(state[0]) == saver._cluster:
             saver._client, saver._idle, saver._detect_lock = state
         else:  # a new loop, or one whose client predates the topology the saver learnt
+            if state is not None:
+                gone.append((loop, state[0]))
             saver._client = saver._new_client()
             saver._idle = Idle.of(saver._client)
             saver._detect_lock = asyncio.Lock()
         saver._direct = None
         saver._ready = False
     saver._loop = loop
+    return gone
+
+
+async def _let_go(gone: Gone) -> None:
+    """Ends the connections of clients a saver let go (see `_enter_loop`): one of the running
+    loop is closed; one whose loop runs in another thread is closed on that loop; any other
+    cannot close through its loop now, so its sockets are shut down here (the server lets the
+    connections go) and closed when its loop runs again or the client is collected."""
+    running = asyncio.get_running_loop()
+    for loop, client in gone:
+        if loop is running:
+            await client.aclose()
+        elif loop.is_running():
+            done = asyncio.run_coroutine_threadsafe(client.aclose(), loop)
+            with contextlib.suppress(Exception):  # that loop's business from here on
+                await asyncio.wait_for(asyncio.wrap_future(done), 5)
+            continue
+        for conn in _kept_elsewhere(client, in_use=True):
+            await _leave_other_loop(conn)
 
 
 async def _prepare(saver: AsyncRedisSaver) -> None:
     """What every call does first: follow the running event loop, and get ready once."""
     if (loop := asyncio.get_running_loop()) is not saver._loop:
         previous = saver._loop
-        _enter_loop(saver, loop)
+        await _let_go(_enter_loop(saver, loop))
         if previous is not None and not saver._owns_client:
             # A client passed in keeps its pool: what it kept from the other loop is opened
             # again on this one (as the direct path does per connection; redis-py's own
@@ -262,7 +298,7 @@ class AsyncRedisSaver(SaverCore, BaseCheckpointSaver[str]):
     _loop = Shared["asyncio.AbstractEventLoop | None"]()  # see _enter_loop
     # Clients of its own parked for loops that may run again, with their idle connections
     # and topology locks (see _enter_loop).
-    _parked = Shared["weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, tuple[Any, Any, Any]]"]()
+    _parked = Shared["OrderedDict[asyncio.AbstractEventLoop, tuple[Any, Any, Any]]"]()
 
     def __init__(
         self,
@@ -286,7 +322,7 @@ class AsyncRedisSaver(SaverCore, BaseCheckpointSaver[str]):
         self._detect_lock = asyncio.Lock()
         self._ready = False  # see _get_ready
         self._loop = None  # see _enter_loop
-        self._parked = weakref.WeakKeyDictionary()
+        self._parked = OrderedDict()
         self._idle = None  # only for a client of our own, with a large pool
         self._direct = None  # see _direct_pool
         if client is not None:
@@ -354,25 +390,22 @@ class AsyncRedisSaver(SaverCore, BaseCheckpointSaver[str]):
         """Closes the connection pool, unless the client was passed in."""
         if not self._owns_client:
             return
-        running = asyncio.get_running_loop()
-        last = self._loop
-        if last is not None and last is not running:
+        gone: Gone = []
+        if self._loop is not None and self._loop is not asyncio.get_running_loop():
             # The client of this loop (parked, see `_enter_loop`) is the one to close here;
             # a saver in use on a loop that still runs elsewhere is refused, as a call is.
-            gone = self._client if last.is_closed() else None
-            _enter_loop(self, running)
-            if gone is not None:  # it served a closed loop: its sockets are shut down
-                for conn in _kept_elsewhere(gone, in_use=True):
-                    await _leave_other_loop(conn)
+            gone = _enter_loop(self, asyncio.get_running_loop())
         # Clients parked for other loops cannot close through this one, whose locks they do
-        # not share: their connections' streams are dropped (the sockets shut down, so the
-        # server lets them go), and the clients let go.
-        for client, _, _ in self._parked.values():
-            for conn in _kept_elsewhere(client, in_use=True):
-                await _leave_other_loop(conn)
+        # not share: they are let go.
+        gone += [(loop, client) for loop, (client, _, _) in self._parked.items()]
         self._parked.clear()
+        await _let_go(gone)
         await self._release_idle()
         await self._client.aclose()
+        # A next call gets ready again: a cluster client reads its slot map again once (it
+        # forgets it when closed), before calls run on it at once.
+        self._ready = False
+        self._direct = None
 
     async def _release_idle(self) -> None:
         kept = self._idle.drain() if self._idle is not None else []
