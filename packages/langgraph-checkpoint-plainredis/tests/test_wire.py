@@ -1760,6 +1760,35 @@ def test_an_async_saver_serves_its_loop_after_aclose(redis_url: str, prefix: str
     asyncio.run(twice())
 
 
+def test_calls_left_in_flight_on_a_stopped_loop_go_on_with_its_own_client(
+    redis_url: str, prefix: str
+) -> None:
+    """Calls begun on loop A, which stopped in the middle of them; loop B took the saver; A
+    ran again. A's calls went on with B's client (its connections moved to A, its locks
+    bound to A), and B's `aclose()` then failed with "attached to a different loop". Each
+    round trip runs on the client of its own loop."""
+    saver = AsyncRedisSaver(redis_url, prefix=prefix)
+    first, second = asyncio.new_event_loop(), asyncio.new_event_loop()
+    try:
+        first.run_until_complete(aput_at_once(saver, 8, "a"))
+        second.run_until_complete(aput_at_once(saver, 8, "b"))
+        tasks = [
+            first.create_task(saver.aput(cfg(f"t{i}"), checkpoint("x"), {}, {"m": 1}))
+            for i in range(8)
+        ]
+        first.run_until_complete(asyncio.sleep(0))  # the calls begin, and A stops
+        first.run_until_complete(asyncio.sleep(0))
+        assert second.run_until_complete(saver.aget_tuple(cfg("none"))) is None  # B's now
+        stored = first.run_until_complete(asyncio.gather(*tasks))
+        assert [t["configurable"]["thread_id"] for t in stored] == [f"t{i}" for i in range(8)]
+        second.run_until_complete(saver.aclose())
+        assert len(second.run_until_complete(aput_at_once(saver, 8, "c"))) == 8
+        second.run_until_complete(saver.aclose())
+    finally:
+        first.close()
+        second.close()
+
+
 @pytest.mark.standalone  # the pool's size bounds what the loop's client opens
 def test_aclose_ends_a_parked_client_whose_loop_runs_in_another_thread(
     redis_url: str, prefix: str, client: Any

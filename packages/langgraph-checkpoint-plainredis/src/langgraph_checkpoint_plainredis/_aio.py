@@ -189,20 +189,19 @@ def _enter_loop(saver: AsyncRedisSaver, loop: asyncio.AbstractEventLoop) -> Gone
 
 async def _let_go(gone: Gone) -> None:
     """Ends the connections of clients a saver let go (see `_enter_loop`): one of the running
-    loop is closed; one whose loop runs in another thread is closed on that loop; any other
+    loop is closed; one whose loop runs in another thread is closed on that loop, when it
+    gets to it (a call here never waits on another loop); any other
     cannot close through its loop now, so its sockets are shut down here (the server lets the
     connections go) and closed when its loop runs again or the client is collected."""
     running = asyncio.get_running_loop()
     for loop, client in gone:
         if loop is running:
             await client.aclose()
-        elif loop.is_running():
-            done = asyncio.run_coroutine_threadsafe(client.aclose(), loop)
-            with contextlib.suppress(Exception):  # that loop's business from here on
-                await asyncio.wait_for(asyncio.wrap_future(done), 5)
-            continue
-        for conn in _kept_elsewhere(client, in_use=True):
-            await _leave_other_loop(conn)
+        elif loop.is_running():  # closed when that loop gets to it, not waited for here
+            asyncio.run_coroutine_threadsafe(client.aclose(), loop)
+        else:
+            for conn in _kept_elsewhere(client, in_use=True):
+                await _leave_other_loop(conn)
 
 
 async def _prepare(saver: AsyncRedisSaver) -> None:
@@ -462,9 +461,9 @@ class AsyncRedisSaver(SaverCore, BaseCheckpointSaver[str]):
             direct = self._direct = Direct(self._client, aioredis.Redis)
         return direct.pool()
 
-    async def _borrow(self, pool: Any) -> Any:
-        """A connection for one script call: a kept one (see `_wire.Idle`), else the pool's."""
-        idle = self._idle
+    async def _borrow(self, pool: Any, idle: Idle | None) -> Any:
+        """A connection for one script call: one `idle` kept (see `_wire.Idle`), else the
+        pool's."""
         taken = idle.take() if idle is not None else None
         if taken is not None:
             conn, poll = taken
@@ -492,7 +491,8 @@ class AsyncRedisSaver(SaverCore, BaseCheckpointSaver[str]):
         retry policy, which sees that failure first, so it retries exactly as it would have.
         """
         packed = pack(args, pool.connection_kwargs.get("encoding_errors", "strict"))
-        conn = await self._borrow(pool)
+        idle = self._idle  # the pool's: kept if the saver moves to another loop meanwhile
+        conn = await self._borrow(pool, idle)
         clean = False
         try:
             try:
@@ -506,10 +506,15 @@ class AsyncRedisSaver(SaverCore, BaseCheckpointSaver[str]):
                 if reconnects(conn):
                     await conn.disconnect()
             finally:
-                if not (clean and self._idle is not None and self._idle.keep(conn)):
+                if not (clean and idle is not None and idle.keep(conn)):
                     await pool.release(conn)
 
     async def _run(self, plan: Plan) -> list[Any]:
+        if asyncio.get_running_loop() is not self._loop:
+            # A call begun on a loop that stopped, and another loop took the saver meanwhile:
+            # each round trip runs on the client of its own loop (refused while the other
+            # still runs), never on the other loop's.
+            await _prepare(self)
         if not self._cluster:
             return await self._run_once(plan)
         for delay in CLUSTER_RETRY_DELAYS:
