@@ -179,6 +179,55 @@ def test_a_cluster_taken_for_a_standalone_server_says_pass_cluster_true(server_p
                 saver.get_tuple({"configurable": {"thread_id": f"t{n}"}})
 
 
+@pytest.mark.parametrize("style", ["sync", "async"])
+def test_a_cluster_that_says_it_is_down_is_asked_again(server_pool: Any, style: str) -> None:
+    """redis-py before 6 gives up on a restarting node after three tries of its own ("The
+    cluster is down"), whatever the client's retry policy: the saver raised that at once.
+    Every script is idempotent, so the plan is sent again after a pause, as for a moving
+    slot. (The error is raised here by the saver's own sending step, as redis-py 5 does.)"""
+    from redis.exceptions import ClusterDownError
+
+    from langgraph_checkpoint_plainredis._core import cluster_retries
+
+    assert cluster_retries(ClusterDownError("The cluster is down"))
+    assert not cluster_retries(ClusterDownError.__mro__[1]("other"))  # ClusterError
+    url = server_pool.get("redis-7-cluster")
+    cp = empty_checkpoint()
+    config = {"configurable": {"thread_id": f"down-{uuid.uuid4().hex}", "checkpoint_ns": ""}}
+    down = [ClusterDownError("The cluster is down")] * 2
+
+    if style == "sync":
+        saver: Any = RedisSaver(url, prefix="down", cluster=True)
+        real = saver._run_once
+
+        def flaky(plan: Any) -> Any:
+            if down:
+                raise down.pop()
+            return real(plan)
+
+        saver._run_once = flaky
+        stored = saver.put(config, cp, {}, {})
+        assert not down and saver.get_tuple(stored) is not None
+        saver.close()
+        return
+
+    async def run() -> None:
+        saver = AsyncRedisSaver(url, prefix="down", cluster=True)
+        real = saver._run_once
+
+        async def flaky(plan: Any) -> Any:
+            if down:
+                raise down.pop()
+            return await real(plan)
+
+        saver._run_once = flaky  # type: ignore[method-assign]
+        stored = await saver.aput(config, cp, {}, {})
+        assert not down and await saver.aget_tuple(stored) is not None
+        await saver.aclose()
+
+    asyncio.run(run())
+
+
 @pytest.mark.parametrize("kind", ["redis-7-cluster", "valkey-cluster"])
 def test_a_node_restart_is_survived(kind: str) -> None:
     aof = ("--appendonly", "yes", "--appendfsync", "always")

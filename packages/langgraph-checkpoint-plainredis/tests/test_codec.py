@@ -109,3 +109,20 @@ def test_an_error_reply_is_read_after_the_pipeline_note_that_quotes_the_script()
     for message in (note, "PLAINREDIS_WRONGTYPE list zset lg:idx:{t}:"):
         error = translate_error(ResponseError(message), "lg")
         assert isinstance(error, WrongTypeError) and error.key == "lg:idx:{t}:"
+
+
+def test_a_moved_reply_after_redis_py_5s_pipeline_note_says_pass_cluster_true() -> None:
+    """redis-py before 6 raises a cluster node's MOVED reply to a pipeline as a plain
+    ResponseError after its note on which command failed (its asyncio client quotes the
+    reply as a tuple): the saver passed it on raw instead of saying to pass cluster=True."""
+    from redis.exceptions import ResponseError
+
+    from langgraph_checkpoint_plainredis import PlainRedisError
+    from langgraph_checkpoint_plainredis._core import translate_error
+
+    moved = "MOVED 14890 127.0.0.1:7002"
+    note = "Command # 1 (EXISTS x:v010:threads) of pipeline caused error: "
+    for message in (moved, note + moved, f"('{moved}',)", note + f"('{moved}',)"):
+        error = translate_error(ResponseError(message), "lg")
+        assert isinstance(error, PlainRedisError) and "pass cluster=True" in str(error)
+    assert translate_error(ResponseError(note + "ERR something else"), "lg") is None

@@ -27,7 +27,6 @@ from redis.exceptions import (
     NoScriptError,
     RedisError,
     ResponseError,
-    TryAgainError,
 )
 
 from ._core import (
@@ -38,8 +37,8 @@ from ._core import (
     Scan,
     Shared,
     Step,
+    cluster_retries,
     info_refused,
-    slot_is_moving,
     translate_error,
 )
 from ._errors import LegacyKeyspaceError
@@ -520,8 +519,8 @@ class AsyncRedisSaver(SaverCore, BaseCheckpointSaver[str]):
         for delay in CLUSTER_RETRY_DELAYS:
             try:
                 return await self._run_once(plan)
-            except (TryAgainError, ClusterError, ResponseError) as error:
-                if not isinstance(error, TryAgainError) and not slot_is_moving(error):
+            except (ClusterError, ResponseError) as error:
+                if not cluster_retries(error):
                     raise
                 await asyncio.sleep(delay)
         return await self._run_once(plan)

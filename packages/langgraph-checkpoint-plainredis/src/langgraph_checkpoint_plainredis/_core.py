@@ -35,9 +35,11 @@ from langgraph.checkpoint.serde.types import INTERRUPT
 from redis.exceptions import (
     AskError,
     ClusterCrossSlotError,
+    ClusterDownError,
     MovedError,
     NoPermissionError,
     ResponseError,
+    TryAgainError,
 )
 
 from ._codec import (
@@ -87,8 +89,8 @@ __all__ = [
     "Scan",
     "Shared",
     "Step",
+    "cluster_retries",
     "info_refused",
-    "slot_is_moving",
     "translate_error",
 ]
 
@@ -146,13 +148,18 @@ _PAUSED_THREADS = 1024  # threads whose paused subgraphs a saver remembers, at m
 _NS_SEP = "|"  # LangGraph joins a subgraph's namespace to its parent's with it
 
 
-def slot_is_moving(error: Exception) -> bool:
-    """Whether a cluster refused a script because the thread's slot is being migrated.
+def cluster_retries(error: Exception) -> bool:
+    """Whether a cluster refused a plan for a while only: every script is idempotent, so
+    the shells send it again after a pause (`CLUSTER_RETRY_DELAYS`).
 
-    Scripts build some key names themselves (a checkpoint's blobs); while the slot moves,
-    a node may hold only part of the thread and refuses such a script. It runs once the
-    slot has moved.
+    - The thread's slot is being migrated: scripts build some key names themselves (a
+      checkpoint's blobs); while the slot moves, a node may hold only part of the thread and
+      refuses such a script. It runs once the slot has moved.
+    - A node restarts or fails over: redis-py before 6 gives up after its own three tries
+      ("The cluster is down"), whatever the client's retry policy.
     """
+    if isinstance(error, (TryAgainError, ClusterDownError)):
+        return True
     text = str(error)
     return "TRYAGAIN" in text or "non local key" in text or "TTL exhausted" in text
 
@@ -172,7 +179,10 @@ def refuse_parked(prefix: str, exists: Any) -> None:
 def translate_error(error: Exception, prefix: str) -> PlainRedisError | None:
     """Maps an error reply to the package's exception, or None for other errors."""
     message = str(error)
-    first_word = message.split(" ", 1)[0]
+    # The reply starts the message, or follows redis-py 5's note on which command of a
+    # pipeline failed (its async client quotes the reply as a tuple: "('MOVED ...',)").
+    reply = message.rpartition("caused error: ")[2].lstrip("('\"")
+    first_word = reply.split(" ", 1)[0]
     if isinstance(error, (ClusterCrossSlotError, MovedError, AskError)) or first_word in {
         "CROSSSLOT",
         "MOVED",

@@ -25,7 +25,6 @@ from redis.exceptions import (
     NoScriptError,
     RedisError,
     ResponseError,
-    TryAgainError,
 )
 
 from ._core import (
@@ -36,8 +35,8 @@ from ._core import (
     Scan,
     Shared,
     Step,
+    cluster_retries,
     info_refused,
-    slot_is_moving,
     translate_error,
 )
 from ._errors import LegacyKeyspaceError
@@ -346,8 +345,8 @@ class RedisSaver(SaverCore, BaseCheckpointSaver[str]):
         for delay in CLUSTER_RETRY_DELAYS:
             try:
                 return self._run_once(plan)
-            except (TryAgainError, ClusterError, ResponseError) as error:
-                if not isinstance(error, TryAgainError) and not slot_is_moving(error):
+            except (ClusterError, ResponseError) as error:
+                if not cluster_retries(error):
                     raise
                 time.sleep(delay)
         return self._run_once(plan)
