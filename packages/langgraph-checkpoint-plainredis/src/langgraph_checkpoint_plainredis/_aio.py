@@ -106,11 +106,6 @@ async def _leave_other_loop(conn: Any) -> None:
                 sock.shutdown(socket.SHUT_RDWR)
 
 
-def _closed(loop: asyncio.AbstractEventLoop | None) -> bool:
-    """Whether `loop` (the loop of a saver's last call) has closed since."""
-    return loop is not None and loop.is_closed()
-
-
 def _kept_elsewhere(client: Any, in_use: bool = False) -> list[Any]:
     """The connections of `client` opened on another event loop than the running one: those
     its pool (a cluster client's: each node's) keeps for the next call and, with `in_use`,
@@ -189,9 +184,9 @@ def _enter_loop(saver: AsyncRedisSaver, loop: asyncio.AbstractEventLoop) -> Gone
 async def _let_go(gone: Gone) -> None:
     """Ends the connections of clients a saver let go (see `_enter_loop`): one of the running
     loop is closed; one whose loop runs in another thread is closed on that loop, when it
-    gets to it (a call here never waits on another loop); any other
-    cannot close through its loop now, so its sockets are shut down here (the server lets the
-    connections go) and closed when its loop runs again or the client is collected."""
+    gets to it (a call here never waits on another loop); any other cannot close through
+    its loop now, so its sockets are shut down here (the server lets the connections go) and
+    closed when its loop runs again or the client is collected."""
     running = asyncio.get_running_loop()
     for loop, client in gone:
         if loop is running:
