@@ -138,6 +138,32 @@ async def test_delete_for_runs_takes_two_round_trips_and_one_more_for_several_th
         assert [await saver.aget_tuple(cfg(name)) for name in names] == [None] * threads
 
 
+def test_delete_for_runs_takes_each_member_out_of_its_run_set_once(
+    redis_url: str, prefix: str
+) -> None:
+    """Removing a checkpoint takes its member out of its run set; the script does not take
+    it out again (it did for every checkpoint it removed: twice the SREMs)."""
+    saver = RedisSaver(redis_url, prefix=prefix)
+    admin = redis.Redis.from_url(redis_url, protocol=2)
+    for step in range(2):  # warm: the scripts loaded
+        saver.put(cfg(f"warm-{step}"), empty_checkpoint(), {"run_id": "warm"}, {})
+    saver.delete_for_runs(["warm"])
+    parent: str | None = None
+    for step in range(5):
+        cp = empty_checkpoint()
+        cp["id"] = f"{step:06d}"
+        parent = saver.put(cfg("t", parent), cp, {"run_id": "r"}, {})["configurable"][
+            "checkpoint_id"
+        ]
+    before = command_calls(admin).get("srem", 0)
+    saver.delete_for_runs(["r"])
+    assert command_calls(admin).get("srem", 0) - before == 5
+    assert saver.get_tuple(cfg("t")) is None
+    assert admin.exists(KeySpace(prefix).run("r")) == 0
+    saver.close()
+    admin.close()
+
+
 def test_a_list_reply_carries_each_blob_once(redis_url: str, prefix: str) -> None:
     """Neighbouring checkpoints share blobs: a list reply sends each one once, and the
     tuples still get objects of their own."""

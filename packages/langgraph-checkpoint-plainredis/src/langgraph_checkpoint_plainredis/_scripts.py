@@ -1654,15 +1654,18 @@ local err = check(KEYS[1], 'zset') or (REGISTRY and check_registry(REGISTRY))
 if err then return err end
 -- A checkpoint put again by another run since the caller read the run set is that run's now:
 -- it stays (its member leaves the old run set all the same).
-local runs, kept = {}, {}
+-- `left[i]`: removing the checkpoint takes its member out of the run set the caller read.
+local runs, kept, left = {}, {}, {}
 for i = 8, #ARGV, 3 do
   local payload
   payload, err = get_string(p.cp .. ARGV[i] .. ':' .. ARGV[i + 1])
   if err then return err end
-  if payload and string.byte(payload, 1) == 1 and run_of(payload) ~= ARGV[i + 2] then
+  local run = payload and run_of(payload)
+  if payload and string.byte(payload, 1) == 1 and run ~= ARGV[i + 2] then
     kept[i] = true
   else
     run_left(payload, p, runs)
+    left[i] = run ~= nil and run ~= '' and run == ARGV[i + 2]
   end
   if REGISTRY then runs[p.run .. ARGV[i + 2]] = true end  -- the run set the caller read
 end
@@ -1676,10 +1679,13 @@ for i = 8, #ARGV, 3 do
     remove_checkpoint(t, n, cid, p)
     touched[n] = true
   end
-  -- On a standalone server every member read leaves its run set here, with its checkpoint:
-  -- the run putting that checkpoint again after this script finds it in its set. (On a
-  -- cluster the run sets live in other slots: the caller takes the members out after.)
-  if REGISTRY then redis.call('SREM', p.run .. ARGV[i + 2], t .. ':' .. n .. ':' .. cid) end
+  -- On a standalone server every member read leaves its run set here, with its checkpoint
+  -- (removing one already took it out): the run putting that checkpoint again after this
+  -- script finds it in its set. (On a cluster the run sets live in other slots: the caller
+  -- takes the members out after.)
+  if REGISTRY and not left[i] then
+    redis.call('SREM', p.run .. ARGV[i + 2], t .. ':' .. n .. ':' .. cid)
+  end
 end
 for n in pairs(touched) do
   if collect_garbage(t, n, p, runs) then redis.call('ZREM', KEYS[1], n)
