@@ -25,6 +25,7 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import BaseCheckpointSaver
 
 from agentstate_reducer import DeliveryReport, MessageReducer
+from agentstate_reducer._messages import shown  # the reducer's own (pinned <0.7)
 
 from . import _outbox
 from ._outbox import (
@@ -180,12 +181,12 @@ class DeliveryRunner:
         # Checked here: a background worker met them only in its loop, and died there.
         if not isinstance(outbox, Outbox):
             raise TypeError(
-                f"DeliveryRunner(outbox={outbox!r:.80}) does not implement the Outbox "
+                f"DeliveryRunner(outbox={shown(outbox)}) does not implement the Outbox "
                 "protocol; pass e.g. RedisOutbox(client)"
             )
         if not isinstance(options, Delivery):
             raise TypeError(
-                f"DeliveryRunner(options={options!r:.80}) must be a Delivery: pass "
+                f"DeliveryRunner(options={shown(options)}) must be a Delivery: pass "
                 "Delivery.of(mode) or Delivery(mode, ...)"
             )
         self.inner = inner

@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from agentstate_reducer import message_identity
+from agentstate_reducer._messages import shown  # the reducer's own (pinned <0.7)
 
 from . import _outbox
 from ._keys import DeliveryKeys
@@ -347,7 +348,7 @@ class RedisOutbox:
         _check_client(client, "RedisOutbox", None)
         if checkpoint_key is not None and not callable(checkpoint_key):
             raise TypeError(
-                f"RedisOutbox(checkpoint_key={checkpoint_key!r:.80}) must be a function "
+                f"RedisOutbox(checkpoint_key={shown(checkpoint_key)}) must be a function "
                 "(thread_id, checkpoint_ns, checkpoint_id) -> key, or None; "
                 "RedisOutbox.for_saver(saver) sets it for a plainredis saver"
             )
@@ -704,7 +705,7 @@ class RedisMemoryWriter(RedisSink):
             # Else every delivery to it failed, and the reducer dropped the messages once
             # its retry buffer was full.
             raise TypeError(
-                f"RedisMemoryWriter(serde={serde!r:.80}) needs a LangGraph serializer, with "
+                f"RedisMemoryWriter(serde={shown(serde)}) needs a LangGraph serializer, with "
                 "dumps_typed and loads_typed: pass e.g. JsonPlusSerializer(), or None for it"
             )
         super().__init__(ledger, name=name)

@@ -152,7 +152,7 @@ def check_messages(messages: Sequence[Any], what: str = "message") -> None:
         if any(hasattr(message, name) for name in ("type", "role", "content")):
             continue
         raise TypeError(
-            f"{what} {index} is a {type(message).__name__} ({message!r:.60}), not a message; "
+            f"{what} {index} is a {type(message).__name__} ({shown(message, 60)}), not a message; "
             "pass message objects or {'role': ..., 'content': ...} dicts"
         )
 
