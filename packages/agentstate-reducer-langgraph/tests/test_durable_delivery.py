@@ -1097,6 +1097,39 @@ def test_async_clients_are_refused_where_a_blocking_one_is_needed(
         RedisOutbox.for_saver(InMemorySaver())
 
 
+async def test_the_wrong_side_of_an_outbox_names_the_savers_own_twin(
+    server_url: str, prefix: str
+) -> None:
+    """`saver.drain()` over an outbox with an asyncio client (and the reverse) named the
+    outbox's internal methods (`aclaim()`, `astats()`); it names the saver's twin."""
+    aclient = aioredis.Redis.from_url(server_url, protocol=2)
+    blocking = redis.Redis.from_url(server_url, protocol=2)
+    r = reducer(RedisDeliveryLedger(blocking, aclient=aclient, prefix=prefix))
+    on_async = ReducingSaver(InMemorySaver(), r, outbox=RedisOutbox(aclient, prefix=prefix))
+    with pytest.raises(TypeError, match=r"blocking client.*call await saver\.adrain\(\) inst"):
+        on_async.drain()
+    with pytest.raises(TypeError, match=r"call await saver\.adelivery_stats\(\) instead"):
+        on_async.delivery_stats()
+    assert (await on_async.adelivery_stats()).backlog == 0
+    on_blocking = ReducingSaver(InMemorySaver(), r, outbox=RedisOutbox(blocking, prefix=prefix))
+    with pytest.raises(TypeError, match=r"asyncio client.*call saver\.drain\(\) instead"):
+        await on_blocking.adrain()
+    with pytest.raises(TypeError, match=r"call saver\.delivery_stats\(\) instead"):
+        await on_blocking.adelivery_stats()
+    assert on_blocking.delivery_stats().backlog == 0
+    await aclient.aclose()
+    blocking.close()
+
+
+def test_a_ledger_for_an_async_saver_says_how_to_build_it(server_url: str) -> None:
+    """`RedisDeliveryLedger.for_saver(AsyncRedisSaver(...))` said to pass a blocking client,
+    without saying how for that saver."""
+    plainredis = pytest.importorskip("langgraph_checkpoint_plainredis")
+    saver = plainredis.AsyncRedisSaver(server_url)
+    with pytest.raises(TypeError, match=r"needs a blocking RedisSaver.*aclient=saver\.client"):
+        RedisDeliveryLedger.for_saver(saver)
+
+
 def test_misconfigurations_say_what_to_do(client: redis.Redis, prefix: str) -> None:
     ledger = RedisDeliveryLedger(client, prefix=prefix)
     outbox = RedisOutbox(client, prefix=prefix)

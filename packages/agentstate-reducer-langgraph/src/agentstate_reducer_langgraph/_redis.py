@@ -72,12 +72,12 @@ def _check_client(client: Any, owner: str, want_async: bool | None) -> None:
         raise TypeError(
             f"{owner} needs a blocking redis client (the DeliveryLedger protocol is "
             f"synchronous), got {type(client).__module__}.{type(client).__name__}: pass "
-            "redis.Redis.from_url(url), and the asyncio client as aclient="
+            "redis.Redis.from_url(url, protocol=2), and the asyncio client as aclient="
         )
     if want_async is True and not _is_async(client):
         raise TypeError(
             f"{owner} needs a redis.asyncio client, got {type(client).__module__}."
-            f"{type(client).__name__}: pass redis.asyncio.Redis.from_url(url)"
+            f"{type(client).__name__}: pass redis.asyncio.Redis.from_url(url, protocol=2)"
         )
 
 
@@ -567,6 +567,13 @@ class RedisDeliveryLedger:
             raise TypeError(
                 f"RedisDeliveryLedger.for_saver needs a langgraph-checkpoint-plainredis "
                 f"RedisSaver, got {type(saver).__name__}; otherwise pass a client"
+            )
+        if _is_async(saver.client):
+            raise TypeError(
+                f"RedisDeliveryLedger.for_saver needs a blocking RedisSaver (the DeliveryLedger "
+                f"protocol is synchronous), got {type(saver).__name__}: pass "
+                "RedisDeliveryLedger(redis.Redis.from_url(url, protocol=2), "
+                "aclient=saver.client) for an AsyncRedisSaver's server"
             )
         _check_client(saver.client, LEDGER, False)
         _learn_topology(saver)

@@ -26,12 +26,14 @@ from agentstate_reducer import (
     MessageReducer,
     ReducerConfig,
     ReducerResult,
+    message_identity,
+    namespace_json,
 )
 from agentstate_reducer._messages import shown  # the reducer's own (pinned <0.7)
 
 from ._delivery import DeliveryRunner
 from ._outbox import Delivery, DeliveryMode, DrainReport, Outbox, OutboxStats
-from ._redis import RedisSink
+from ._redis import RedisOutbox, RedisSink, _is_async
 from ._replay import needs_history, rebuilt, replayable, replayable_history
 
 __all__ = [
@@ -226,25 +228,37 @@ def _holding(checkpoint: Checkpoint, messages_key: str, messages: list[Any]) -> 
     return reduced
 
 
+_Messages = list[Any]  # `list` is a method's name inside ReducingSaver
+
 # How many (thread, namespace) windows a wrapper remembers (see `_Windows`).
 WINDOWS = 4096
 
 
 class _Windows:
-    """The window each put of this process stored last, per (thread, namespace).
+    """The window each put of this process stored last, and what it cut, per (thread,
+    namespace).
 
     LangGraph keeps the whole message list in memory for the rest of a run, and a later
     put of that run that leaves the channel at the same version still carries it. A saver
     that stores values per channel version (InMemorySaver, PostgresSaver, plainredis)
     stores only the channels in ``new_versions``, but one that stores the whole checkpoint
     on every put (SqliteSaver) would store the list uncut: those puts store the window
-    stored for that version instead. The oldest entries beyond `WINDOWS` are forgotten;
-    a list loaded from storage is already a window.
+    stored for that version instead.
+
+    Each put of a run also cuts again what the run's earlier puts cut (and handed over):
+    `unseen` leaves those out, so they never reach the reducer's ledger again. Else the
+    ledger alone kept them from hooks a second time, and an in-memory ledger forgets (its
+    `dedupe_window` of messages, which other threads' cuts may fill between two puts).
+
+    The oldest entries beyond `WINDOWS` are forgotten; a list loaded from storage is
+    already a window, and what was cut from it is left to the ledger.
     """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._last: OrderedDict[tuple[Any, Any], tuple[Any, list[Any]]] = OrderedDict()
+        # per slot: the namespace's text and the identities the last put cut
+        self._cut: OrderedDict[tuple[Any, Any], tuple[str, frozenset[str]]] = OrderedDict()
 
     @staticmethod
     def _slot(config: RunnableConfig) -> tuple[Any, Any]:
@@ -275,6 +289,48 @@ class _Windows:
         if last is None or last[0] != checkpoint["channel_versions"].get(key):
             return checkpoint
         return _holding(checkpoint, key, last[1])
+
+    def unseen(self, config: RunnableConfig, pruned: list[Any], namespace: Any) -> list[Any]:
+        """The messages of `pruned` that the last put of this slot did not cut for the same
+        namespace (when it did, it handed them over)."""
+        if not pruned:
+            return pruned
+        with self._lock:
+            last = self._cut.get(self._slot(config))
+        if last is None or last[0] != _namespace_text(namespace):
+            return pruned
+        return [message for message in pruned if message_identity(message) not in last[1]]
+
+    def cut(self, config: RunnableConfig, pruned: list[Any], namespace: Any) -> None:
+        """Remembers what a put that stored its checkpoint (and handed over what it cut
+        anew) cut from the list: `pruned`, for `namespace`."""
+        slot = self._slot(config)
+        text = _namespace_text(namespace) if pruned else None
+        identities = frozenset(map(message_identity, pruned)) if text is not None else None
+        with self._lock:
+            if identities is None or text is None:
+                self._cut.pop(slot, None)
+                return
+            self._cut[slot] = (text, identities)
+            self._cut.move_to_end(slot)
+            while len(self._cut) > WINDOWS:
+                self._cut.popitem(last=False)
+
+
+def _context_manager(value: Any) -> bool:
+    """Whether `value` is entered with ``with`` or ``async with``."""
+    kind = type(value)
+    return (hasattr(kind, "__enter__") and hasattr(kind, "__exit__")) or (
+        hasattr(kind, "__aenter__") and hasattr(kind, "__aexit__")
+    )
+
+
+def _namespace_text(namespace: Any) -> str | None:
+    """`namespace_json(namespace)`, or None where it has none (nothing is left out then)."""
+    try:
+        return namespace_json(namespace)
+    except (TypeError, ValueError, RecursionError):
+        return None
 
 
 def plan_reduction(
@@ -391,6 +447,14 @@ class ReducingSaver(BaseCheckpointSaver[Any]):
             raise TypeError(
                 f"ReducingSaver wraps a saver instance, got the class {inner.__name__}: "
                 f"pass {inner.__name__}(...)"
+            )
+        if not isinstance(inner, BaseCheckpointSaver) and _context_manager(inner):
+            # PostgresSaver.from_conn_string(url) and the like yield the saver once entered
+            raise TypeError(
+                f"ReducingSaver wraps a saver, got the context manager {shown(inner)}: enter "
+                "it first, e.g. `with PostgresSaver.from_conn_string(url) as inner:` (or "
+                "`async with AsyncPostgresSaver.from_conn_string(url) as inner:`), then "
+                "ReducingSaver(inner, ...) inside that block"
             )
         if not isinstance(inner, BaseCheckpointSaver):
             raise TypeError(
@@ -534,16 +598,17 @@ class ReducingSaver(BaseCheckpointSaver[Any]):
             self.reducer, checkpoint, config, self.messages_key
         )
         self._windows.stored(config, reduced, checkpoint, self.messages_key)
-        pruned = result.pruned if result is not None else []
-        if self.delivery is None or not pruned:
+        pruned, fresh = self._pruned(config, result, namespace)
+        if self.delivery is None or not fresh:
             stored = self.inner.put(config, reduced, metadata, new_versions)
-            if pruned:
-                self.reducer.deliver(pruned, namespace)
-            return stored
-        batch = self.delivery.batch(config, checkpoint["id"], pruned, namespace)
-        due = self.delivery.stage(batch)
-        stored = self.inner.put(config, reduced, metadata, new_versions)
-        self.delivery.stored(batch, pruned, namespace, due)
+            if fresh:
+                self.reducer.deliver(fresh, namespace)
+        else:
+            batch = self.delivery.batch(config, checkpoint["id"], fresh, namespace)
+            due = self.delivery.stage(batch)
+            stored = self.inner.put(config, reduced, metadata, new_versions)
+            self.delivery.stored(batch, fresh, namespace, due)
+        self._windows.cut(config, pruned, namespace)
         return stored
 
     async def aput(
@@ -564,17 +629,26 @@ class ReducingSaver(BaseCheckpointSaver[Any]):
             self.reducer, checkpoint, config, self.messages_key
         )
         self._windows.stored(config, reduced, checkpoint, self.messages_key)
-        pruned = result.pruned if result is not None else []
-        if self.delivery is None or not pruned:
+        pruned, fresh = self._pruned(config, result, namespace)
+        if self.delivery is None or not fresh:
             stored = await self.inner.aput(config, reduced, metadata, new_versions)
-            if pruned:
-                await self.reducer.adeliver(pruned, namespace)
-            return stored
-        batch = self.delivery.batch(config, checkpoint["id"], pruned, namespace)
-        due = await self.delivery.astage(batch)
-        stored = await self.inner.aput(config, reduced, metadata, new_versions)
-        await self.delivery.astored(batch, pruned, namespace, due)
+            if fresh:
+                await self.reducer.adeliver(fresh, namespace)
+        else:
+            batch = self.delivery.batch(config, checkpoint["id"], fresh, namespace)
+            due = await self.delivery.astage(batch)
+            stored = await self.inner.aput(config, reduced, metadata, new_versions)
+            await self.delivery.astored(batch, fresh, namespace, due)
+        self._windows.cut(config, pruned, namespace)
         return stored
+
+    def _pruned(
+        self, config: RunnableConfig, result: ReducerResult | None, namespace: Any
+    ) -> tuple[_Messages, _Messages]:
+        """What a put cut, and the part of it to hand over: not what the slot's last put
+        cut already (see `_Windows`; the wrapper's reducer dedupes on prune)."""
+        pruned = list(result.pruned) if result is not None else []
+        return pruned, self._windows.unseen(config, pruned, namespace)
 
     def put_writes(
         self,
@@ -628,6 +702,17 @@ class ReducingSaver(BaseCheckpointSaver[Any]):
                 f"ReducingSaver.{method}() needs an outbox: build the saver with "
                 "outbox=RedisOutbox(...) (without one, hooks run inline after each put)"
             )
+        if isinstance(self.outbox, RedisOutbox):
+            asked_async, has_async = method.startswith("a"), _is_async(self.outbox.client)
+            if asked_async != has_async:
+                twin = method[1:] if asked_async else f"a{method}"
+                raise TypeError(
+                    f"ReducingSaver.{method}() needs an outbox with a "
+                    f"{'redis.asyncio' if asked_async else 'blocking'} client, but its "
+                    f"RedisOutbox has {type(self.outbox.client).__module__}."
+                    f"{type(self.outbox.client).__name__}: call "
+                    f"{'saver.' if asked_async else 'await saver.'}{twin}() instead"
+                )
         return self.delivery
 
     # -- the rest --------------------------------------------------------------------------
