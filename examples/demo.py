@@ -125,7 +125,12 @@ async def run_async(url: str, prefix: str) -> None:
             "configurable": {"thread_id": "ada:session-1", "memory_namespace": ("memories", "ada")}
         }
         plain_config = {"configurable": {"thread_id": "ada:unbounded"}}
-        show("Conversation (AsyncRedisSaver + ReducingSaver, window of 6)")
+        most = reducer.config.max_messages
+        show(f"Conversation (AsyncRedisSaver + ReducingSaver, at most {most} stored)")
+        print(
+            "  ReducingSaver bounds what is stored, not the list a run holds in memory: a turn\n"
+            f"  runs on the stored window plus its new question, so the bot may see {most + 1}.\n"
+        )
         for question in QUESTIONS:
             result = await graph.ainvoke({"messages": [HumanMessage(question)]}, config)
             await unbounded.ainvoke({"messages": [HumanMessage(question)]}, plain_config)
@@ -134,6 +139,12 @@ async def run_async(url: str, prefix: str) -> None:
         show(f"What the next turn loads: {len(state.values['messages'])} messages")
         for message in state.values["messages"]:
             print(f"  {message.type:>5}: {message.content}")
+        first = state.values["messages"][0]
+        if reducer.config.preserve_first and isinstance(first, HumanMessage):
+            print(
+                "  (the first human message stays pinned: preserve_first=True keeps it; its\n"
+                "  answer left the window with the other old turns, into long-term memory)"
+            )
         show("State history (time travel), newest first")
         async for snapshot in graph.aget_state_history(config, limit=6):
             cid = snapshot.config["configurable"]["checkpoint_id"]

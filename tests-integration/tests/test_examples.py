@@ -25,6 +25,11 @@ def test_demo_runs_against_a_given_redis(redis_url: str, args: list[str]) -> Non
     if not args:
         assert "Long-term memory" in out and "State history" in out
         assert "with ReducingSaver + prune(latest)" in out
+        # The bot sees 7 messages of a window of 6, and the first question stays while its
+        # answer went to memory: the output says why (it said "window of 6" only).
+        assert "at most 6 stored" in out and "window of 6" not in out
+        assert "seeing 7 messages" in out and "so the bot may see 7" in out
+        assert "stays pinned: preserve_first=True" in out
 
 
 def test_demo_starts_its_own_redis_without_redis_url() -> None:

@@ -373,6 +373,40 @@ def test_every_command_names_the_rerun_of_an_unfinished_migration(
         assert err.count("\n") == 1 and "has not finished" in err and rerun in err, (cmd, err)
 
 
+@pytest.mark.parametrize("found", ["0.1.0-registry", "parked-registry", "foreign-key"])
+def test_a_read_only_command_refused_does_not_say_a_write_was_refused(
+    redis_url: str,
+    prefix: str,
+    client: redis.Redis,
+    capsys: pytest.CaptureFixture[str],
+    standalone: None,
+    found: str,
+) -> None:
+    """`plainredis threads`, `history` and `show` only read, yet a 0.1.0 keyspace, an
+    unfinished migration or a foreign key refused them with "... Nothing was written.", as
+    if they had tried to write. The refusals say that the keyspace is unchanged, which holds
+    for the reads as for the writes the savers refuse."""
+    chat(redis_url, prefix, {"t": 1})
+    if found == "0.1.0-registry":
+        client.delete(KeySpace(prefix).threads)
+        client.hset(KeySpace(prefix).threads, f"{prefix}:idx:t:", '{"thread": "t", "ns": ""}')
+    elif found == "parked-registry":
+        client.hset(f"{prefix}:v010:threads", f"{prefix}:idx:t:", '{"thread": "t", "ns": ""}')
+    else:
+        client.delete(KeySpace(prefix).threads)
+        client.rpush(KeySpace(prefix).threads, "another program's")
+    before = {k: client.dump(k) for k in client.scan_iter(match=f"{prefix}:*")}
+    commands = [["threads"], ["stats"], ["stats", "--scan"]]
+    if found == "parked-registry":  # which the saver behind `history` and `show` refuses too
+        commands += [["history", "t"], ["show", "t"]]
+    for cmd in commands:
+        code, out, err = cli(capsys, *cmd, "--url", redis_url, "--prefix", prefix)
+        assert (code, out) == (1, ""), (cmd, err)
+        assert err.count("\n") == 1 and "The keyspace is unchanged." in err, (cmd, err)
+        assert "Nothing was written" not in err, (cmd, err)
+    assert {k: client.dump(k) for k in client.scan_iter(match=f"{prefix}:*")} == before
+
+
 def test_the_rerun_migrate_names_runs_as_written(
     redis_url: str,
     prefix: str,

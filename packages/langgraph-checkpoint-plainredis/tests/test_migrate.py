@@ -1466,12 +1466,38 @@ def test_migrate_v010_given_no_blocking_client_names_the_type_and_the_fix(
     given: Any = redis.asyncio.Redis.from_url(redis_url) if kind == "asyncio" else redis_url
     name = "redis.asyncio.client.Redis" if kind == "asyncio" else "str"
     with pytest.raises(
-        TypeError, match=rf"type {re.escape(name)}:.*Redis\.from_url\(url\)"
+        TypeError, match=rf"type {re.escape(name)}:.*redis\.Redis\.from_url\(url, protocol=2\)"
     ) as info:
         migrate_v010(given, prefix)
     if kind == "url":
         assert "plainredis migrate --url" in str(info.value)
     assert everything(client, prefix) == before
+
+
+def test_migrate_v010_given_a_resp3_client_on_redis_5_names_protocol_2(server_pool: Any) -> None:
+    """redis-py 8 speaks RESP3 by default, which Redis 5 lacks: `migrate_v010(redis.Redis.
+    from_url(url))`, as the guide showed, failed with a bare "unknown command 'HELLO'". It
+    is a PlainRedisError naming protocol=2, before anything is changed, as the savers'."""
+    url = server_pool.get("redis-5")
+    admin = redis.Redis.from_url(url, protocol=2)
+    prefix = f"test:{uuid.uuid4().hex[:8]}"
+    write_010_thread(admin, prefix, "t", checkpoints=3, channels=2)
+    before = everything(admin, prefix)
+    resp3 = redis.Redis.from_url(url)
+    with pytest.raises(PlainRedisError) as info:
+        migrate_v010(resp3, prefix)
+    message = str(info.value)
+    assert "does not speak RESP3" in message and "HELLO" in message
+    assert "redis.Redis.from_url(url, protocol=2)" in message
+    assert "plainredis migrate --url" in message and "Nothing was changed" in message
+    assert everything(admin, prefix) == before
+    resp3.close()
+    fixed = redis.Redis.from_url(url, protocol=2)  # the fix the message names
+    assert migrate_v010(fixed, prefix).threads == 1
+    with RedisSaver(client=fixed, prefix=prefix) as saver:
+        assert len(list(saver.list({"configurable": {"thread_id": "t"}}))) == 3
+    fixed.close()
+    admin.close()
 
 
 # -- a rerun into another prefix after a 0.1.0 writer went on ---------------------------------

@@ -1433,14 +1433,18 @@ async def test_a_resp3_client_on_redis_5_is_told_to_use_protocol_2(
     server_pool: Any, side: str, prefix: str
 ) -> None:
     url = server_pool.get("redis-5")
+    # The fix names the client class the saver takes: it named the blocking redis.Redis
+    # for AsyncRedisSaver too, which refuses it.
     if side == "sync":
         client: Any = redis.Redis.from_url(url, protocol=3)
-        with pytest.raises(PlainRedisError, match=r"protocol=2.*redis.Redis.from_url"):
+        fix = r"protocol=2, e\.g\. redis\.Redis\.from_url\(url, protocol=2\)"
+        with pytest.raises(PlainRedisError, match=fix):
             RedisSaver(client=client, prefix=prefix).get_tuple(cfg("t"))
         client.close()
     else:
         aclient = aioredis.Redis.from_url(url, protocol=3)
-        with pytest.raises(PlainRedisError, match=r"protocol=2.*redis.Redis.from_url"):
+        fix = r"protocol=2, e\.g\. redis\.asyncio\.Redis\.from_url\(url, protocol=2\)"
+        with pytest.raises(PlainRedisError, match=fix):
             await AsyncRedisSaver(client=aclient, prefix=prefix).aget_tuple(cfg("t"))
         await aclient.aclose()
 
@@ -2028,6 +2032,34 @@ def test_a_saver_needs_a_url_or_client() -> None:
         RedisSaver(client=redis.Redis(connection_pool=decoding))
     with pytest.raises(ValueError, match="decode_responses=False"):
         AsyncRedisSaver(client=aioredis.Redis(decode_responses=True))
+
+
+def test_a_decoding_client_is_refused_naming_a_client_its_saver_takes() -> None:
+    """The fix for a client (or url= options) with decode_responses=True was
+    `client=redis.Redis.from_url(url)` for AsyncRedisSaver too, which refuses a blocking
+    client, and it left out protocol=2, which Redis 5 needs (redis-py 8 speaks RESP3)."""
+    from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
+
+    url = "redis://127.0.0.1:6379/0"
+    plain, cluster = "redis.Redis.from_url", "redis.cluster.RedisCluster.from_url"
+    aplain, acluster = "redis.asyncio.Redis.from_url", "redis.asyncio.cluster.RedisCluster.from_url"
+    given: list[tuple[Any, dict[str, Any], str]] = [
+        (RedisSaver, {"client": redis.Redis.from_url(url, decode_responses=True)}, plain),
+        (AsyncRedisSaver, {"client": aioredis.Redis.from_url(url, decode_responses=True)}, aplain),
+        (
+            AsyncRedisSaver,
+            {"client": AsyncRedisCluster.from_url(url, decode_responses=True)},
+            acluster,
+        ),
+        (RedisSaver, {"url": url, "decode_responses": True}, plain),
+        (AsyncRedisSaver, {"url": f"{url}?decode_responses=yes"}, aplain),
+        (RedisSaver, {"url": url, "cluster": True, "decode_responses": True}, cluster),
+        (AsyncRedisSaver, {"url": url, "cluster": True, "decode_responses": True}, acluster),
+    ]
+    for cls, kwargs, fix in given:
+        with pytest.raises(ValueError, match="decode_responses=False") as info:
+            cls(**kwargs)
+        assert f"client={fix}(url, protocol=2), " in str(info.value), (cls, kwargs)
 
 
 @pytest.mark.parametrize("cls", [RedisSaver, AsyncRedisSaver])

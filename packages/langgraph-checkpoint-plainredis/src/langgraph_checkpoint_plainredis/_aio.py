@@ -64,6 +64,7 @@ from ._wire import (
 __all__ = ["AsyncRedisSaver"]
 
 T = TypeVar("T")
+_CLIENT_CLASS = "redis.asyncio.Redis"  # the client a fix names
 _use_sync = functools.partial(
     wrong_side,
     "AsyncRedisSaver",
@@ -355,7 +356,7 @@ class AsyncRedisSaver(SaverCore, BaseCheckpointSaver[str]):
             try:
                 enabled = bool((await self._client.info("cluster")).get("cluster_enabled"))
             except ResponseError as error:  # no INFO for this user, or none at all
-                enabled = info_refused(error, self.prefix)
+                enabled = info_refused(error, self.prefix, _CLIENT_CLASS)
             if enabled:
                 await self._release_idle()
                 await self._client.aclose()
@@ -529,7 +530,7 @@ class AsyncRedisSaver(SaverCore, BaseCheckpointSaver[str]):
                 # source once; EVAL caches it again. Nothing ran, so nothing repeats.
                 return await self._send(plan, fallback=True)
         except ResponseError as exc:
-            mapped = translate_error(exc, self.prefix)
+            mapped = translate_error(exc, self.prefix, _CLIENT_CLASS)
             if mapped is None:
                 raise
             if isinstance(mapped, LegacyKeyspaceError):

@@ -91,6 +91,8 @@ __all__ = [
     "Step",
     "cluster_retries",
     "info_refused",
+    "refuses_resp3",
+    "resp2_needed",
     "translate_error",
 ]
 
@@ -176,8 +178,27 @@ def refuse_parked(prefix: str, exists: Any) -> None:
         raise LegacyKeyspaceError(prefix, parked=LegacyKeys(prefix).stash)
 
 
-def translate_error(error: Exception, prefix: str) -> PlainRedisError | None:
-    """Maps an error reply to the package's exception, or None for other errors."""
+def refuses_resp3(error: Exception) -> bool:
+    """Whether `error` is a server's answer to redis-py's ``HELLO 3``: the server predates
+    RESP3 (Redis 5), and the client must speak RESP2 (``protocol=2``)."""
+    message = str(error)
+    return "HELLO" in message and "unknown command" in message.lower()
+
+
+def resp2_needed(error: Exception, fix: str) -> PlainRedisError:
+    """The package's error for a client that speaks RESP3 to a server without it (see
+    `refuses_resp3`), ending with `fix`."""
+    return PlainRedisError(
+        f"the server does not speak RESP3 (Redis before 6 answers {str(error)!r}): {fix}"
+    )
+
+
+def translate_error(
+    error: Exception, prefix: str, client_class: str = "redis.Redis"
+) -> PlainRedisError | None:
+    """Maps an error reply to the package's exception, or None for other errors.
+    `client_class` is the client class the saver takes, named in the fix of a RESP3 client on
+    a server without RESP3."""
     message = str(error)
     # The reply starts the message, or follows redis-py 5's note on which command of a
     # pipeline failed (its async client quotes the reply as a tuple: "('MOVED ...',)").
@@ -193,11 +214,12 @@ def translate_error(error: Exception, prefix: str) -> PlainRedisError | None:
             "talks to it as a standalone server (a user without INFO cannot tell): pass "
             "cluster=True"
         )
-    if "HELLO" in message and "unknown command" in message.lower():
-        return PlainRedisError(
-            f"the server does not speak RESP3 (Redis before 6 answers {message!r}): build the "
-            "client with protocol=2, e.g. redis.Redis.from_url(url, protocol=2) (redis-py 8 "
-            "defaults to 3), or pass url= and leave the saver's protocol at its default 2"
+    if refuses_resp3(error):
+        return resp2_needed(
+            error,
+            f"build the client with protocol=2, e.g. {client_class}.from_url(url, protocol=2) "
+            "(redis-py 8 defaults to 3), or pass url= and leave the saver's protocol at its "
+            "default 2",
         )
     if "script can't run this command" in message:  # Redis 6 and 7 word it so
         return PlainRedisError(
@@ -251,14 +273,14 @@ def unindexed_error(
     )
 
 
-def info_refused(error: ResponseError, prefix: str) -> bool:
+def info_refused(error: ResponseError, prefix: str, client_class: str = "redis.Redis") -> bool:
     """Whether the server is a cluster node, after `INFO cluster` failed with `error`: a user
     without INFO (NOPERM) or a server that renamed it away ("unknown command") is taken as
     standalone (pass cluster= to choose). A server that does not speak the protocol asked
     for raises the package's error; any other error is raised as it came."""
     if isinstance(error, NoPermissionError):
         return False
-    mapped = translate_error(error, prefix)
+    mapped = translate_error(error, prefix, client_class)
     if mapped is not None:
         raise mapped from None
     if "unknown command" in str(error).lower():

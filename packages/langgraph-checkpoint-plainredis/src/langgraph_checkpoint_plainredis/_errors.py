@@ -7,6 +7,11 @@ import shlex
 __all__ = ["CorruptDataError", "LegacyKeyspaceError", "PlainRedisError", "WrongTypeError"]
 
 
+# How a refusal ends. Read-only calls and commands (`get_tuple`, `plainredis threads`) raise
+# these errors too, so it does not say that a write was refused: only that none was made.
+UNCHANGED = "The keyspace is unchanged."
+
+
 class PlainRedisError(Exception):
     """Base class of every error this package raises on its own account."""
 
@@ -42,7 +47,7 @@ class WrongTypeError(PlainRedisError, TypeError):
             + (
                 fix
                 or "Another program writes under this prefix: give the saver its own "
-                "prefix= (or database), or delete the foreign key. Nothing was written."
+                f"prefix= (or database), or delete the foreign key. {UNCHANGED}"
             )
         )
 
@@ -70,7 +75,7 @@ class LegacyKeyspaceError(PlainRedisError):
                 "not migrated yet as empty), then migrate them once, losslessly and "
                 f"idempotently, with `plainredis migrate --url redis://... --prefix "
                 f"{shlex.quote(prefix)}` or `langgraph_checkpoint_plainredis.migrate_v010("
-                f"client, prefix={prefix!r})`. Nothing was written."
+                f"client, prefix={prefix!r})`. {UNCHANGED}"
             )
             return
         what = (
@@ -96,7 +101,7 @@ class LegacyKeyspaceError(PlainRedisError):
                 f"{into}` or `langgraph_checkpoint_plainredis.migrate_v010(client, "
                 f"prefix={source!r}{to})`"
             )
-        super().__init__(f"{what}{how}. Nothing was written.")
+        super().__init__(f"{what}{how}. {UNCHANGED}")
 
 
 class ArgumentTypeError(TypeError, ValueError):

@@ -52,7 +52,17 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 from redis.exceptions import AskError, ClusterCrossSlotError
 
 from ._codec import encode_blob, encode_checkpoint
-from ._core import ABSENT, VERSION_DIGITS, Eval, Plan, _b, _lost_blobs, _s
+from ._core import (
+    ABSENT,
+    VERSION_DIGITS,
+    Eval,
+    Plan,
+    _b,
+    _lost_blobs,
+    _s,
+    refuses_resp3,
+    resp2_needed,
+)
 from ._errors import CorruptDataError, PlainRedisError, WrongTypeError
 from ._keys import SEP, KeySpace, LegacyKeys, ThreadKeys, blob_suffix, escape, escape_run
 from ._shell import is_asyncio_client, is_cluster_client
@@ -220,6 +230,26 @@ _CLUSTER = (
 )
 
 
+# The client to build: protocol=2 for Redis 5, which has no RESP3 (redis-py 8's default).
+_CLIENT = "redis.Redis.from_url(url, protocol=2)"
+
+
+def _resp2_needed(error: redis.ResponseError, started: bool) -> PlainRedisError:
+    """The error for a RESP3 client on a server without RESP3 (Redis 5), naming the fix;
+    `started`: the run may have migrated threads before the connection that failed."""
+    where = (
+        "The run stopped there: threads migrated so far stay migrated, the rest keep their "
+        "0.1.0 keys, and a rerun goes on where it stopped."
+        if started
+        else "Nothing was changed."
+    )
+    return resp2_needed(
+        error,
+        f"build the client with protocol=2, e.g. {_CLIENT} (redis-py 8 defaults to 3), or "
+        f"run `plainredis migrate --url URL --prefix ...`, which does. {where}",
+    )
+
+
 def _check_client(client: Any) -> None:
     """Raises `TypeError` naming the type of `client` when it cannot run blocking commands:
     a URL, a `redis.asyncio` client, anything without `execute_command` and `pipeline`. A
@@ -227,18 +257,15 @@ def _check_client(client: Any) -> None:
     kind = type(client)
     if isinstance(client, (str, bytes)):
         fix = (
-            "pass a client built from it, redis.Redis.from_url(url), or run `plainredis "
-            "migrate --url URL --prefix ...` from a shell"
+            f"pass a client built from it, {_CLIENT}, or run `plainredis migrate --url URL "
+            "--prefix ...` from a shell"
         )
     elif is_asyncio_client(client):
-        fix = (
-            "the migration runs blocking commands: pass a redis.Redis client, e.g. "
-            "redis.Redis.from_url(url)"
-        )
+        fix = f"the migration runs blocking commands: pass a redis.Redis client, e.g. {_CLIENT}"
     elif hasattr(client, "execute_command") and hasattr(client, "pipeline"):
         return
     else:
-        fix = "pass a redis.Redis client, e.g. redis.Redis.from_url(url)"
+        fix = f"pass a redis.Redis client, e.g. {_CLIENT}"
     name = (
         kind.__qualname__
         if kind.__module__ == "builtins"
@@ -254,7 +281,9 @@ def _refuse_cluster(client: redis.Redis) -> None:
         raise PlainRedisError(_CLUSTER.format(answer=""))
     try:
         enabled = client.info("cluster").get("cluster_enabled")
-    except redis.ResponseError:
+    except redis.ResponseError as error:
+        if refuses_resp3(error):  # the connection's HELLO 3, before INFO was sent
+            raise _resp2_needed(error, started=False) from None
         return  # a user without INFO, say: a cluster's MOVED reply is caught in migrate_v010
     if enabled:
         raise PlainRedisError(_CLUSTER.format(answer=" (INFO says cluster_enabled:1)"))
@@ -524,7 +553,8 @@ def migrate_v010(
     """Moves a 0.1.0 keyspace into the current layout, losslessly and idempotently.
 
     Args:
-        client: A blocking client (``decode_responses=False``) of a standalone server.
+        client: A blocking client (``decode_responses=False``) of a standalone server, with
+            ``protocol=2`` for Redis 5: ``redis.Redis.from_url(url, protocol=2)``.
         prefix: The prefix 0.1.0 used (its default was ``lg``): any prefix 0.1.0 accepted.
         to_prefix: The prefix to migrate into (default: `prefix`); one the savers accept.
             Needed when 0.1.0's prefix is one the savers refuse, such as ``{agents}``.
@@ -545,11 +575,13 @@ def migrate_v010(
         TypeError: `client` is no blocking client (a URL, or a `redis.asyncio` client).
         ValueError: A prefix 0.1.0 never wrote under, a target the savers refuse, or two
             prefixes whose keys could be the same.
-        PlainRedisError: The server is a cluster node; a run from `prefix` into another
-            prefix, or from another prefix into `to_prefix`, is unfinished (the message names
-            the arguments that finish it; nothing was changed); `to_prefix` holds threads of
-            ids being migrated (nothing was changed); or the run stopped (the message names
-            the key and the fix; a rerun goes on where it stopped).
+        PlainRedisError: The server is a cluster node; `client` speaks RESP3 (redis-py 8's
+            default) to a server without it, such as Redis 5 (the message names
+            ``protocol=2``; nothing was changed); a run from `prefix` into another prefix, or
+            from another prefix into `to_prefix`, is unfinished (the message names the
+            arguments that finish it; nothing was changed); `to_prefix` holds threads of ids
+            being migrated (nothing was changed); or the run stopped (the message names the
+            key and the fix; a rerun goes on where it stopped).
     """
     _check_client(client)
     target = target_prefix(prefix, to_prefix)
@@ -557,6 +589,8 @@ def migrate_v010(
     try:
         return _migrate(client, prefix, target, ttl, serde, keep_old, progress)
     except redis.ResponseError as exc:
+        if refuses_resp3(exc):  # a connection opened later (the pool's second, say)
+            raise _resp2_needed(exc, started=True) from None
         if not _is_cluster_reply(exc):
             raise
         answer = f" (it answered {str(exc).split(' ', 1)[0]})"

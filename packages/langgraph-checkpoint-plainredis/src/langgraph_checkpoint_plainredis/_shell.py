@@ -32,6 +32,7 @@ __all__ = [
     "SaverRetry",
     "check_database",
     "check_serde",
+    "client_example",
     "connect_options",
     "default_retry",
     "is_asyncio_client",
@@ -165,7 +166,7 @@ def connect_options(
     decodes = given.get("decode_responses")
     if isinstance(decodes, str):
         decodes = decodes.upper() not in ("", "0", "F", "FALSE", "N", "NO")
-    _check_codec(cls, decodes, given.get("encoding"), given.get("encoding_errors"))
+    _check_codec(cls, decodes, given.get("encoding"), given.get("encoding_errors"), cluster is True)
     retry = default_retry(asynchronous=cls.startswith("Async"))
     # redis-py before 6 retries only the errors a connection lists here, whatever `retry`.
     listed = [RedisConnectionError, RedisTimeoutError]
@@ -294,14 +295,28 @@ def _codec_name(encoding: Any) -> str:
         return str(encoding)
 
 
-def _check_codec(cls: str, decodes: Any, encoding: Any, errors: Any) -> None:
+def client_example(cls: str, cluster: bool = False) -> str:
+    """How to build a client saver `cls` takes (a cluster client when `cluster`), for a
+    message: with protocol=2, which Redis 5 needs (redis-py 8 speaks RESP3 by default)."""
+    asynchronous = cls.startswith("Async")
+    if cluster:
+        name = (
+            "redis.asyncio.cluster.RedisCluster" if asynchronous else "redis.cluster.RedisCluster"
+        )
+    else:
+        name = "redis.asyncio.Redis" if asynchronous else "redis.Redis"
+    return f"{name}.from_url(url, protocol=2)"
+
+
+def _check_codec(cls: str, decodes: Any, encoding: Any, errors: Any, cluster: bool = False) -> None:
     """Refuses a client (or URL options) that decodes replies or encodes keys in anything
-    but strict UTF-8, naming the fix."""
+    but strict UTF-8, naming the fix (a client of the kind `cls` takes, a cluster client
+    when `cluster`)."""
     if decodes:
         raise ValueError(
             f"{cls} stores raw bytes and needs a client with decode_responses=False; give "
             "the saver a client of its own, with a pool of its own (the pool carries the "
-            "setting), e.g. client=redis.Redis.from_url(url), or pass url= without it"
+            f"setting), e.g. client={client_example(cls, cluster)}, or pass url= without it"
         )
     if _codec_name(encoding or "utf-8") != "utf-8":
         raise ValueError(
@@ -351,6 +366,7 @@ def validate_client(client: Any, cls: str, expected: str) -> None:
         decodes,
         getattr(encoder, "encoding", kwargs.get("encoding")),
         getattr(encoder, "encoding_errors", kwargs.get("encoding_errors")),
+        is_cluster_client(client),
     )
     is_async = is_asyncio_client(client)
     if expected == "async" and not is_async:
