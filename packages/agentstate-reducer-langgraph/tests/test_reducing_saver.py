@@ -582,6 +582,16 @@ def two_step_graph(checkpointer: Any, between: Any) -> Any:
     )
 
 
+async def ask_twenty(graph: Any, thread: str, style: str) -> None:
+    """Runs `graph` once on `thread` with 20 human messages q0..q19, with invoke or ainvoke."""
+    question = {"messages": [HumanMessage(f"q{i}", id=f"q{i}") for i in range(20)]}
+    config = {"configurable": {"thread_id": thread}}
+    if style == "sync":
+        graph.invoke(question, config)
+    else:
+        await graph.ainvoke(question, config)
+
+
 @pytest.mark.parametrize("style", ["sync", "async"])
 async def test_a_run_hands_each_cut_message_over_once_when_the_ledger_forgot_it(
     style: str,
@@ -606,13 +616,7 @@ async def test_a_run_hands_each_cut_message_over_once_when_the_ledger_forgot_it(
         many = [HumanMessage(f"x{i}", id=f"x{i}") for i in range(40)]
         other.invoke({"messages": many}, {"configurable": {"thread_id": "b"}})
 
-    graph = two_step_graph(saver, busy)
-    question = {"messages": [HumanMessage(f"q{i}", id=f"q{i}") for i in range(20)]}
-    config = {"configurable": {"thread_id": "a"}}
-    if style == "sync":
-        graph.invoke(question, config)
-    else:
-        await graph.ainvoke(question, config)
+    await ask_twenty(two_step_graph(saver, busy), "a", style)
     assert len(handed) == len(set(handed)) > 10
 
 
@@ -626,12 +630,6 @@ async def test_a_run_asks_the_ledger_only_about_messages_cut_anew(style: str) ->
         ledger=ledger,
     )
     saver = ReducingSaver(InMemorySaver(), r)
-    graph = two_step_graph(saver, lambda: None)
-    question = {"messages": [HumanMessage(f"q{i}", id=f"q{i}") for i in range(20)]}
-    config = {"configurable": {"thread_id": "t"}}
-    if style == "sync":
-        graph.invoke(question, config)
-    else:
-        await graph.ainvoke(question, config)
+    await ask_twenty(two_step_graph(saver, lambda: None), "t", style)
     assert len(ledger.asked) == len(set(ledger.asked))
     assert set(ledger.asked) >= {f"q{i}" for i in range(1, 12)}  # q0 kept: preserve_first

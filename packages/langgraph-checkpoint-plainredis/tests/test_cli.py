@@ -405,6 +405,9 @@ def test_runtime_errors_exit_1_with_one_line_that_says_what_to_do(
         # redis-py reads a database that is not a number as database 0
         ["migrate", "--url", "redis://127.0.0.1:1/abc"],
         ["threads", "--url", "redis://:secret@127.0.0.1:1/abc"],
+        # no scheme: the whole URL read as a path ("database '127.0.0.1:63790'")
+        ["threads", "--url", "127.0.0.1:6379/0"],
+        ["migrate", "--url", "redis//localhost:6379/0"],
         # bytes that are not UTF-8, as Python hands them over from the shell
         ["history", "bad\udcff"],
         ["delete", "bad\udcff", "--yes"],
@@ -427,6 +430,8 @@ def test_bad_arguments_exit_2_with_usage(
         assert "ttl=None" not in err
     if any("\udcff" in arg for arg in argv):
         assert "'\\xff' is not UTF-8" in err or "'bad\\xff' is not UTF-8" in err
+    if argv[-1:] and argv[-1].endswith(":6379/0"):
+        assert "does not start with redis://" in err and "63790" not in err
     if argv[-1:] and argv[-1].endswith("/abc"):
         assert "names database 'abc', which is not a number" in err
         assert "secret" not in err

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime
 import os
 import re
 import socket
@@ -12,6 +13,7 @@ import time
 import uuid
 from typing import Any
 
+import ormsgpack
 import pytest
 import redis
 import redis.asyncio as aioredis
@@ -29,6 +31,7 @@ from langgraph_checkpoint_plainredis import (
     PlainRedisError,
     RedisSaver,
     WrongTypeError,
+    _migrate,
 )
 from langgraph_checkpoint_plainredis._core import Shared
 from langgraph_checkpoint_plainredis._keys import KeySpace, unescape
@@ -2097,6 +2100,50 @@ def test_a_bad_connection_option_is_refused_at_construction_naming_it(cls: Any) 
     else:  # redis.asyncio's connections refuse it at the first call
         with pytest.raises(TypeError, match="cache_config="):
             cls(url, protocol=3, cache_config=cache_config())
+
+
+class InterruptedOnce(JsonPlusSerializer):
+    """Decodes as JsonPlusSerializer, except that a Ctrl-C lands in the first decode's
+    ext_hook: ormsgpack reports it as ValueError('ext_hook failed'), as it does on damaged
+    bytes."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.armed = False
+
+    def loads_typed(self, data: tuple[str, bytes]) -> Any:
+        if self.armed and data[0] == "msgpack":
+
+            def hook(code: int, payload: bytes) -> Any:
+                self.armed = False  # the first value holding an ext type
+                raise KeyboardInterrupt
+
+            ormsgpack.unpackb(data[1], ext_hook=hook)
+        return super().loads_typed(data)
+
+
+def test_ctrl_c_while_a_value_is_decoded_is_an_interrupt_not_damage(
+    redis_url: str, prefix: str
+) -> None:
+    """A Ctrl-C inside the serializer's ext_hook was reported as a damaged key, with the
+    advice to delete it; found by a review of the CLI (`plainredis migrate`, `show`)."""
+    serde = InterruptedOnce()
+    saver = RedisSaver(redis_url, prefix=prefix, serde=serde)
+    cp = empty_checkpoint()
+    cp["channel_values"] = {"when": datetime.datetime(2026, 12, 5)}  # an ext type
+    cp["channel_versions"] = {"when": 1}
+    saver.put(cfg("t"), cp, {}, {"when": 1})
+    serde.armed = True
+    with pytest.raises(KeyboardInterrupt):
+        saver.get_tuple(cfg("t"))
+    assert not serde.armed
+    got = saver.get_tuple(cfg("t"))  # the key is sound
+    assert got is not None and got.checkpoint["channel_values"]["when"].day == 5
+    # the migration's decoding of 0.1.0 values, likewise
+    serde.armed = True
+    with pytest.raises(KeyboardInterrupt):
+        _migrate._loads(serde, serde.dumps_typed(cp["channel_values"]["when"]), "lg:blob:x")
+    saver.close()
 
 
 @pytest.mark.parametrize("cls", [RedisSaver, AsyncRedisSaver])

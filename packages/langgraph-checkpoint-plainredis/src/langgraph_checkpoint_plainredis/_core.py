@@ -91,6 +91,7 @@ __all__ = [
     "Step",
     "cluster_retries",
     "info_refused",
+    "interrupted",
     "refuses_resp3",
     "resp2_needed",
     "translate_error",
@@ -176,6 +177,24 @@ def refuse_parked(prefix: str, exists: Any) -> None:
     """Raises `LegacyKeyspaceError` when `parked_check`'s reply says the registry is parked."""
     if exists:
         raise LegacyKeyspaceError(prefix, parked=LegacyKeys(prefix).stash)
+
+
+def interrupted(serde: Any, typed: tuple[str, bytes], error: Exception) -> None:
+    """Raises `KeyboardInterrupt` when `error`, from decoding `typed` with `serde`, hides an
+    interruption, not damage to the bytes: ormsgpack turns whatever its ``ext_hook`` raises
+    into ``ValueError('ext_hook failed')``, a ``KeyboardInterrupt`` from Ctrl-C too (Python
+    raises it wherever the program is, and LangGraph's hook runs most of a decode). When a
+    second decode of the same bytes succeeds, they are sound: the first was interrupted.
+    (Ctrl-C is by far the likeliest cause; an exception an application's own signal handler
+    raises there is swallowed the same way.) Else returns, and the bytes are taken as damaged.
+    """
+    if not (isinstance(error, ValueError) and str(error) == "ext_hook failed"):
+        return
+    try:
+        serde.loads_typed(typed)
+    except Exception:
+        return
+    raise KeyboardInterrupt from None
 
 
 def refuses_resp3(error: Exception) -> bool:
@@ -673,6 +692,7 @@ class SaverCore:
         except _NOT_THE_DATA:  # out of memory, too deep, a signal's timeout: not the bytes'
             raise
         except Exception as exc:  # the serializer raises many types on bad bytes
+            interrupted(self.serde, typed, exc)
             raise CorruptDataError(key, f"{type(exc).__name__}: {exc}") from exc
 
     def _tuple(

@@ -60,6 +60,7 @@ from ._core import (
     _b,
     _lost_blobs,
     _s,
+    interrupted,
     refuses_resp3,
     resp2_needed,
 )
@@ -112,6 +113,7 @@ def _loads(serde: Any, typed: tuple[str, bytes], key: str) -> Any:
     try:
         return serde.loads_typed(typed)
     except Exception as exc:  # the serializer raises many types on what it cannot read
+        interrupted(serde, typed, exc)
         raise CorruptDataError(
             key,
             f"{type(exc).__name__}: {exc}",

@@ -182,6 +182,11 @@ def check_database(url: str, subject: str) -> None:
     parts = urlsplit(url)
     if url.startswith("unix://") or "db" in parse_qs(parts.query):
         return
+    if not url.startswith(("redis://", "rediss://")):  # else the whole URL reads as a path
+        raise ValueError(
+            f"{subject} does not start with redis://, rediss:// or unix://: write it as "
+            "redis://host:6379/0 (rediss:// for TLS, unix:///path/to/redis.sock for a socket)"
+        )
     path = unquote(parts.path).replace("/", "")
     if "@" in path:  # a '/' in the user info ended the host early
         raise ValueError(f"{subject} has a '/' in its username or password: write it as %2F")
