@@ -4,11 +4,14 @@ script, where the base class reads each ancestor with a `get_tuple` (every blob 
 
 from __future__ import annotations
 
+import collections
 import operator
 import time
+import uuid
 from typing import Annotated, Any, TypedDict
 
 import pytest
+import redis
 from langgraph.checkpoint.base import BaseCheckpointSaver, empty_checkpoint
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import START, StateGraph
@@ -16,6 +19,7 @@ from langgraph.graph import START, StateGraph
 from agentstate_testkit.savers import counting_async_client, counting_client
 from langgraph_checkpoint_plainredis import AsyncRedisSaver, CorruptDataError, RedisSaver, _core
 from langgraph_checkpoint_plainredis._keys import KeySpace
+from langgraph_checkpoint_plainredis._scripts import SCRIPTS
 
 try:
     from langgraph.channels.delta import DeltaChannel
@@ -412,3 +416,75 @@ def test_a_read_by_id_sends_the_newest_back_only_with_delta_channels(
         (entry,) = saver._run(next(saver._get_steps(older.config)))
         assert (len(entry) > 5 and bool(entry[5])) is delta, entry[5:]
         assert saver.get_tuple(older.config) == saver.get_tuple(older.config)
+
+
+async def _partly_cached_run(
+    url: str, prefix: str, cls: Any, missing: str | None, admin: redis.Redis
+) -> Any:
+    """A DeltaChannel graph on two threads with a TTL (puts send their chain refresh in their
+    round trip), then copy, prune, delete_for_runs and delete_thread; before each call the
+    server's script cache holds every script but `missing`. Returns the threads' histories
+    and the keys left, by kind."""
+
+    def lose() -> None:
+        if missing is not None:
+            admin.script_flush()
+            for name, script in SCRIPTS.items():
+                if name != missing:
+                    admin.script_load(script.source)
+
+    async def call(method: str, *args: Any, **kwargs: Any) -> Any:
+        lose()
+        if cls is RedisSaver:
+            return getattr(saver, method)(*args, **kwargs)
+        return await getattr(saver, f"a{method}")(*args, **kwargs)
+
+    saver = cls(url, prefix=prefix, ttl=300)
+    graph = _graph(saver)
+    runs = []
+    for turn in range(3):
+        for thread in ("t1", "t2"):
+            runs.append(str(uuid.uuid4()))
+            config = {"configurable": {"thread_id": thread}, "run_id": runs[-1]}
+            lose()
+            if cls is RedisSaver:
+                graph.invoke({"log": [f"x{turn}"]}, config)
+            else:
+                await graph.ainvoke({"log": [f"x{turn}"]}, config)
+    await call("copy_thread", "t1", "t1c")
+    await call("prune", ["t2"], strategy="keep_latest")
+    await call("delete_for_runs", runs[:3])
+    histories = {}
+    for thread in ("t1", "t1c", "t2"):
+        lose()
+        states = (
+            list(graph.get_state_history(cfg(thread)))
+            if cls is RedisSaver
+            else [s async for s in graph.aget_state_history(cfg(thread))]
+        )
+        histories[thread] = [(repr(sorted(s.values.items())), s.metadata["step"]) for s in states]
+    await call("delete_thread", "t2")
+    kinds = collections.Counter(
+        key.decode()[len(prefix) + 1 :].split(":", 1)[0]
+        for key in admin.scan_iter(match=f"{prefix}:*", count=1000)
+    )
+    if cls is AsyncRedisSaver:
+        await saver.aclose()
+    return histories, kinds
+
+
+@pytest.mark.standalone
+@pytest.mark.parametrize("cls", [RedisSaver, AsyncRedisSaver])
+async def test_a_plan_sent_again_after_noscript_ends_as_if_every_script_was_cached(
+    redis_url: str, prefix: str, cls: Any
+) -> None:
+    """A plan of several scripts meets NOSCRIPT for one the server has not cached while the
+    others run; it is sent again whole with EVAL, so those run twice, after the one that was
+    not cached: each script repeated in order changes nothing more."""
+    admin = redis.Redis.from_url(redis_url, protocol=2)
+    expected = await _partly_cached_run(redis_url, f"{prefix}-all", cls, None, admin)
+    assert expected[0]["t1"] and expected[0]["t1c"] == expected[0]["t1"]
+    for missing in SCRIPTS:
+        got = await _partly_cached_run(redis_url, f"{prefix}-{missing}", cls, missing, admin)
+        assert got == expected, missing
+    admin.close()

@@ -356,8 +356,10 @@ class RedisSaver(SaverCore, BaseCheckpointSaver[str]):
             try:
                 return self._send(plan, fallback=False)
             except NoScriptError:
-                # The server lost its script cache (restart, SCRIPT FLUSH): send the
-                # source once; EVAL caches it again. Nothing ran, so nothing repeats.
+                # The server lost its script cache (restart, SCRIPT FLUSH) or never had
+                # one of the plan's scripts: send the sources once; EVAL caches them again.
+                # Scripts of the plan it had cached ran, and run again after the others:
+                # each is safe to repeat in order (test_delta_history checks every script).
                 return self._send(plan, fallback=True)
         except ResponseError as exc:
             mapped = translate_error(exc, self.prefix)
