@@ -619,6 +619,36 @@ def test_writers_without_a_ttl_sweep_registry_entries_of_threads_that_expired(
     assert orphans(client, prefix) == set()
 
 
+@pytest.mark.parametrize("style", ["sync", "async"])
+async def test_list_of_every_thread_takes_expired_threads_out_of_the_registry(
+    redis_url: str, prefix: str, client: redis.Redis, style: str
+) -> None:
+    """Only puts swept the registry (64 entries each): once writes stopped, the entries of
+    threads that expired stayed for good, and every `list(None)` walked past them. The walk
+    takes them out; a thread without a TTL, and one still live, stay."""
+    if isinstance(client, RedisCluster):
+        pytest.skip("a cluster keeps no registry")
+    ks = KeySpace(prefix)
+    with RedisSaver(redis_url, prefix=prefix, ttl=1.5) as timed:
+        for n in range(80):
+            timed.put(cfg(f"gone-{n}"), checkpoint({"m": 0}, {"m": 1}), {}, {"m": 1})
+    with RedisSaver(redis_url, prefix=prefix) as saver:
+        saver.put(cfg("kept"), checkpoint({"m": 0}, {"m": 1}), {}, {"m": 1})
+    time.sleep(1.8)
+    with RedisSaver(redis_url, prefix=prefix, ttl=600) as timed:
+        timed.put(cfg("live"), checkpoint({"m": 0}, {"m": 1}), {}, {"m": 1})
+    assert client.zcard(ks.threads) >= 80 - 64 + 2  # the puts swept 64 at most
+    if style == "sync":
+        with RedisSaver(redis_url, prefix=prefix) as saver:
+            listed = {t.config["configurable"]["thread_id"] for t in saver.list(None)}
+    else:
+        async with AsyncRedisSaver(redis_url, prefix=prefix) as asaver:
+            listed = {t.config["configurable"]["thread_id"] async for t in asaver.alist(None)}
+    assert listed == {"kept", "live"}
+    assert sorted(client.zrange(ks.threads, 0, -1)) == [b"kept", b"live"]
+    assert orphans(client, prefix) == set()
+
+
 @pytest.mark.parametrize("skew_s", [-7200, 7200])
 def test_writers_whose_clocks_disagree_never_expire_each_others_live_checkpoints(
     redis_url: str, prefix: str, client: redis.Redis, monkeypatch: pytest.MonkeyPatch, skew_s: int

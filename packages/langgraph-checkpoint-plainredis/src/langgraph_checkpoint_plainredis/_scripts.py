@@ -1897,11 +1897,19 @@ REGISTRY_PAGE = r"""
 -- KEYS: registry; ARGV: ZSCAN cursor, count
 -- Returns ZSCAN's {next cursor, {thread, expiry score, ...}} and the server's clock, which
 -- the scores are read against: unlike ranks, the cursor holds when puts move threads or
--- threads come and go during the walk.
+-- threads come and go during the walk. The entries of threads that expired leave the
+-- registry here (a put sweeps 64 at most, and none comes once writes stop), unless this
+-- user or server may not write (a read-only replica): then they wait for the puts.
 local err = check_registry(KEYS[1])
 if err then return err end
 local page = redis.call('ZSCAN', KEYS[1], ARGV[1], 'COUNT', ARGV[2])
-page[3] = now_ms()
+local now, items, dead = now_ms(), page[2], {}
+local clock = tonumber(now)
+for i = 2, #items, 2 do
+  if tonumber(items[i]) < clock then dead[#dead + 1] = items[i - 1] end
+end
+if #dead > 0 then redis.pcall('ZREM', KEYS[1], unpack(dead)) end
+page[3] = now
 return page
 """
 
