@@ -633,3 +633,52 @@ async def test_a_run_asks_the_ledger_only_about_messages_cut_anew(style: str) ->
     await ask_twenty(two_step_graph(saver, lambda: None), "t", style)
     assert len(ledger.asked) == len(set(ledger.asked))
     assert set(ledger.asked) >= {f"q{i}" for i in range(1, 12)}  # q0 kept: preserve_first
+
+
+def steps_graph(checkpointer: Any, steps: int = 4) -> Any:
+    """START -> n0 -> ... -> n{steps-1}, each step adding an AIMessage."""
+
+    def step(i: int) -> Any:
+        return lambda state: {"messages": [AIMessage(f"step {i}", id=f"s{i}")]}
+
+    builder = StateGraph(State)
+    previous = START
+    for i in range(steps):
+        builder.add_node(f"n{i}", step(i))
+        builder.add_edge(previous, f"n{i}")
+        previous = f"n{i}"
+    return builder.compile(checkpointer=checkpointer)
+
+
+@pytest.mark.parametrize("window", [10_000, 5])
+@pytest.mark.parametrize("style", ["sync", "async"])
+async def test_what_a_hook_failed_on_is_handed_over_again_within_the_run(
+    style: str, window: int
+) -> None:
+    """A hook fails once, at the put that cuts 7 messages. The run's later puts cut the same
+    messages and handed over none (they had been cut), so nothing retried them in the run:
+    a process ending after it lost them (and a retry buffer of 5 dropped 2 for good). Found
+    by a review of the change that left them out."""
+    calls, got = [0], []
+
+    def hook(pruned: list[Any], namespace: Any) -> None:
+        calls[0] += 1
+        if calls[0] == 1:
+            raise ConnectionError("memory store blip")
+        got.extend(m.id for m in pruned)
+
+    r = MessageReducer(
+        config=ReducerConfig(min_messages=2, max_messages=8, on_prune=[hook], dedupe_window=window)
+    )
+    graph = steps_graph(ReducingSaver(InMemorySaver(), r))
+    history: list[Any] = []
+    for t in range(4):
+        history += [HumanMessage(f"q{t}", id=f"q{t}"), AIMessage(f"a{t}", id=f"a{t}")]
+    question = {"messages": [*history, HumanMessage("new question", id="qn")]}
+    config = {"configurable": {"thread_id": "t"}}
+    if style == "sync":
+        graph.invoke(question, config)
+    else:
+        await graph.ainvoke(question, config)
+    assert sorted(got) == sorted(["a0", "q1", "a1", "q2", "a2", "q3", "a3"])
+    assert r.pending == 0

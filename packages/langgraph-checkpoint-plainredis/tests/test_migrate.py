@@ -13,11 +13,13 @@ from typing import Annotated, Any, TypedDict
 import pytest
 import redis
 from langchain_core.messages import AIMessage, HumanMessage
+from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.message import add_messages
 from wrappers import Forwarding, Transparent
 
 from langgraph_checkpoint_plainredis import (
+    AsyncRedisSaver,
     LegacyKeyspaceError,
     PlainRedisError,
     RedisSaver,
@@ -274,7 +276,6 @@ async def test_a_migration_that_stopped_halfway_is_refused_until_it_ends(
     """The threads it had not reached read as empty, and a graph run on one started it anew
     (a rerun then mixed two timelines): the savers and the commands refuse the keyspace while
     0.1.0's registry is parked, and name the fix."""
-    from langgraph_checkpoint_plainredis import AsyncRedisSaver
 
     prefix = restored["lg"]
     done = interrupt_after_one(monkeypatch, client, prefix)
@@ -1427,7 +1428,6 @@ async def test_an_async_saver_refused_once_refuses_while_the_migration_runs(
     restored: dict[str, str],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from langgraph_checkpoint_plainredis import AsyncRedisSaver
 
     prefix = restored["lg"]
     async with AsyncRedisSaver(redis_url, prefix=prefix) as saver:
@@ -1592,3 +1592,31 @@ def test_a_rerun_after_010_expired_a_value_the_stopped_run_had_copied_goes_on(
     with RedisSaver(client=client, prefix=prefix) as saver:
         newest = saver.get_tuple({"configurable": {"thread_id": "t"}})
     assert newest is not None and newest.metadata["step"] == 5
+
+
+@pytest.mark.parametrize("cls", [RedisSaver, AsyncRedisSaver])
+async def test_a_thread_of_the_current_layout_under_a_010_registry_is_refused_too(
+    client: redis.Redis, redis_url: str, prefix: str, cls: Any
+) -> None:
+    """Under 0.1.0's registry (a hash) `list` and the CLI's `threads`, `history` and `stats`
+    refuse the keyspace, but reading one thread checked the registry only when the thread
+    was not found: `get_tuple` (and `plainredis show`) of a thread an upgraded saver had
+    written returned it. A saver's first call reads the registry's type."""
+    with RedisSaver(redis_url, prefix=prefix) as saver:
+        saver.put(
+            {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}, empty_checkpoint(), {}, {}
+        )
+    client.delete(f"{prefix}:threads")
+    client.hset(f"{prefix}:threads", "t", "1")  # a 0.1.0 writer started on the prefix again
+    saver2 = cls(redis_url, prefix=prefix)
+    config = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
+    with pytest.raises(LegacyKeyspaceError, match="Stop every process that uses"):
+        if cls is RedisSaver:
+            saver2.get_tuple(config)
+        else:
+            await saver2.aget_tuple(config)
+    assert client.type(f"{prefix}:threads") == b"hash"  # nothing changed
+    if cls is RedisSaver:
+        saver2.close()
+    else:
+        await saver2.aclose()

@@ -2173,6 +2173,22 @@ def test_ctrl_c_while_a_value_is_decoded_is_an_interrupt_not_damage(
     serde.armed = True
     with pytest.raises(KeyboardInterrupt):
         _migrate._loads(serde, serde.dumps_typed(cp["channel_values"]["when"]), "lg:blob:x")
+    # Off the main thread no Ctrl-C lands (a signal handler's timeout may, in the main thread
+    # with a SIGALRM handler): not an interrupt of the program, and still no damage.
+    raised: list[BaseException] = []
+
+    def read() -> None:
+        try:
+            saver.get_tuple(cfg("t"))
+        except BaseException as error:
+            raised.append(error)
+
+    serde.armed = True
+    worker = threading.Thread(target=read)
+    worker.start()
+    worker.join()
+    assert len(raised) == 1 and type(raised[0]) is PlainRedisError
+    assert "was interrupted" in str(raised[0]) and "the stored bytes are sound" in str(raised[0])
     saver.close()
 
 

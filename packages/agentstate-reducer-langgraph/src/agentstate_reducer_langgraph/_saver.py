@@ -22,6 +22,7 @@ from langgraph.checkpoint.serde.types import _DeltaSnapshot
 from agentstate_reducer import (
     AsyncBackground,
     Background,
+    DeliveryReport,
     InMemoryLedger,
     MessageReducer,
     ReducerConfig,
@@ -301,12 +302,20 @@ class _Windows:
             return pruned
         return [message for message in pruned if message_identity(message) not in last[1]]
 
-    def cut(self, config: RunnableConfig, pruned: list[Any], namespace: Any) -> None:
+    def cut(
+        self,
+        config: RunnableConfig,
+        pruned: list[Any],
+        namespace: Any,
+        failed: frozenset[str] = frozenset(),
+    ) -> None:
         """Remembers what a put that stored its checkpoint (and handed over what it cut
-        anew) cut from the list: `pruned`, for `namespace`."""
+        anew) cut from the list: `pruned`, for `namespace`, but for the identities a hook
+        `failed` on, which the next put hands over again (with the retries the reducer
+        keeps, a second chance should its retry buffer drop them)."""
         slot = self._slot(config)
         text = _namespace_text(namespace) if pruned else None
-        identities = frozenset(map(message_identity, pruned)) if text is not None else None
+        identities = frozenset(map(message_identity, pruned)) - failed if text is not None else None
         with self._lock:
             if identities is None or text is None:
                 self._cut.pop(slot, None)
@@ -315,6 +324,11 @@ class _Windows:
             self._cut.move_to_end(slot)
             while len(self._cut) > WINDOWS:
                 self._cut.popitem(last=False)
+
+
+def _failed(report: DeliveryReport) -> frozenset[str]:
+    """The identities some hook failed on in `report`."""
+    return frozenset(identity for hook in report.hooks for identity in hook.failed)
 
 
 def _context_manager(value: Any) -> bool:
@@ -599,16 +613,17 @@ class ReducingSaver(BaseCheckpointSaver[Any]):
         )
         self._windows.stored(config, reduced, checkpoint, self.messages_key)
         pruned, fresh = self._pruned(config, result, namespace)
-        if self.delivery is None or not fresh:
-            stored = self.inner.put(config, reduced, metadata, new_versions)
-            if fresh:
-                self.reducer.deliver(fresh, namespace)
-        else:
+        failed: frozenset[str] = frozenset()
+        if self.delivery is not None and fresh:
             batch = self.delivery.batch(config, checkpoint["id"], fresh, namespace)
             due = self.delivery.stage(batch)
             stored = self.inner.put(config, reduced, metadata, new_versions)
             self.delivery.stored(batch, fresh, namespace, due)
-        self._windows.cut(config, pruned, namespace)
+        else:
+            stored = self.inner.put(config, reduced, metadata, new_versions)
+            if self._delivers(pruned, fresh):
+                failed = _failed(self.reducer.deliver(fresh, namespace))
+        self._windows.cut(config, pruned, namespace, failed)
         return stored
 
     async def aput(
@@ -630,16 +645,17 @@ class ReducingSaver(BaseCheckpointSaver[Any]):
         )
         self._windows.stored(config, reduced, checkpoint, self.messages_key)
         pruned, fresh = self._pruned(config, result, namespace)
-        if self.delivery is None or not fresh:
-            stored = await self.inner.aput(config, reduced, metadata, new_versions)
-            if fresh:
-                await self.reducer.adeliver(fresh, namespace)
-        else:
+        failed: frozenset[str] = frozenset()
+        if self.delivery is not None and fresh:
             batch = self.delivery.batch(config, checkpoint["id"], fresh, namespace)
             due = await self.delivery.astage(batch)
             stored = await self.inner.aput(config, reduced, metadata, new_versions)
             await self.delivery.astored(batch, fresh, namespace, due)
-        self._windows.cut(config, pruned, namespace)
+        else:
+            stored = await self.inner.aput(config, reduced, metadata, new_versions)
+            if self._delivers(pruned, fresh):
+                failed = _failed(await self.reducer.adeliver(fresh, namespace))
+        self._windows.cut(config, pruned, namespace, failed)
         return stored
 
     def _pruned(
@@ -649,6 +665,12 @@ class ReducingSaver(BaseCheckpointSaver[Any]):
         cut already (see `_Windows`; the wrapper's reducer dedupes on prune)."""
         pruned = list(result.pruned) if result is not None else []
         return pruned, self._windows.unseen(config, pruned, namespace)
+
+    def _delivers(self, pruned: _Messages, fresh: _Messages) -> bool:
+        """Whether a put without an outbox batch calls the reducer's delivery: for what it
+        cut anew, and, as every put that cuts did before `_Windows` left out what was cut
+        already, to retry what failed earlier (the reducer retries at each delivery)."""
+        return self.delivery is None and bool(fresh or (pruned and self.reducer.pending))
 
     def put_writes(
         self,

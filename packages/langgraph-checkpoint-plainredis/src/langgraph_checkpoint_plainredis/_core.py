@@ -12,6 +12,7 @@ import functools
 import logging
 import math
 import random
+import signal
 import threading
 import uuid
 import zlib
@@ -179,22 +180,38 @@ def refuse_parked(prefix: str, exists: Any) -> None:
         raise LegacyKeyspaceError(prefix, parked=LegacyKeys(prefix).stash)
 
 
-def interrupted(serde: Any, typed: tuple[str, bytes], error: Exception) -> None:
-    """Raises `KeyboardInterrupt` when `error`, from decoding `typed` with `serde`, hides an
-    interruption, not damage to the bytes: ormsgpack turns whatever its ``ext_hook`` raises
-    into ``ValueError('ext_hook failed')``, a ``KeyboardInterrupt`` from Ctrl-C too (Python
-    raises it wherever the program is, and LangGraph's hook runs most of a decode). When a
-    second decode of the same bytes succeeds, they are sound: the first was interrupted.
-    (Ctrl-C is by far the likeliest cause; an exception an application's own signal handler
-    raises there is swallowed the same way.) Else returns, and the bytes are taken as damaged.
-    """
+def interrupted(serde: Any, typed: tuple[str, bytes], error: Exception, key: str) -> None:
+    """Raises when `error`, from decoding `typed` (the value of `key`) with `serde`, hides
+    an interruption, not damage to the bytes: ormsgpack turns whatever its ``ext_hook``
+    raises into ``ValueError('ext_hook failed')``, without the exception (LangGraph's hook
+    runs most of a decode), so a Ctrl-C's ``KeyboardInterrupt`` or a signal handler's
+    timeout read as damage. When a second decode of the same bytes succeeds, they are sound
+    and the first was interrupted: `KeyboardInterrupt` where only Ctrl-C can have done it
+    (the main thread, Python's own SIGINT handler, no SIGALRM handler), else
+    `PlainRedisError` saying so. Else returns, and the bytes are taken as damaged."""
     if not (isinstance(error, ValueError) and str(error) == "ext_hook failed"):
         return
     try:
         serde.loads_typed(typed)
     except Exception:
         return
-    raise KeyboardInterrupt from None
+    if _only_ctrl_c():
+        raise KeyboardInterrupt from None
+    raise PlainRedisError(
+        f"reading Redis key {key!r} was interrupted: an exception inside the serializer's "
+        "ext_hook (a signal handler's, say), which ormsgpack does not pass on; the stored "
+        "bytes are sound, so the call can be made again"
+    ) from None
+
+
+def _only_ctrl_c() -> bool:
+    """Whether an exception raised inside a decode by a signal can only be Ctrl-C's."""
+    if threading.current_thread() is not threading.main_thread():
+        return False  # signal handlers run in the main thread only
+    alarm = getattr(signal, "SIGALRM", None)
+    return signal.getsignal(signal.SIGINT) is signal.default_int_handler and (
+        alarm is None or signal.getsignal(alarm) in (signal.SIG_DFL, signal.SIG_IGN, None)
+    )
 
 
 def refuses_resp3(error: Exception) -> bool:
@@ -605,13 +622,19 @@ class SaverCore:
     def _ready_plan(self) -> Plan:
         """What the first call reads once the topology is known: whether a migration from
         0.1.0 was left unfinished (it parks 0.1.0's registry while it works; the threads it
-        has not reached yet would read as empty; a cluster keeps no registry), and which
-        metadata fields have a complete index (`reindex` marks them)."""
+        has not reached yet would read as empty; a cluster keeps no registry), whether the
+        keyspace is still 0.1.0's (its registry is a hash: the scripts that read one thread
+        never look at the registry, and read its threads as empty), and which metadata
+        fields have a complete index (`reindex` marks them)."""
         if self._migrating:
             return []
         if self._cluster:
             return [("HKEYS", self.keyspace.index_marker)]
-        return [parked_check(self.prefix), ("HKEYS", self.keyspace.index_marker)]
+        return [
+            parked_check(self.prefix),
+            ("TYPE", self.keyspace.threads),
+            ("HKEYS", self.keyspace.index_marker),
+        ]
 
     def _check_ready(self, replies: list[Any]) -> None:
         if not replies:
@@ -619,8 +642,10 @@ class SaverCore:
         if self._cluster:
             fields = replies[0]
         else:
-            parked, fields = replies
+            parked, registry, fields = replies
             refuse_parked(self.prefix, parked)
+            if _s(registry) == "hash":
+                raise LegacyKeyspaceError(self.prefix)
         self._indexed = frozenset(_s(f) for f in fields or ())
 
     def _check_indexing(self, what: str) -> None:
@@ -692,7 +717,7 @@ class SaverCore:
         except _NOT_THE_DATA:  # out of memory, too deep, a signal's timeout: not the bytes'
             raise
         except Exception as exc:  # the serializer raises many types on bad bytes
-            interrupted(self.serde, typed, exc)
+            interrupted(self.serde, typed, exc, key)
             raise CorruptDataError(key, f"{type(exc).__name__}: {exc}") from exc
 
     def _tuple(

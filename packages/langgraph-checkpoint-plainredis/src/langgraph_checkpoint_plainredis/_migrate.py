@@ -113,7 +113,7 @@ def _loads(serde: Any, typed: tuple[str, bytes], key: str) -> Any:
     try:
         return serde.loads_typed(typed)
     except Exception as exc:  # the serializer raises many types on what it cannot read
-        interrupted(serde, typed, exc)
+        interrupted(serde, typed, exc, key)
         raise CorruptDataError(
             key,
             f"{type(exc).__name__}: {exc}",
