@@ -18,11 +18,13 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import START, StateGraph
 from reducer_helpers import (
     Recorder,
+    call_ids,
     check_partition,
     check_valid,
     get,
     last_human,
     preserved_count,
+    role,
 )
 
 from agentstate_reducer import MessageReducer, ReducerConfig
@@ -266,3 +268,169 @@ def test_writes_naming_cut_messages_keep_delivery_exactly_once(
         cut |= before - set(ids(state)) - removed
     assert len(hook.ids) == len(set(hook.ids)), "a message reached the hook twice"
     assert set(hook.ids) == cut, "a cut message never reached the hook"
+
+
+# -- late, misordered and orphan tool results ---------------------------------------------
+
+
+def agent_loop_with_late_result(steps: int, tail: list[Any]) -> list[Any]:
+    """An agent loop whose first call `c0`, `c1` gets `c1`'s result only after `steps` more
+    steps, then `tail`."""
+    messages: list[Any] = [SYSTEM, ai("a0", "c0", "c1"), tool("c0")]
+    for i in range(1, steps + 1):
+        messages += [ai(f"a{i}", f"c{i + 1}"), tool(f"c{i + 1}")]
+    return messages + tail
+
+
+@pytest.mark.parametrize("require_human_first", [True, False])
+@pytest.mark.parametrize(
+    "messages, kept",
+    [
+        pytest.param(
+            agent_loop_with_late_result(20, [ai("a99", "c99"), tool("c1"), tool("c99")]),
+            ["sys", "a99", "tc99"],
+            id="agent-loop-late-after-newest-call",
+        ),
+        pytest.param(
+            agent_loop_with_late_result(20, [tool("c1"), ai("a99", "c99")]),
+            ["sys", "a99"],
+            id="agent-loop-late-before-newest-call",
+        ),
+        pytest.param(
+            [SYSTEM, human(0), ai("a0", "c0", "c1"), tool("c0"), ai("b0")]
+            + [m for i in range(1, 21) for m in (human(i), ai(f"b{i}"))]
+            + [tool("c1")],
+            ["sys", "h20", "b20"],
+            id="human-turns-late-after-newest-human",
+        ),
+    ],
+)
+def test_a_late_tool_result_does_not_hold_the_cut_back(
+    messages: list[Any], kept: list[str], require_human_first: bool
+) -> None:
+    """A result arriving after a newer message than its call allowed no cut between the
+    two: one cut kept 45 of 46 messages (require_human_first=False) or all 46, with
+    max_messages=6. It now leaves with its call, as a result whose call was cut."""
+    config = ReducerConfig(min_messages=4, max_messages=6, require_human_first=require_human_first)
+    result = MessageReducer(config=config).plan(messages)
+    assert ids(result.surviving) == kept
+    assert "tc1" in ids(result.pruned)
+    check_partition(messages, result.surviving, result.pruned)
+    check_valid(messages, result.surviving, preserved=1, human_first=False)
+
+
+def test_a_late_result_stays_when_its_call_does() -> None:
+    messages = [SYSTEM, human(0), ai("a0", "c0", "c1"), tool("c0"), human(1), tool("c1")]
+    config = ReducerConfig(min_messages=5, max_messages=5, require_human_first=False)
+    result = MessageReducer(config=config).plan(messages)
+    assert ids(result.surviving) == ["sys", "a0", "tc0", "h1", "tc1"]
+
+
+def test_an_orphan_newest_result_leaves_a_cut_that_holds() -> None:
+    """The newest message that is not a system message was an orphan result: the cut kept
+    only the system messages after it, and cutting its output again pruned two of them."""
+    messages = [
+        {"role": "assistant", "content": "a", "id": "a"},
+        {"role": "tool", "content": "r", "tool_call_id": "gone", "id": "t"},
+        *({"role": "system", "content": s, "id": s} for s in ("s1", "s2", "s3")),
+    ]
+    reducer = MessageReducer(min_messages=1, max_messages=2)
+    first = reducer.plan(messages)
+    assert ids(first.surviving) == ["a", "s1", "s2", "s3"] and ids(first.pruned) == ["t"]
+    again = reducer.plan(first.surviving)
+    assert again.pruned == [] and ids(again.surviving) == ids(first.surviving)
+
+
+@pytest.mark.parametrize("require_human_first", [True, False])
+def test_a_result_listed_before_its_call_stays_with_it(require_human_first: bool) -> None:
+    """A result before its call answered no call (only earlier calls counted): it was
+    pruned while its call was kept."""
+    messages = [SYSTEM, human(0), ai("a0"), human(1), tool("c1"), ai("a1", "c1"), ai("a2")]
+    config = ReducerConfig(min_messages=6, max_messages=6, require_human_first=require_human_first)
+    result = MessageReducer(config=config).plan(messages)
+    head = ["sys", "h1"] if require_human_first else ["sys", "a0", "h1"]
+    assert ids(result.surviving) == [*head, "tc1", "a1", "a2"]
+    # and a cut falling between them prunes neither without the other
+    messages = [SYSTEM, human(0), tool("c1"), human(1), ai("a1", "c1"), ai("a2")]
+    result = MessageReducer(config=config).plan(messages)
+    kept = ids(result.surviving)
+    assert ("tc1" in kept) == ("a1" in kept) and "a1" in kept
+
+
+@st.composite
+def late_loops(draw: st.DrawFn) -> list[Any]:
+    """Agent loops or human turns where some tool results arrive late, some before their
+    call, and some answer no call."""
+    messages: list[Any] = [SYSTEM] if draw(st.booleans()) else []
+    humans = draw(st.booleans())
+    owed: list[str] = []
+    for n in range(draw(st.integers(1, 25))):
+        kind = draw(st.integers(0, 9))
+        if humans and kind == 0:
+            messages.append(human(n))
+        elif kind <= 5:
+            calls = [f"c{n}_{j}" for j in range(draw(st.integers(0, 2)))]
+            early = [c for c in calls if draw(st.integers(0, 5)) == 0]
+            messages += [tool(c) for c in early]
+            messages.append(ai(f"a{n}", *calls))
+            for c in calls:
+                if c in early:
+                    continue
+                if draw(st.integers(0, 3)) == 0:
+                    owed.append(c)
+                else:
+                    messages.append(tool(c))
+        elif kind <= 7 and owed:
+            messages.append(tool(owed.pop(draw(st.integers(0, len(owed) - 1)))))
+        elif kind == 8:
+            messages.append(tool(f"lost{n}"))
+        else:
+            messages.append({"role": "system", "content": "note", "id": f"s{n}"})
+    return messages
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(late_loops(), st.integers(0, 8), st.integers(0, 6), st.booleans(), st.booleans())
+def test_late_and_misordered_results_keep_cuts_bounded_and_whole(
+    messages: list[Any], min_messages: int, extra: int, human_first: bool, preserve: bool
+) -> None:
+    config = ReducerConfig(
+        min_messages=min_messages,
+        max_messages=min_messages + extra,
+        require_human_first=human_first,
+        preserve_first=preserve,
+    )
+    reducer = MessageReducer(config=config)
+    result = reducer.plan(messages)
+    kept = result.surviving
+    check_partition(messages, kept, result.pruned)
+    alive = {id(m) for m in kept}
+    callers = {c: i for i, m in enumerate(messages) for c in call_ids(m)}
+    for i, m in enumerate(messages):  # a result and its call are kept or pruned together
+        caller = callers.get(m.get("tool_call_id"), -1)
+        if m["role"] != "tool":
+            continue
+        if caller < 0:
+            assert id(m) not in alive or not result.pruned, "an orphan result kept"
+        elif id(m) in alive:
+            assert id(messages[caller]) in alive, "a result kept without its call"
+        elif i < caller or all(role(x) not in ("ai", "human") for x in messages[caller + 1 : i]):
+            assert id(messages[caller]) not in alive, "a call kept without its result"
+    # bounded: more than min_messages only for the newest turn or step (with the results
+    # of its calls listed before them)
+    preserved = preserved_count(messages, preserve)
+    newest = last_human(messages)
+    if newest < preserved:
+        newest = max(
+            (i for i in range(preserved, len(messages)) if role(messages[i]) == "ai"),
+            default=len(messages),
+        )
+    start = newest
+    while early := [
+        i for i in range(start) if callers.get(messages[i].get("tool_call_id"), -1) >= start
+    ]:
+        start = min(early)
+    if result.pruned:
+        assert newest == len(messages) or any(m is messages[newest] for m in kept)
+        assert len(kept) <= max(min_messages, preserved + len(messages) - start), ids(kept)
+    assert reducer.plan(kept).pruned == [] or len(kept) > config.max_messages  # type: ignore[operator]

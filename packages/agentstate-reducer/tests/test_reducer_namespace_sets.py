@@ -8,7 +8,7 @@ import subprocess
 import sys
 from typing import Any
 
-from agentstate_reducer import InMemoryLedger
+from agentstate_reducer import InMemoryLedger, MessageReducer, ReducerConfig
 from agentstate_reducer._ledger import namespace_json, namespace_key
 
 TAGS = frozenset({"alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta"})
@@ -89,3 +89,49 @@ def test_the_in_memory_ledger_finds_a_set_namespace_marked_in_another_order() ->
     again = {"tags": set(sorted(TAGS, reverse=True)), "user": "u1"}
     assert ledger.seen("hook", again, ["m1", "m2"]) == {"m1"}
     assert ledger.seen("hook", {"user": "u1", "tags": sorted(TAGS)}, ["m1"]) == set()
+
+
+# Texts a durable ledger has keyed namespaces by: they must never change, or every message
+# delivered under them would be delivered again.
+PINNED = [
+    (None, "null"),
+    (("memories", "u1"), '["memories","u1"]'),
+    (["memories", 7, 1.5, True, None], '["memories",7,1.5,true,null]'),
+    ({"user": "u1", "org": "o"}, '{"org":"o","user":"u1"}'),
+    ({10: "a", 9: "b", 2.5: "c", False: "d"}, '{"false":"d","2.5":"c","9":"b","10":"a"}'),
+    ({"b": [1, {"a": None}], "a": (2, "é")}, '{"a":[2,"\\u00e9"],"b":[1,{"a":null}]}'),
+    ({"t": {"b", "a"}, "u": 1}, '{"t":set["a","b"],"u":1}'),
+    ({2: frozenset({3, 1}), 10: "x"}, '{"2":set[1,3],"10":"x"}'),
+    ([{"deep": {1, "a"}}], '[{"deep":set["a",1]}]'),
+    ({"o": object.__new__(type("Odd", (), {"__str__": lambda self: "odd"}))}, '{"o":"odd"}'),
+]
+
+
+def test_namespace_texts_a_durable_ledger_keys_on_never_change() -> None:
+    for namespace, text in PINNED:
+        assert namespace_json(namespace) == text, namespace
+
+
+def test_a_dict_namespace_with_keys_of_mixed_types_has_a_stable_text() -> None:
+    """`json.dumps(sort_keys=True)` cannot order 1 and "user": reduce() raised TypeError."""
+    assert namespace_json({"user": 1, 2: "x"}) == '{"2":"x","user":1}'
+    assert namespace_json({2: "x", "user": 1}) == namespace_json({"user": 1, 2: "x"})
+    # 1 and "1" write the same key: the int goes first, whatever the insertion order
+    assert namespace_json({"1": "s", 1: "i"}) == '{"1":"i","1":"s"}'
+    assert namespace_json({1: "i", "1": "s"}) == '{"1":"i","1":"s"}'
+    assert namespace_json({None: 0, "a": {3: {"z"}, "b": 1}}) == (
+        '{"a":{"3":set["z"],"b":1},"null":0}'
+    )
+    assert namespace_json([{"k": 1, 0: 2}]) == '[{"0":2,"k":1}]'
+    ledger = InMemoryLedger()
+    ledger.mark("hook", {"user": 1, 2: "x"}, ["m1"])
+    assert ledger.seen("hook", {2: "x", "user": 1}, ["m1"]) == {"m1"}
+
+
+def test_reduce_delivers_under_a_namespace_with_mixed_keys() -> None:
+    got: list[Any] = []
+    config = ReducerConfig(min_messages=1, max_messages=2, on_prune=[lambda p, ns: got.append(ns)])
+    messages = [{"role": "user", "content": str(i), "id": str(i)} for i in range(4)]
+    result = MessageReducer(config=config).reduce(messages, namespace={"user": 1, 2: "x"})
+    assert result.delivery is not None and result.delivery.ok
+    assert got == [{"user": 1, 2: "x"}]

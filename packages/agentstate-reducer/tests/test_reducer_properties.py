@@ -92,10 +92,13 @@ def check_cut(source: list[Any], config: ReducerConfig) -> None:
 
 
 def newest_step(messages: list[Any], preserved: int) -> int | None:
-    """The newest message after the preserved one that is not a system message: an agent
-    loop keeps it (or the call it answers)."""
+    """The newest message after the preserved one that is neither a system message nor a
+    tool result: an agent loop keeps it (or the call it answers). A result answering the
+    newest call is kept with it; an orphan one is pruned by any cut, so protecting only
+    what follows it let a second cut prune more."""
     return max(
-        (i for i in range(preserved, len(messages)) if role(messages[i]) != "system"), default=None
+        (i for i in range(preserved, len(messages)) if role(messages[i]) not in ("system", "tool")),
+        default=None,
     )
 
 

@@ -5,8 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
-from reducer_helpers import conversation, is_injected
+from reducer_helpers import conversation, get, is_injected
 
 from agentstate_reducer import MessageReducer, ReducerConfig, default_summary_messages_factory
 
@@ -258,3 +260,100 @@ def test_a_cut_whose_content_has_no_json_text_is_summarized_each_time() -> None:
         for _ in range(2):
             assert reducer.plan(messages).summary == "s"
         assert len(calls) == 2
+
+
+# -- an agent loop's summary is no human turn -------------------------------------------
+
+
+def agent_step(i: int) -> list[dict[str, Any]]:
+    call = {"id": f"c{i}", "name": "f", "args": {}}
+    return [
+        {"role": "ai", "content": "", "tool_calls": [call], "id": f"a{i}"},
+        {"role": "tool", "content": f"r{i}", "tool_call_id": f"c{i}", "id": f"t{i}"},
+    ]
+
+
+def own_ids(summary: str, pruned_count: int) -> list[Any]:
+    """A factory that names its messages itself: the reducer keeps those ids."""
+    return [
+        {"role": "user", "content": f"Earlier: {summary}", "id": f"mine-{summary}"},
+        {"role": "assistant", "content": "OK", "id": f"mine-ok-{summary}"},
+    ]
+
+
+@pytest.mark.parametrize("factory", [None, own_ids], ids=["default", "own-ids"])
+@pytest.mark.parametrize("system", [True, False], ids=["system", "no-system"])
+@pytest.mark.parametrize("mode", ["count", "tokens"])
+def test_an_agent_loops_summary_does_not_stop_later_cuts(
+    factory: Any, system: bool, mode: str
+) -> None:
+    """The injected human summary was the agent loop's newest human message, whose turn is
+    never pruned: no later cut pruned anything, and the window grew without limit (29
+    messages after 15 steps with max_messages=6, 25 in token mode over max_tokens=60)."""
+    window: dict[str, Any] = (
+        {"min_messages": 4, "max_messages": 6}
+        if mode == "count"
+        else {"max_tokens": 60, "target_tokens": 30, "token_counter": lambda m: 5}
+    )
+    steps = iter(range(1000))
+    config = ReducerConfig(
+        summarize_fn=lambda pruned: f"s{next(steps)}",
+        inject_summary=True,
+        summary_message_factory=factory,
+        **window,
+    )
+    reducer = MessageReducer(config=config)
+    state: list[Any] = [{"role": "system", "content": "agent", "id": "sys"}] if system else []
+    summaries = 0
+    for i in range(40):
+        result = reducer.reduce(state, agent_step(i))
+        state = result.surviving
+        summaries += result.summary is not None
+        assert len(state) <= 8 if mode == "count" else 5 * len(state) <= 60, [
+            m["id"] for m in state
+        ]
+    assert summaries >= 10
+    assert [m["id"] for m in state[-2:]] == ["a39", "t39"]
+    assert sum(m["content"].startswith(("Summary", "Earlier")) for m in state) <= 1
+
+
+def test_a_checkpointed_agent_loop_summary_is_cut_by_a_new_reducer() -> None:
+    """A window read back in another process: its summary block is known by its ids."""
+    config = ReducerConfig(
+        min_messages=4, max_messages=6, summarize_fn=summarize, inject_summary=True
+    )
+    state: list[Any] = [{"role": "system", "content": "agent", "id": "sys"}]
+    for i in range(4):
+        state = MessageReducer(config=config).reduce(state, agent_step(i)).surviving
+    assert any(is_injected(m) for m in state)
+    for i in range(4, 30):
+        state = MessageReducer(config=config).reduce(state, agent_step(i)).surviving
+        assert len(state) <= 6
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.lists(st.integers(0, 3), min_size=1, max_size=40),
+    st.integers(0, 6),
+    st.booleans(),
+    st.booleans(),
+)
+def test_an_agent_loop_with_summaries_stays_bounded(
+    widths: list[int], min_messages: int, preserve_first: bool, system: bool
+) -> None:
+    config = ReducerConfig(
+        min_messages=min_messages,
+        max_messages=min_messages + 4,
+        preserve_first=preserve_first,
+        summarize_fn=summarize,
+        inject_summary=True,
+    )
+    reducer = MessageReducer(config=config)
+    state: list[Any] = [{"role": "system", "content": "agent", "id": "sys"}] if system else []
+    for n, width in enumerate(widths):
+        calls = [{"id": f"c{n}_{j}", "name": "f", "args": {}} for j in range(width)]
+        new: list[Any] = [{"role": "ai", "content": f"{n}", "tool_calls": calls, "id": f"a{n}"}]
+        new += [{"role": "tool", "content": "r", "tool_call_id": c["id"]} for c in calls]
+        state = reducer.reduce(state, new).surviving
+        # the newest step (a call and up to 3 results) may alone exceed the window
+        assert len(state) <= max(min_messages + 4, 1 + 4), [get(m, "id") for m in state]

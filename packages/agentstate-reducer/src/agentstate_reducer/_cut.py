@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,6 +42,7 @@ def plan_cut(
     config: ReducerConfig,
     count_tokens: TokenCounter | None,
     reserve: int = 0,
+    injected: Callable[[Any], bool] | None = None,
 ) -> Cut | None:
     """Return the cut `messages` needs under `config`, or None when it is within bounds.
 
@@ -51,6 +52,9 @@ def plan_cut(
         count_tokens: The token counter; only used in token mode.
         reserve: Count mode: messages the cut leaves room for, the summary block injected
             after it, so that the stored window stays within `min_messages`.
+        injected: Tells a summary message the reducer injected: it is no human turn (an
+            agent loop's summary would be its newest human message, which is never
+            pruned) and no preserved first message, so the next cut prunes it.
 
     Returns:
         None when the list does not exceed `max_messages` or `max_tokens`. Otherwise the cut
@@ -60,7 +64,9 @@ def plan_cut(
         after the preserved one (an agent loop) the kept tail starts where it splits no
         tool call, never after the newest AI message when that calls tools (a graph paused
         before its tools, or just after them, resumes from that message) nor after the
-        newest message that is not a system message, however many tokens it holds.
+        newest message that is neither a system message nor a tool result, however many
+        tokens it holds. A tool result that arrived late (after a newer AI or human message
+        than its call) leaves with its call instead of holding the cut back.
     """
     n = len(messages)
     roles = [role_of(m) for m in messages]
@@ -73,36 +79,59 @@ def plan_cut(
     elif config.max_messages is None or n <= config.max_messages:
         return None
 
-    preserved = 1 if config.preserve_first and n and roles[0] not in _CANNOT_OPEN else 0
-    last_human = max((i for i in range(n) if roles[i] == HUMAN), default=-1)
+    summary = [False] * n
+    if injected is not None:
+        summary = [(roles[i] == HUMAN or i == 0) and injected(m) for i, m in enumerate(messages)]
+    preserved = (
+        1 if config.preserve_first and n and roles[0] not in _CANNOT_OPEN and not summary[0] else 0
+    )
+    humans = [i for i in range(n) if roles[i] == HUMAN and not summary[i]]
+    last_human = humans[-1] if humans else -1
     if 0 <= last_human < preserved:
         return None  # The newest human turn is the whole list: it is never pruned.
 
-    # parent[i]: index of the AI message whose tool call the tool result at i answers,
-    # -1 for an orphan. Only tool results have entries.
+    # parent[i]: index of the AI message whose tool call the tool result at i answers (the
+    # newest one before it; else the first one after it, for a result listed before its
+    # call), -1 for an orphan. Only tool results have entries.
     parent: dict[int, int] = {}
+    late: set[int] = set()  # results after a newer AI or human message than their call
     callers: dict[str, int] = {}
+    waiting: dict[str, list[int]] = {}  # results whose call has not been seen yet
     newest_call = n  # the newest AI message when it calls tools, else n
+    last_turn = -1  # the newest AI or human message so far
     for i, message in enumerate(messages):
         if roles[i] == AI:
             call_ids = tool_call_ids(message)
             newest_call = i if call_ids else n
             for call_id in call_ids:
                 callers[call_id] = i
+                for result in waiting.pop(call_id, ()):
+                    parent[result] = i
         elif roles[i] == TOOL:
             call = tool_call_id_of(message)
-            parent[i] = callers.get(call, -1) if call is not None else -1
+            caller = callers.get(call, -1) if call is not None else -1
+            parent[i] = caller
+            if caller >= 0 and last_turn > caller:
+                late.add(i)
+            elif caller < 0 and call is not None:
+                waiting.setdefault(call, []).append(i)
+        if roles[i] in (AI, HUMAN):
+            last_turn = i
+    clean = _clean(n, parent, late)
 
     human_turns = last_human >= preserved
     if human_turns:
         limit = last_human
     else:  # an agent loop keeps its newest step: the newest message, or the call it answers
-        newest = max((i for i in range(preserved, n) if roles[i] != SYSTEM), default=n)
+        # A tool result is left out: one that answers the newest call limits the cut at
+        # that call (`newest_call`), and an orphan, or one that arrived late, leaves with
+        # any cut after its call, so a cut before it would protect only what follows it.
+        newest = max((i for i in range(preserved, n) if roles[i] not in (SYSTEM, TOOL)), default=n)
         limit = min(newest_call, newest)
     if human_turns and config.require_human_first:
-        candidates = [i for i in range(preserved, n) if roles[i] == HUMAN]
+        candidates = [i for i in humans if i >= preserved and clean[i]]
     else:
-        candidates = _clean_boundaries(n, preserved, parent)
+        candidates = [i for i in range(preserved, n) if clean[i]]
     candidates.append(n)
 
     if tokens is None:
@@ -112,7 +141,7 @@ def plan_cut(
         assert target is not None
         budget = target - (tokens[0] if preserved else 0)
 
-    start = _choose(candidates, n, tokens, budget, limit)
+    start = _choose(candidates, n, tokens, budget, limit, preserved)
     orphans = tuple(i for i in range(start, n) if parent.get(i, start) < start)
     kept = None
     if tokens is not None:
@@ -144,24 +173,38 @@ def _label(message: Any, index: int) -> str:
     return f"message {index}" if message_id is None else f"message {index} (id {message_id!r})"
 
 
-def _clean_boundaries(n: int, preserved: int, parent: dict[int, int]) -> list[int]:
-    """Indices `i` where cutting before `i` separates no tool result from its call."""
-    clean: list[int] = []
-    lowest_parent = n  # lowest parent index among the tool results at i or later
-    for i in range(n - 1, preserved - 1, -1):
-        caller = parent.get(i, -1)
-        if caller >= 0:
-            lowest_parent = min(lowest_parent, caller)
-        if lowest_parent >= i:
-            clean.append(i)
-    clean.reverse()
+def _clean(n: int, parent: dict[int, int], late: set[int]) -> list[bool]:
+    """`clean[i]`: cutting before `i` separates no tool result from its call.
+
+    A result listed before its call keeps to it: both are kept or both pruned. A result that
+    arrived late (after a newer AI or human message than its call) does not hold the cut
+    back: a cut between them prunes it with its call, as a result whose call was cut.
+    """
+    crossing = [0] * (n + 2)  # +1 where a call-result span opens, -1 past where it closes
+    for result, caller in parent.items():
+        if caller < 0 or result in late:
+            continue
+        low, high = min(result, caller), max(result, caller)
+        crossing[low + 1] += 1
+        crossing[high + 1] -= 1
+    clean: list[bool] = []
+    open_spans = 0
+    for i in range(n):
+        open_spans += crossing[i]
+        clean.append(open_spans == 0)
     return clean
 
 
 def _choose(
-    candidates: list[int], n: int, tokens: list[int] | None, budget: int, limit: int
+    candidates: list[int],
+    n: int,
+    tokens: list[int] | None,
+    budget: int,
+    limit: int,
+    preserved: int,
 ) -> int:
-    """Smallest candidate whose tail fits `budget`, but never past `limit`."""
+    """Smallest candidate whose tail fits `budget`, but never past `limit` (when no
+    candidate is at or before it, `preserved`: nothing is cut)."""
     best = n
     suffix = 0
     position = n
@@ -177,4 +220,4 @@ def _choose(
         best = candidate
     if best <= limit:
         return best
-    return max(c for c in candidates if c <= limit)
+    return max((c for c in candidates if c <= limit), default=preserved)

@@ -79,19 +79,33 @@ def namespace_json(namespace: Any) -> str:
     (at any depth) reads as ``set[...]``, its items' texts sorted: `str` would order them
     by the process's string hash seed (``PYTHONHASHSEED``). No JSON text holds ``set[``,
     so a set never reads as a list, a tuple or a string, and a namespace without a set
-    reads exactly as `json.dumps` writes it. A durable ledger should key namespaces by it;
+    reads exactly as `json.dumps` writes it. A dict whose keys do not compare (``1`` and
+    ``"a"``), which `json.dumps` cannot sort, has them ordered by their JSON text, then by
+    their type's name. A durable ledger should key namespaces by it;
     `agentstate_reducer_langgraph`'s Redis keys are built from it.
     """
     try:
         return json.dumps(namespace, sort_keys=True, separators=(",", ":"), default=_str_unless_set)
     except _HoldsSet:
         pass
+    except TypeError:  # a dict whose keys `sort_keys` cannot order (1 and "a"), at any depth
+        if not isinstance(namespace, (dict, list, tuple)):
+            raise
     if isinstance(namespace, (set, frozenset)):
         return "set[" + ",".join(sorted(namespace_json(item) for item in namespace)) + "]"
     if isinstance(namespace, (tuple, list)):
         return "[" + ",".join(namespace_json(item) for item in namespace) + "]"
-    items = sorted(namespace.items(), key=lambda item: item[0])  # as `sort_keys` sorts them
+    try:  # as `sort_keys` sorts them
+        items = sorted(namespace.items(), key=lambda item: item[0])
+    except TypeError:  # keys of types that do not compare (1 and "a"): by their JSON text
+        items = sorted(namespace.items(), key=lambda item: _mixed_key_order(item[0]))
     return "{" + ",".join(f"{_json_key(k)}:{namespace_json(v)}" for k, v in items) + "}"
+
+
+def _mixed_key_order(key: Any) -> tuple[str, str]:
+    """Orders the keys of a dict whose keys `sorted` cannot compare: by the JSON text of the
+    key, then by its type's name (``1`` before ``"1"``, which have one text)."""
+    return _json_key(key), type(key).__name__
 
 
 def namespace_key(namespace: Any) -> Hashable:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import threading
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
@@ -13,6 +14,7 @@ from ._config import SummaryMessageFactory
 from ._messages import (
     _get,
     _jsonable,
+    id_of,
     kind_of,
     message_identity,
     role_of,
@@ -21,6 +23,9 @@ from ._messages import (
 )
 
 SUMMARY_ID_PREFIX = "summary-"
+# The ids `summary_block` gives: the prefix, 24 hex digits of the pruned messages' hash, the
+# message's position in the block.
+_SUMMARY_ID = re.compile(re.escape(SUMMARY_ID_PREFIX) + r"[0-9a-f]{24}-[0-9]+")
 
 # How many cuts' summaries a reducer remembers (see `Summaries`).
 SUMMARIES = 64
@@ -68,6 +73,55 @@ class Summaries:
             self._texts.move_to_end(key)
             while len(self._texts) > SUMMARIES:
                 self._texts.popitem(last=False)
+
+
+class Injected:
+    """Tells the summary messages a reducer injected, so that a cut treats them as no human
+    turn and no preserved first message, only as the front of the window it prunes.
+
+    A message is one when it carries an id `summary_block` gives (``summary-``, 24 hex
+    digits, ``-`` and its position: read back from a checkpoint, in any process), or the
+    identity of a message this reducer injected, among its last `SUMMARIES` cuts' blocks
+    (a `summary_message_factory` that sets its own ids). Thread-safe.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._blocks: OrderedDict[tuple[str, ...], None] = OrderedDict()
+        self._ids: dict[str, int] = {}  # identity -> how many remembered blocks hold it
+        self._hashed = 0  # identities among them of messages without an id
+
+    def add(self, block: Sequence[Any]) -> None:
+        """Remember the identities of an injected `block`."""
+        ids = tuple(message_identity(m) for m in block)
+        with self._lock:
+            if ids in self._blocks:
+                self._blocks.move_to_end(ids)
+                return
+            self._blocks[ids] = None
+            for identity in ids:
+                if identity not in self._ids:
+                    self._hashed += identity.startswith("sha256:")
+                self._ids[identity] = self._ids.get(identity, 0) + 1
+            while len(self._blocks) > SUMMARIES:
+                for identity in self._blocks.popitem(last=False)[0]:
+                    self._ids[identity] -= 1
+                    if not self._ids[identity]:
+                        del self._ids[identity]
+                        self._hashed -= identity.startswith("sha256:")
+
+    def __call__(self, message: Any) -> bool:
+        message_id = id_of(message)
+        if message_id is not None:
+            if _SUMMARY_ID.fullmatch(message_id):
+                return True
+            with self._lock:
+                return message_id in self._ids
+        if not self._hashed:  # no id-less block remembered: spare hashing the message
+            return False
+        identity = message_identity(message)
+        with self._lock:
+            return identity in self._ids
 
 
 def default_summary_messages_factory(summary: str, pruned_count: int) -> list[Any]:
