@@ -7,10 +7,12 @@ import contextlib
 import datetime
 import os
 import re
+import signal
 import socket
 import threading
 import time
 import uuid
+from collections.abc import Iterator
 from typing import Any
 
 import ormsgpack
@@ -31,6 +33,7 @@ from langgraph_checkpoint_plainredis import (
     PlainRedisError,
     RedisSaver,
     WrongTypeError,
+    _core,
     _migrate,
 )
 from langgraph_checkpoint_plainredis._core import Shared
@@ -2132,6 +2135,23 @@ def test_a_bad_connection_option_is_refused_at_construction_naming_it(cls: Any) 
             cls(url, protocol=3, cache_config=cache_config())
 
 
+@contextlib.contextmanager
+def only_ctrl_c_handled() -> Iterator[None]:
+    """Python's own signal handling but for SIGINT's default (the test harness makes SIGTERM
+    raise KeyboardInterrupt, so that its servers stop), for the duration."""
+    saved = {}
+    for number in signal.valid_signals():
+        handler = signal.getsignal(number)
+        if number != signal.SIGINT and callable(handler):
+            saved[number] = handler
+            signal.signal(number, signal.SIG_DFL)
+    try:
+        yield
+    finally:
+        for number, handler in saved.items():
+            signal.signal(number, handler)
+
+
 class InterruptedOnce(JsonPlusSerializer):
     """Decodes as JsonPlusSerializer, except that a Ctrl-C lands in the first decode's
     ext_hook: ormsgpack reports it as ValueError('ext_hook failed'), as it does on damaged
@@ -2164,14 +2184,14 @@ def test_ctrl_c_while_a_value_is_decoded_is_an_interrupt_not_damage(
     cp["channel_versions"] = {"when": 1}
     saver.put(cfg("t"), cp, {}, {"when": 1})
     serde.armed = True
-    with pytest.raises(KeyboardInterrupt):
+    with only_ctrl_c_handled(), pytest.raises(KeyboardInterrupt):
         saver.get_tuple(cfg("t"))
     assert not serde.armed
     got = saver.get_tuple(cfg("t"))  # the key is sound
     assert got is not None and got.checkpoint["channel_values"]["when"].day == 5
     # the migration's decoding of 0.1.0 values, likewise
     serde.armed = True
-    with pytest.raises(KeyboardInterrupt):
+    with only_ctrl_c_handled(), pytest.raises(KeyboardInterrupt):
         _migrate._loads(serde, serde.dumps_typed(cp["channel_values"]["when"]), "lg:blob:x")
     # Off the main thread no Ctrl-C lands (a signal handler's timeout may, in the main thread
     # with a SIGALRM handler): not an interrupt of the program, and still no damage.
@@ -2190,6 +2210,24 @@ def test_ctrl_c_while_a_value_is_decoded_is_an_interrupt_not_damage(
     assert len(raised) == 1 and type(raised[0]) is PlainRedisError
     assert "was interrupted" in str(raised[0]) and "the stored bytes are sound" in str(raised[0])
     saver.close()
+
+
+def test_a_decode_interrupted_by_a_signal_handler_of_its_own_is_no_ctrl_c() -> None:
+    """Only Ctrl-C may become `KeyboardInterrupt`: under `asyncio.run` (whose SIGINT
+    handler raises it on a second Ctrl-C) it is; with a Python handler of another signal (a
+    SIGTERM's exit, an alarm's timeout) it is not, since that handler may have raised."""
+
+    async def inside() -> bool:
+        return _core._only_ctrl_c()
+
+    with only_ctrl_c_handled():
+        assert _core._only_ctrl_c() and asyncio.run(inside())
+        signal.signal(signal.SIGTERM, lambda number, frame: None)
+        try:
+            assert not _core._only_ctrl_c()
+        finally:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        assert _core._only_ctrl_c()
 
 
 @pytest.mark.parametrize("cls", [RedisSaver, AsyncRedisSaver])

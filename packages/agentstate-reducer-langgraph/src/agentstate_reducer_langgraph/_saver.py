@@ -22,7 +22,6 @@ from langgraph.checkpoint.serde.types import _DeltaSnapshot
 from agentstate_reducer import (
     AsyncBackground,
     Background,
-    DeliveryReport,
     InMemoryLedger,
     MessageReducer,
     ReducerConfig,
@@ -302,20 +301,13 @@ class _Windows:
             return pruned
         return [message for message in pruned if message_identity(message) not in last[1]]
 
-    def cut(
-        self,
-        config: RunnableConfig,
-        pruned: list[Any],
-        namespace: Any,
-        failed: frozenset[str] = frozenset(),
-    ) -> None:
+    def cut(self, config: RunnableConfig, pruned: list[Any], namespace: Any) -> None:
         """Remembers what a put that stored its checkpoint (and handed over what it cut
-        anew) cut from the list: `pruned`, for `namespace`, but for the identities a hook
-        `failed` on, which the next put hands over again (with the retries the reducer
-        keeps, a second chance should its retry buffer drop them)."""
+        anew) cut from the list: `pruned`, for `namespace`. What a hook failed on waits in
+        the reducer's retries, which each later delivery runs first (`_delivers`)."""
         slot = self._slot(config)
         text = _namespace_text(namespace) if pruned else None
-        identities = frozenset(map(message_identity, pruned)) - failed if text is not None else None
+        identities = frozenset(map(message_identity, pruned)) if text is not None else None
         with self._lock:
             if identities is None or text is None:
                 self._cut.pop(slot, None)
@@ -324,11 +316,6 @@ class _Windows:
             self._cut.move_to_end(slot)
             while len(self._cut) > WINDOWS:
                 self._cut.popitem(last=False)
-
-
-def _failed(report: DeliveryReport) -> frozenset[str]:
-    """The identities some hook failed on in `report`."""
-    return frozenset(identity for hook in report.hooks for identity in hook.failed)
 
 
 def _context_manager(value: Any) -> bool:
@@ -613,7 +600,6 @@ class ReducingSaver(BaseCheckpointSaver[Any]):
         )
         self._windows.stored(config, reduced, checkpoint, self.messages_key)
         pruned, fresh = self._pruned(config, result, namespace)
-        failed: frozenset[str] = frozenset()
         if self.delivery is not None and fresh:
             batch = self.delivery.batch(config, checkpoint["id"], fresh, namespace)
             due = self.delivery.stage(batch)
@@ -622,8 +608,8 @@ class ReducingSaver(BaseCheckpointSaver[Any]):
         else:
             stored = self.inner.put(config, reduced, metadata, new_versions)
             if self._delivers(pruned, fresh):
-                failed = _failed(self.reducer.deliver(fresh, namespace))
-        self._windows.cut(config, pruned, namespace, failed)
+                self.reducer.deliver(fresh, namespace)
+        self._windows.cut(config, pruned, namespace)
         return stored
 
     async def aput(
@@ -645,7 +631,6 @@ class ReducingSaver(BaseCheckpointSaver[Any]):
         )
         self._windows.stored(config, reduced, checkpoint, self.messages_key)
         pruned, fresh = self._pruned(config, result, namespace)
-        failed: frozenset[str] = frozenset()
         if self.delivery is not None and fresh:
             batch = self.delivery.batch(config, checkpoint["id"], fresh, namespace)
             due = await self.delivery.astage(batch)
@@ -654,8 +639,8 @@ class ReducingSaver(BaseCheckpointSaver[Any]):
         else:
             stored = await self.inner.aput(config, reduced, metadata, new_versions)
             if self._delivers(pruned, fresh):
-                failed = _failed(await self.reducer.adeliver(fresh, namespace))
-        self._windows.cut(config, pruned, namespace, failed)
+                await self.reducer.adeliver(fresh, namespace)
+        self._windows.cut(config, pruned, namespace)
         return stored
 
     def _pruned(
@@ -668,8 +653,10 @@ class ReducingSaver(BaseCheckpointSaver[Any]):
 
     def _delivers(self, pruned: _Messages, fresh: _Messages) -> bool:
         """Whether a put without an outbox batch calls the reducer's delivery: for what it
-        cut anew, and, as every put that cuts did before `_Windows` left out what was cut
-        already, to retry what failed earlier (the reducer retries at each delivery)."""
+        cut anew, and, when nothing is new, to retry what failed earlier (the reducer
+        retries at each delivery; every put that cut did so before `_Windows` left out
+        what was cut already, and a run's later puts cut nothing new while its human turn
+        lasts)."""
         return self.delivery is None and bool(fresh or (pruned and self.reducer.pending))
 
     def put_writes(

@@ -187,8 +187,9 @@ def interrupted(serde: Any, typed: tuple[str, bytes], error: Exception, key: str
     runs most of a decode), so a Ctrl-C's ``KeyboardInterrupt`` or a signal handler's
     timeout read as damage. When a second decode of the same bytes succeeds, they are sound
     and the first was interrupted: `KeyboardInterrupt` where only Ctrl-C can have done it
-    (the main thread, Python's own SIGINT handler, no SIGALRM handler), else
-    `PlainRedisError` saying so. Else returns, and the bytes are taken as damaged."""
+    (`_only_ctrl_c`), else `PlainRedisError` saying so (a transient `MemoryError` in the
+    hook reads as Ctrl-C there too: nothing tells them apart). Else returns, and the bytes
+    are taken as damaged."""
     if not (isinstance(error, ValueError) and str(error) == "ext_hook failed"):
         return
     try:
@@ -205,13 +206,31 @@ def interrupted(serde: Any, typed: tuple[str, bytes], error: Exception, key: str
 
 
 def _only_ctrl_c() -> bool:
-    """Whether an exception raised inside a decode by a signal can only be Ctrl-C's."""
+    """Whether an exception raised inside a decode by a signal can only be Ctrl-C's: in the
+    main thread (signal handlers run there only), with Python's own SIGINT handler (or
+    asyncio.run's, whose second Ctrl-C raises `KeyboardInterrupt`) and no Python handler for
+    any other signal (a timeout's SIGALRM, a SIGTERM's exit)."""
     if threading.current_thread() is not threading.main_thread():
-        return False  # signal handlers run in the main thread only
-    alarm = getattr(signal, "SIGALRM", None)
-    return signal.getsignal(signal.SIGINT) is signal.default_int_handler and (
-        alarm is None or signal.getsignal(alarm) in (signal.SIG_DFL, signal.SIG_IGN, None)
-    )
+        return False
+    for number in signal.valid_signals():
+        try:
+            handler = signal.getsignal(number)
+        except (OSError, ValueError):  # pragma: no cover - a signal Python cannot ask about
+            continue
+        if number == signal.SIGINT:
+            if handler is not signal.default_int_handler and not _asyncio_sigint(handler):
+                return False
+        elif callable(handler):
+            return False
+    return True
+
+
+def _asyncio_sigint(handler: Any) -> bool:
+    """Whether `handler` is the SIGINT handler `asyncio.run` installs (Python 3.11+): a
+    partial of its runner's `_on_sigint`."""
+    method = getattr(handler, "func", handler)
+    owner = getattr(method, "__self__", None)
+    return getattr(method, "__name__", "") == "_on_sigint" and type(owner).__name__ == "Runner"
 
 
 def refuses_resp3(error: Exception) -> bool:
