@@ -434,3 +434,34 @@ def test_late_and_misordered_results_keep_cuts_bounded_and_whole(
         assert newest == len(messages) or any(m is messages[newest] for m in kept)
         assert len(kept) <= max(min_messages, preserved + len(messages) - start), ids(kept)
     assert reducer.plan(kept).pruned == [] or len(kept) > config.max_messages  # type: ignore[operator]
+
+
+def test_a_result_before_its_call_with_turns_between_holds_no_cut_back() -> None:
+    """A result listed before its call with human turns between them bound to that call,
+    so no cut fell anywhere between the two: one cut kept 44 of 44 (max_messages=6). It
+    now binds only across tool and system messages; else it is an orphan, pruned."""
+    messages: list[Any] = [
+        {"role": "system", "content": "s", "id": "sys"},
+        {"role": "human", "content": "q0", "id": "h0"},
+        {"role": "tool", "content": "early", "id": "t-x", "tool_call_id": "x"},
+    ]
+    for i in range(1, 21):
+        messages += [
+            {"role": "human", "content": f"q{i}", "id": f"h{i}"},
+            {"role": "ai", "content": f"a{i}", "id": f"a{i}"},
+        ]
+    call = {"id": "x", "name": "f", "args": {}}
+    messages.append({"role": "ai", "content": "", "id": "call-x", "tool_calls": [call]})
+    result = MessageReducer(config=ReducerConfig(min_messages=3, max_messages=6)).plan(messages)
+    assert [m["id"] for m in result.surviving] == ["sys", "h20", "a20", "call-x"]
+    # across tool and system messages only, it still keeps to its call
+    near = [
+        {"role": "system", "content": "s", "id": "sys"},
+        *({"role": "human", "content": f"q{i}", "id": f"h{i}"} for i in range(4)),
+        {"role": "tool", "content": "early", "id": "t-x", "tool_call_id": "x"},
+        {"role": "system", "content": "note", "id": "note"},
+        {"role": "ai", "content": "", "id": "call-x", "tool_calls": [call]},
+    ]
+    config = ReducerConfig(min_messages=2, max_messages=4, require_human_first=False)
+    kept = [m["id"] for m in MessageReducer(config=config).plan(near).surviving]
+    assert "call-x" in kept and "t-x" in kept

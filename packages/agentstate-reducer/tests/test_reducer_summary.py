@@ -12,6 +12,9 @@ from reducer_helpers import conversation, get, is_injected
 
 from agentstate_reducer import MessageReducer, ReducerConfig, default_summary_messages_factory
 
+# The key the reducer sets in each injected message's response_metadata (the README names it).
+SUMMARY_MARKER = "agentstate_reducer_summary"
+
 
 def summarize(pruned: list[Any]) -> str:
     return f"{len(pruned)} earlier messages"
@@ -40,8 +43,10 @@ def test_injected_dicts_sit_after_the_system_prompt_and_carry_ids() -> None:
     assert [m["role"] for m in result.surviving] == ["system", "human", "ai", "human", "ai"]
     assert block[0]["content"] == "Summary of the 4 earlier messages: 4 earlier messages"
     assert all(m["id"].startswith("summary-") for m in block)
+    assert all(m["response_metadata"] == {SUMMARY_MARKER: True} for m in block)
     expected = default_summary_messages_factory("4 earlier messages", 4)
-    assert [{k: v for k, v in m.items() if k != "id"} for m in block] == expected
+    shown = [{k: v for k, v in m.items() if k not in ("id", "response_metadata")} for m in block]
+    assert shown == expected
 
 
 def test_injected_messages_are_langchain_messages_for_langchain_input() -> None:
@@ -357,3 +362,118 @@ def test_an_agent_loop_with_summaries_stays_bounded(
         state = reducer.reduce(state, new).surviving
         # the newest step (a call and up to 3 results) may alone exceed the window
         assert len(state) <= max(min_messages + 4, 1 + 4), [get(m, "id") for m in state]
+
+
+# -- summary messages carry a marker ----------------------------------------------------
+
+
+def test_a_shared_reducer_knows_a_custom_block_after_many_other_cuts() -> None:
+    """A reducer is shared by all threads (ReducingSaver uses one). It knew a block from a
+    factory setting its own ids only among its last 64 cuts' blocks: after 64 cuts of other
+    threads, thread A's summary was its newest human turn again (69 messages, max 8)."""
+    made = iter(range(10**6))
+
+    def fresh_ids(summary: str, count: int) -> list[Any]:  # a new id for every block
+        n = next(made)
+        return [
+            {"role": "human", "content": f"Summary: {summary}", "id": f"mine-{n}"},
+            {"role": "ai", "content": "OK", "id": f"mine-ok-{n}"},
+        ]
+
+    config = ReducerConfig(
+        min_messages=5,
+        max_messages=8,
+        summarize_fn=summarize,
+        inject_summary=True,
+        summary_message_factory=fresh_ids,
+    )
+    reducer = MessageReducer(config=config)
+    a: list[Any] = [{"role": "system", "content": "agent", "id": "sys"}]
+    for i in range(8):
+        a = reducer.reduce(a, agent_step(i)).surviving
+    assert any(m["id"].startswith("mine-") for m in a)
+    for t in range(70):
+        other: list[Any] = [{"role": "system", "content": "agent", "id": "sys"}]
+        for i in range(6):
+            other = reducer.reduce(other, agent_step(1000 * (t + 1) + i)).surviving
+    for i in range(8, 40):
+        a = reducer.reduce(a, agent_step(i)).surviving
+        assert len(a) <= 8, [m["id"] for m in a]
+
+
+def test_the_marker_survives_a_checkpoint_and_is_not_sent_to_a_provider() -> None:
+    """LangChain messages from a factory with its own ids, read back from a checkpoint by a
+    new reducer (a new process): the block is known by its marker, kept in
+    `response_metadata`, which no message sent to a provider carries."""
+    from langchain_core.messages import ToolMessage, convert_to_messages
+    from langchain_core.messages.utils import convert_to_openai_messages
+    from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+
+    def factory(summary: str, count: int) -> list[Any]:
+        return [HumanMessage(f"Earlier: {summary}", id=f"mine-{summary}")]
+
+    config = ReducerConfig(
+        min_messages=4,
+        max_messages=6,
+        summarize_fn=lambda pruned: f"s{len(pruned)}",
+        inject_summary=True,
+        summary_message_factory=factory,
+    )
+    serde = JsonPlusSerializer()
+    state: list[Any] = [SystemMessage("agent", id="sys")]
+    for i in range(30):
+        call = {"id": f"c{i}", "name": "f", "args": {}}
+        step = [
+            AIMessage("", tool_calls=[call], id=f"a{i}"),
+            ToolMessage("r", tool_call_id=f"c{i}"),
+        ]
+        state = MessageReducer(config=config).reduce(state, step).surviving
+        state = serde.loads_typed(serde.dumps_typed(state))
+        assert len(state) <= 6, [m.id for m in state]
+    block = [m for m in state if str(m.id).startswith("mine-")]
+    assert len(block) == 1 and block[0].response_metadata == {SUMMARY_MARKER: True}
+    sent = convert_to_openai_messages(state)
+    assert SUMMARY_MARKER not in repr(sent)
+    # a dict block converted by LangChain keeps the marker where the reducer reads it
+    (dict_block,) = (
+        injecting(summary_message_factory=lambda s, n: [{"role": "human", "content": s}])
+        .reduce(conversation(3, calls=0))
+        .surviving[1:2]
+    )
+    (converted,) = convert_to_messages([dict_block])
+    assert converted.response_metadata == {SUMMARY_MARKER: True}
+    assert SUMMARY_MARKER not in repr(convert_to_openai_messages([dict_block]))
+
+
+def test_a_users_message_with_a_summary_shaped_id_stays_a_human_turn() -> None:
+    """Ids of the shape the reducer gives (``summary-<24 hex>-<n>``) were taken for an
+    injected summary anywhere: a user's task carrying one was pruned as no human turn."""
+    uid = "summary-0123456789abcdef01234567-0"
+    messages: list[Any] = [
+        {"role": "system", "content": "s", "id": "sys"},
+        {"role": "human", "content": "hello", "id": "h0"},
+        {"role": "ai", "content": "hi", "id": "b0"},
+        {"role": "human", "content": "THE TASK", "id": uid},
+    ]
+    messages += [m for i in range(5) for m in agent_step(i)]
+    result = MessageReducer(config=ReducerConfig(min_messages=4, max_messages=8)).plan(messages)
+    assert all(m["role"] != "human" for m in result.pruned[2:])
+    assert [m["id"] for m in result.surviving][:2] == ["sys", uid]
+
+
+@pytest.mark.parametrize("system", [True, False], ids=["system", "no-system"])
+def test_a_block_injected_before_the_marker_is_still_known_by_its_ids(system: bool) -> None:
+    """A window checkpointed by an earlier version: its block, right after the preserved
+    message, carries the ids but no marker."""
+    config = ReducerConfig(min_messages=4, max_messages=6, summarize_fn=summarize)
+    prefix = "summary-" + "ab" * 12
+    state: list[Any] = [{"role": "system", "content": "agent", "id": "sys"}] if system else []
+    state += [
+        {"role": "human", "content": "Summary of the 4 earlier messages", "id": f"{prefix}-0"},
+        {"role": "ai", "content": "OK", "id": f"{prefix}-1"},
+        *agent_step(0),
+        *agent_step(1),
+        *agent_step(2),
+    ]
+    result = MessageReducer(config=config).plan(state)
+    assert [m["id"] for m in result.pruned][:2] == [f"{prefix}-0", f"{prefix}-1"]

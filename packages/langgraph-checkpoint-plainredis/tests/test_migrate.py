@@ -1483,7 +1483,7 @@ def test_migrate_v010_given_a_resp3_client_on_redis_5_names_protocol_2(server_po
     prefix = f"test:{uuid.uuid4().hex[:8]}"
     write_010_thread(admin, prefix, "t", checkpoints=3, channels=2)
     before = everything(admin, prefix)
-    resp3 = redis.Redis.from_url(url)
+    resp3 = redis.Redis.from_url(url, protocol=3)  # redis-py 8's default
     with pytest.raises(PlainRedisError) as info:
         migrate_v010(resp3, prefix)
     message = str(info.value)

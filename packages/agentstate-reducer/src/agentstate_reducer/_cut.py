@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import accumulate, compress
 from typing import Any
 
 from ._config import ReducerConfig, TokenCounter
 from ._delivery import hook_key
 from ._messages import AI, HUMAN, SYSTEM, TOOL, id_of, role_of, tool_call_id_of, tool_call_ids
+from ._summary import is_summary, legacy_block
 
 _CANNOT_OPEN = frozenset({AI, TOOL, "function"})
 
@@ -42,7 +44,6 @@ def plan_cut(
     config: ReducerConfig,
     count_tokens: TokenCounter | None,
     reserve: int = 0,
-    injected: Callable[[Any], bool] | None = None,
 ) -> Cut | None:
     """Return the cut `messages` needs under `config`, or None when it is within bounds.
 
@@ -52,9 +53,6 @@ def plan_cut(
         count_tokens: The token counter; only used in token mode.
         reserve: Count mode: messages the cut leaves room for, the summary block injected
             after it, so that the stored window stays within `min_messages`.
-        injected: Tells a summary message the reducer injected: it is no human turn (an
-            agent loop's summary would be its newest human message, which is never
-            pruned) and no preserved first message, so the next cut prunes it.
 
     Returns:
         None when the list does not exceed `max_messages` or `max_tokens`. Otherwise the cut
@@ -66,7 +64,11 @@ def plan_cut(
         before its tools, or just after them, resumes from that message) nor after the
         newest message that is neither a system message nor a tool result, however many
         tokens it holds. A tool result that arrived late (after a newer AI or human message
-        than its call) leaves with its call instead of holding the cut back.
+        than its call) leaves with its call instead of holding the cut back. A result listed
+        before its call stays with it when only tool and system messages lie between them;
+        otherwise it is an orphan. A summary message the reducer injected (`is_summary`, or
+        an older block's ids, `legacy_block`) is no human turn (an agent loop's summary
+        would be its newest human message, never pruned) and no preserved first message.
     """
     n = len(messages)
     roles = [role_of(m) for m in messages]
@@ -79,44 +81,58 @@ def plan_cut(
     elif config.max_messages is None or n <= config.max_messages:
         return None
 
-    summary = [False] * n
-    if injected is not None:
-        summary = [(roles[i] == HUMAN or i == 0) and injected(m) for i, m in enumerate(messages)]
-    preserved = (
-        1 if config.preserve_first and n and roles[0] not in _CANNOT_OPEN and not summary[0] else 0
-    )
-    humans = [i for i in range(n) if roles[i] == HUMAN and not summary[i]]
-    last_human = humans[-1] if humans else -1
-    if 0 <= last_human < preserved:
-        return None  # The newest human turn is the whole list: it is never pruned.
+    legacy = legacy_block(messages)
+
+    def summary(i: int) -> bool:
+        return i in legacy or is_summary(messages[i])
 
     # parent[i]: index of the AI message whose tool call the tool result at i answers (the
-    # newest one before it; else the first one after it, for a result listed before its
-    # call), -1 for an orphan. Only tool results have entries.
+    # newest one before it; else, for a result listed before its call with nothing but tool
+    # and system messages between them, that call), -1 for an orphan. Only tool results
+    # have entries.
     parent: dict[int, int] = {}
     late: set[int] = set()  # results after a newer AI or human message than their call
     callers: dict[str, int] = {}
     waiting: dict[str, list[int]] = {}  # results whose call has not been seen yet
+    humans: list[int] = []  # human messages, summary messages left out
     newest_call = n  # the newest AI message when it calls tools, else n
     last_turn = -1  # the newest AI or human message so far
-    for i, message in enumerate(messages):
-        if roles[i] == AI:
-            call_ids = tool_call_ids(message)
-            newest_call = i if call_ids else n
-            for call_id in call_ids:
-                callers[call_id] = i
-                for result in waiting.pop(call_id, ()):
-                    parent[result] = i
-        elif roles[i] == TOOL:
-            call = tool_call_id_of(message)
+    for i, role in enumerate(roles):
+        if role == TOOL:
+            call = tool_call_id_of(messages[i])
             caller = callers.get(call, -1) if call is not None else -1
             parent[i] = caller
             if caller >= 0 and last_turn > caller:
                 late.add(i)
             elif caller < 0 and call is not None:
                 waiting.setdefault(call, []).append(i)
-        if roles[i] in (AI, HUMAN):
+            continue
+        if role == SYSTEM:
+            continue
+        if role == AI:
+            call_ids = tool_call_ids(messages[i])
+            newest_call = i if call_ids else n
+            for call_id in call_ids:
+                callers[call_id] = i
+                if waiting:
+                    for result in waiting.pop(call_id, ()):
+                        parent[result] = i
             last_turn = i
+        elif role == HUMAN:
+            last_turn = i
+            if not summary(i):
+                humans.append(i)
+        # Any other message between an early result and its call unbinds them: the result
+        # stays an orphan, pruned by any cut at or before it.
+        if waiting:
+            waiting.clear()
+
+    preserved = (
+        1 if config.preserve_first and n and roles[0] not in _CANNOT_OPEN and not summary(0) else 0
+    )
+    last_human = humans[-1] if humans else -1
+    if 0 <= last_human < preserved:
+        return None  # The newest human turn is the whole list: it is never pruned.
     clean = _clean(n, parent, late)
 
     human_turns = last_human >= preserved
@@ -126,12 +142,14 @@ def plan_cut(
         # A tool result is left out: one that answers the newest call limits the cut at
         # that call (`newest_call`), and an orphan, or one that arrived late, leaves with
         # any cut after its call, so a cut before it would protect only what follows it.
-        newest = max((i for i in range(preserved, n) if roles[i] not in (SYSTEM, TOOL)), default=n)
+        newest = next(
+            (i for i in range(n - 1, preserved - 1, -1) if roles[i] not in (SYSTEM, TOOL)), n
+        )
         limit = min(newest_call, newest)
     if human_turns and config.require_human_first:
         candidates = [i for i in humans if i >= preserved and clean[i]]
     else:
-        candidates = [i for i in range(preserved, n) if clean[i]]
+        candidates = list(compress(range(preserved, n), clean[preserved:]))
     candidates.append(n)
 
     if tokens is None:
@@ -187,12 +205,9 @@ def _clean(n: int, parent: dict[int, int], late: set[int]) -> list[bool]:
         low, high = min(result, caller), max(result, caller)
         crossing[low + 1] += 1
         crossing[high + 1] -= 1
-    clean: list[bool] = []
-    open_spans = 0
-    for i in range(n):
-        open_spans += crossing[i]
-        clean.append(open_spans == 0)
-    return clean
+    if not any(crossing):
+        return [True] * n
+    return [open_spans == 0 for open_spans in accumulate(crossing[:n])]
 
 
 def _choose(

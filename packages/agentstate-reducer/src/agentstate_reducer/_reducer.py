@@ -18,7 +18,7 @@ from ._ledger import AsyncDeliveryLedger, DeliveryLedger, InMemoryLedger
 from ._merge import CutIds, merge_messages
 from ._messages import check_messages, is_langchain_message, message_identity, shown
 from ._report import DeliveryReport
-from ._summary import Injected, Summaries, summary_block, summary_size
+from ._summary import Summaries, summary_block, summary_size
 from ._tokens import resolve_token_counter
 
 logger = logging.getLogger("agentstate_reducer")
@@ -75,7 +75,6 @@ class MessageReducer:
         self._dispatcher = Dispatcher(self.ledger, config.dedupe_window)
         self._tasks: set[asyncio.Task[Any]] = set()
         self._summaries = Summaries()
-        self._injected = Injected()
 
     @property
     def min_messages(self) -> int:
@@ -368,7 +367,7 @@ class MessageReducer:
             and len(messages) > c.max_messages
         ):
             reserve = summary_size(c.summary_message_factory)
-        cut = plan_cut(messages, c, counter, reserve, self._injected)
+        cut = plan_cut(messages, c, counter, reserve)
         if cut is None:
             return messages, None, []
         pruned = [messages[i] for i in cut.pruned_indices()]
@@ -398,7 +397,6 @@ class MessageReducer:
             window = [*messages[: cut.preserved], *block, *tail]
             if self._fits(window, block, cut):
                 surviving = window
-                self._injected.add(block)
         logger.debug("cut %d messages to %d", len(messages), len(surviving))
         return ReducerResult(surviving=surviving, pruned=pruned, summary=summary)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import re
@@ -15,6 +16,7 @@ from ._messages import (
     _get,
     _jsonable,
     id_of,
+    is_mapping,
     kind_of,
     message_identity,
     role_of,
@@ -26,6 +28,10 @@ SUMMARY_ID_PREFIX = "summary-"
 # The ids `summary_block` gives: the prefix, 24 hex digits of the pruned messages' hash, the
 # message's position in the block.
 _SUMMARY_ID = re.compile(re.escape(SUMMARY_ID_PREFIX) + r"[0-9a-f]{24}-[0-9]+")
+# The key `summary_block` sets to True in the ``response_metadata`` of every message it
+# injects (a dict's ``response_metadata`` key, a LangChain message's field): the mark by
+# which a cut knows them (`is_summary`).
+SUMMARY_MARKER = "agentstate_reducer_summary"
 
 # How many cuts' summaries a reducer remembers (see `Summaries`).
 SUMMARIES = 64
@@ -75,53 +81,52 @@ class Summaries:
                 self._texts.popitem(last=False)
 
 
-class Injected:
-    """Tells the summary messages a reducer injected, so that a cut treats them as no human
-    turn and no preserved first message, only as the front of the window it prunes.
+def marked(message: Any) -> Any:
+    """Return `message` carrying `SUMMARY_MARKER` in its ``response_metadata``; the
+    factory's dicts and LangChain messages are copied, not changed. A look-alike without a
+    ``response_metadata`` mapping is returned unmarked (see `is_summary`)."""
+    meta = _get(message, "response_metadata")
+    stamped = {**(meta if isinstance(meta, Mapping) else {}), SUMMARY_MARKER: True}
+    if is_mapping(message):
+        return {**message, "response_metadata": stamped}
+    if not isinstance(meta, Mapping):
+        return message
+    model_copy = getattr(message, "model_copy", None)
+    if callable(model_copy):  # a LangChain message
+        return model_copy(update={"response_metadata": stamped})
+    duplicate = copy.copy(message)
+    try:
+        duplicate.response_metadata = stamped
+    except (AttributeError, TypeError):
+        return message
+    return duplicate
 
-    A message is one when it carries an id `summary_block` gives (``summary-``, 24 hex
-    digits, ``-`` and its position: read back from a checkpoint, in any process), or the
-    identity of a message this reducer injected, among its last `SUMMARIES` cuts' blocks
-    (a `summary_message_factory` that sets its own ids). Thread-safe.
-    """
 
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._blocks: OrderedDict[tuple[str, ...], None] = OrderedDict()
-        self._ids: dict[str, int] = {}  # identity -> how many remembered blocks hold it
-        self._hashed = 0  # identities among them of messages without an id
+def is_summary(message: Any) -> bool:
+    """Whether `message` is a summary message a reducer injected: it carries
+    `SUMMARY_MARKER` (see `marked`), which a checkpoint keeps, in any process."""
+    meta = _get(message, "response_metadata")
+    return isinstance(meta, Mapping) and meta.get(SUMMARY_MARKER) is True
 
-    def add(self, block: Sequence[Any]) -> None:
-        """Remember the identities of an injected `block`."""
-        ids = tuple(message_identity(m) for m in block)
-        with self._lock:
-            if ids in self._blocks:
-                self._blocks.move_to_end(ids)
-                return
-            self._blocks[ids] = None
-            for identity in ids:
-                if identity not in self._ids:
-                    self._hashed += identity.startswith("sha256:")
-                self._ids[identity] = self._ids.get(identity, 0) + 1
-            while len(self._blocks) > SUMMARIES:
-                for identity in self._blocks.popitem(last=False)[0]:
-                    self._ids[identity] -= 1
-                    if not self._ids[identity]:
-                        del self._ids[identity]
-                        self._hashed -= identity.startswith("sha256:")
 
-    def __call__(self, message: Any) -> bool:
-        message_id = id_of(message)
-        if message_id is not None:
-            if _SUMMARY_ID.fullmatch(message_id):
-                return True
-            with self._lock:
-                return message_id in self._ids
-        if not self._hashed:  # no id-less block remembered: spare hashing the message
-            return False
-        identity = message_identity(message)
-        with self._lock:
-            return identity in self._ids
+def legacy_block(messages: Sequence[Any]) -> range:
+    """The indices of a summary block injected before the marker (0.6.0 pre-releases), known
+    by the ids `summary_block` gives (``summary-``, 24 hex digits, ``-`` and the position in
+    the block), only where a cut places a block: at index 0 or 1 (after a preserved first
+    message), its positions counting up from 0 under one hash. A message elsewhere with
+    such an id is an ordinary message."""
+    for first in (0, 1):
+        if first >= len(messages):
+            break
+        found = id_of(messages[first])
+        if found is None or not _SUMMARY_ID.fullmatch(found) or not found.endswith("-0"):
+            continue
+        prefix = found[:-1]
+        end = first + 1
+        while end < len(messages) and id_of(messages[end]) == f"{prefix}{end - first}":
+            end += 1
+        return range(first, end)
+    return range(0)
 
 
 def default_summary_messages_factory(summary: str, pruned_count: int) -> list[Any]:
@@ -170,7 +175,8 @@ def summary_block(
     messages: Sequence[Any],
     factory: SummaryMessageFactory | None,
 ) -> list[Any]:
-    """Return the messages to inject, of the same kind as `messages`, each with an id.
+    """Return the messages to inject, of the same kind as `messages`, each with an id and
+    `SUMMARY_MARKER` (see `marked`).
 
     Ids are derived from the pruned messages, so planning the same cut twice (a retried
     checkpoint write) injects the same ids.
@@ -180,4 +186,4 @@ def summary_block(
         block = [to_langchain_message(m) if isinstance(m, Mapping) else m for m in block]
     seed = hashlib.sha256("\n".join(message_identity(m) for m in pruned).encode("utf-8"))
     prefix = SUMMARY_ID_PREFIX + seed.hexdigest()[:24]
-    return [with_id(m, f"{prefix}-{i}") for i, m in enumerate(block)]
+    return [with_id(marked(m), f"{prefix}-{i}") for i, m in enumerate(block)]
