@@ -643,8 +643,9 @@ class SaverCore:
         0.1.0 was left unfinished (it parks 0.1.0's registry while it works; the threads it
         has not reached yet would read as empty; a cluster keeps no registry), whether the
         keyspace is still 0.1.0's (its registry is a hash: the scripts that read one thread
-        never look at the registry, and read its threads as empty), and which metadata
-        fields have a complete index (`reindex` marks them)."""
+        look at the registry only when they find nothing, so a thread of the current layout
+        under it would read as if the keyspace were migrated), and which metadata fields
+        have a complete index (`reindex` marks them)."""
         if self._migrating:
             return []
         if self._cluster:
