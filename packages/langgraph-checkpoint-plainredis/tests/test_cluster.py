@@ -14,11 +14,12 @@ from langchain_core.messages import AIMessage, HumanMessage
 from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.graph import START, StateGraph
 from langgraph.graph.message import add_messages
+from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.cluster import RedisCluster
 
 from agentstate_testkit.savers import aput_at_once
 from agentstate_testkit.servers import cluster_cli, start_cluster
-from langgraph_checkpoint_plainredis import AsyncRedisSaver, RedisSaver
+from langgraph_checkpoint_plainredis import AsyncRedisSaver, PlainRedisError, RedisSaver
 from langgraph_checkpoint_plainredis._inspect import Inspector
 
 
@@ -98,6 +99,28 @@ def _node_of(client: RedisCluster, key: str) -> tuple[str, str]:
     node = client.get_node_from_key(key)
     node_id = client.cluster_myid(node)
     return (node_id.decode() if isinstance(node_id, bytes) else node_id), f"{node.host}:{node.port}"
+
+
+def test_a_resp3_cluster_client_on_redis_5_is_told_to_use_protocol_2(server_pool: Any) -> None:
+    """redis-py's cluster client reports a server without RESP3 as "Cluster mode is not
+    enabled on this node"; the saver names the cluster client class it takes, with
+    protocol=2 (redis-py 8's clients default to 3)."""
+    url = server_pool.get("redis-5-cluster")
+    config = {"configurable": {"thread_id": "t"}}
+    sync_fix = r"e\.g\. redis\.cluster\.RedisCluster\.from_url\(url, protocol=2\)"
+    with pytest.raises(PlainRedisError, match=sync_fix):
+        RedisSaver(url, prefix="resp3", cluster=True, protocol=3)
+
+    async def first_call() -> None:
+        client = AsyncRedisCluster.from_url(url, protocol=3)
+        try:
+            await AsyncRedisSaver(client=client, prefix="resp3").aget_tuple(config)
+        finally:
+            await client.aclose()
+
+    async_fix = r"e\.g\. redis\.asyncio\.cluster\.RedisCluster\.from_url\(url, protocol=2\)"
+    with pytest.raises(PlainRedisError, match=async_fix):
+        asyncio.run(first_call())
 
 
 @pytest.mark.parametrize("kind", ["redis-5-cluster", "redis-7-cluster"])

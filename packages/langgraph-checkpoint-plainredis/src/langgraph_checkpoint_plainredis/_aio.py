@@ -25,6 +25,7 @@ from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import (
     ClusterError,
     NoScriptError,
+    RedisClusterException,
     RedisError,
     ResponseError,
 )
@@ -64,7 +65,6 @@ from ._wire import (
 __all__ = ["AsyncRedisSaver"]
 
 T = TypeVar("T")
-_CLIENT_CLASS = "redis.asyncio.Redis"  # the client a fix names
 _use_sync = functools.partial(
     wrong_side,
     "AsyncRedisSaver",
@@ -356,7 +356,7 @@ class AsyncRedisSaver(SaverCore, BaseCheckpointSaver[str]):
             try:
                 enabled = bool((await self._client.info("cluster")).get("cluster_enabled"))
             except ResponseError as error:  # no INFO for this user, or none at all
-                enabled = info_refused(error, self.prefix, _CLIENT_CLASS)
+                enabled = info_refused(error, self.prefix, self._client_example)
             if enabled:
                 await self._release_idle()
                 await self._client.aclose()
@@ -423,7 +423,13 @@ class AsyncRedisSaver(SaverCore, BaseCheckpointSaver[str]):
             await self._learn_topology()
         if self._cluster:
             async with self._detect_lock:
-                await self._client.initialize()  # reads the slot map once; then a no-op
+                try:
+                    await self._client.initialize()  # reads the slot map once; then a no-op
+                except RedisClusterException as error:
+                    mapped = translate_error(error, self.prefix, self._client_example)
+                    if mapped is None:
+                        raise
+                    raise mapped from None
         if plan := self._ready_plan():
             self._check_ready(await self._run(plan))
         self._ready = True
@@ -531,8 +537,8 @@ class AsyncRedisSaver(SaverCore, BaseCheckpointSaver[str]):
                 # Scripts of the plan it had cached ran, and run again after the others:
                 # each is safe to repeat in order (test_delta_history checks every script).
                 return await self._send(plan, fallback=True)
-        except ResponseError as exc:
-            mapped = translate_error(exc, self.prefix, _CLIENT_CLASS)
+        except (ResponseError, RedisClusterException) as exc:  # the latter: see translate_error
+            mapped = translate_error(exc, self.prefix, self._client_example)
             if mapped is None:
                 raise
             if isinstance(mapped, LegacyKeyspaceError):

@@ -90,6 +90,7 @@ __all__ = [
     "Scan",
     "Shared",
     "Step",
+    "client_example",
     "cluster_retries",
     "info_refused",
     "interrupted",
@@ -233,14 +234,31 @@ def _asyncio_sigint(handler: Any) -> bool:
     return getattr(method, "__name__", "") == "_on_sigint" and type(owner).__name__ == "Runner"
 
 
-def refuses_resp3(error: Exception) -> bool:
+def refuses_resp3(error: BaseException) -> bool:
     """Whether `error` is a server's answer to redis-py's ``HELLO 3``: the server predates
     RESP3 (Redis 5), and the client must speak RESP2 (``protocol=2``)."""
     message = str(error)
     return "HELLO" in message and "unknown command" in message.lower()
 
 
-def resp2_needed(error: Exception, fix: str) -> PlainRedisError:
+def _resp3_refusal(error: BaseException) -> BaseException | None:
+    """The server's refusal of ``HELLO 3`` that `error` is or was raised from, or None.
+    redis-py's cluster client reports it as "Cluster mode is not enabled on this node",
+    with the refusal only in the exception's chain."""
+    seen: set[int] = set()
+    todo: list[BaseException | None] = [error]
+    while todo:
+        cause = todo.pop()
+        if cause is None or id(cause) in seen:
+            continue
+        seen.add(id(cause))
+        if refuses_resp3(cause):
+            return cause
+        todo += [cause.__cause__, cause.__context__]
+    return None
+
+
+def resp2_needed(error: BaseException, fix: str) -> PlainRedisError:
     """The package's error for a client that speaks RESP3 to a server without it (see
     `refuses_resp3`), ending with `fix`."""
     return PlainRedisError(
@@ -248,12 +266,25 @@ def resp2_needed(error: Exception, fix: str) -> PlainRedisError:
     )
 
 
+def client_example(cls: str, cluster: bool = False) -> str:
+    """How to build a client saver `cls` takes (a cluster client when `cluster`), for a
+    message: with protocol=2, which Redis 5 needs (redis-py 8 speaks RESP3 by default)."""
+    asynchronous = cls.startswith("Async")
+    if cluster:
+        name = (
+            "redis.asyncio.cluster.RedisCluster" if asynchronous else "redis.cluster.RedisCluster"
+        )
+    else:
+        name = "redis.asyncio.Redis" if asynchronous else "redis.Redis"
+    return f"{name}.from_url(url, protocol=2)"
+
+
 def translate_error(
-    error: Exception, prefix: str, client_class: str = "redis.Redis"
+    error: Exception, prefix: str, client: str = client_example("RedisSaver")
 ) -> PlainRedisError | None:
     """Maps an error reply to the package's exception, or None for other errors.
-    `client_class` is the client class the saver takes, named in the fix of a RESP3 client on
-    a server without RESP3."""
+    `client` shows how to build the client the saver takes (`client_example`), named in the
+    fix of a RESP3 client on a server without RESP3."""
     message = str(error)
     # The reply starts the message, or follows redis-py 5's note on which command of a
     # pipeline failed (its async client quotes the reply as a tuple: "('MOVED ...',)").
@@ -269,11 +300,12 @@ def translate_error(
             "talks to it as a standalone server (a user without INFO cannot tell): pass "
             "cluster=True"
         )
-    if refuses_resp3(error):
+    refusal = _resp3_refusal(error)
+    if refusal is not None:
         return resp2_needed(
-            error,
-            f"build the client with protocol=2, e.g. {client_class}.from_url(url, protocol=2) "
-            "(redis-py 8 defaults to 3), or pass url= and leave the saver's protocol at its "
+            refusal,
+            f"build the client with protocol=2, e.g. {client} (redis-py 8 defaults to 3), or "
+            "pass url= and leave the saver's protocol at its "
             "default 2",
         )
     if "script can't run this command" in message:  # Redis 6 and 7 word it so
@@ -328,14 +360,16 @@ def unindexed_error(
     )
 
 
-def info_refused(error: ResponseError, prefix: str, client_class: str = "redis.Redis") -> bool:
+def info_refused(
+    error: ResponseError, prefix: str, client: str = client_example("RedisSaver")
+) -> bool:
     """Whether the server is a cluster node, after `INFO cluster` failed with `error`: a user
     without INFO (NOPERM) or a server that renamed it away ("unknown command") is taken as
     standalone (pass cluster= to choose). A server that does not speak the protocol asked
     for raises the package's error; any other error is raised as it came."""
     if isinstance(error, NoPermissionError):
         return False
-    mapped = translate_error(error, prefix, client_class)
+    mapped = translate_error(error, prefix, client)
     if mapped is not None:
         raise mapped from None
     if "unknown command" in str(error).lower():
@@ -596,6 +630,11 @@ class SaverCore:
         self._paused_lock = threading.Lock()  # puts and writes of one thread run at once
 
     # -- helpers -------------------------------------------------------------------------
+
+    @property
+    def _client_example(self) -> str:
+        """How to build the client this saver takes, for the fix an error names."""
+        return client_example(type(self).__name__, self._cluster)
 
     def _paused_under(self, thread_id: str, ns: str) -> list[str]:
         """The namespaces paused below `ns` (not `ns` itself) in thread `thread_id`."""

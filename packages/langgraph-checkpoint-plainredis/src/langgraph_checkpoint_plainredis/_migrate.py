@@ -60,6 +60,7 @@ from ._core import (
     _b,
     _lost_blobs,
     _s,
+    client_example,
     interrupted,
     refuses_resp3,
     resp2_needed,
@@ -233,7 +234,7 @@ _CLUSTER = (
 
 
 # The client to build: protocol=2 for Redis 5, which has no RESP3 (redis-py 8's default).
-_CLIENT = "redis.Redis.from_url(url, protocol=2)"
+_CLIENT = client_example("RedisSaver")
 
 
 def _resp2_needed(error: redis.ResponseError, started: bool) -> PlainRedisError:

@@ -24,7 +24,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.retry import Retry
 
-from ._core import Eval, Scan
+from ._core import Eval, Scan, client_example
 from ._scripts import SCRIPTS
 
 __all__ = [
@@ -32,7 +32,6 @@ __all__ = [
     "SaverRetry",
     "check_database",
     "check_serde",
-    "client_example",
     "connect_options",
     "default_retry",
     "is_asyncio_client",
@@ -298,19 +297,6 @@ def _codec_name(encoding: Any) -> str:
         return codecs.lookup(str(encoding)).name
     except LookupError:
         return str(encoding)
-
-
-def client_example(cls: str, cluster: bool = False) -> str:
-    """How to build a client saver `cls` takes (a cluster client when `cluster`), for a
-    message: with protocol=2, which Redis 5 needs (redis-py 8 speaks RESP3 by default)."""
-    asynchronous = cls.startswith("Async")
-    if cluster:
-        name = (
-            "redis.asyncio.cluster.RedisCluster" if asynchronous else "redis.cluster.RedisCluster"
-        )
-    else:
-        name = "redis.asyncio.Redis" if asynchronous else "redis.Redis"
-    return f"{name}.from_url(url, protocol=2)"
 
 
 def _check_codec(cls: str, decodes: Any, encoding: Any, errors: Any, cluster: bool = False) -> None:

@@ -23,6 +23,7 @@ from redis.cluster import RedisCluster
 from redis.exceptions import (
     ClusterError,
     NoScriptError,
+    RedisClusterException,
     RedisError,
     ResponseError,
 )
@@ -204,8 +205,15 @@ class RedisSaver(SaverCore, BaseCheckpointSaver[str]):
             )
 
     def _new_client(self) -> Any:
-        factory = RedisCluster if self._cluster else redis.Redis
-        return factory.from_url(self._url, **self._connect)
+        if not self._cluster:
+            return redis.Redis.from_url(self._url, **self._connect)
+        try:  # redis-py's blocking cluster client reads the topology as it is built
+            return RedisCluster.from_url(self._url, **self._connect)
+        except RedisClusterException as error:
+            mapped = translate_error(error, self.prefix, self._client_example)
+            if mapped is None:
+                raise
+            raise mapped from None
 
     def _learn_topology(self) -> None:
         """Asks the server once whether it is a cluster node, and switches client if so."""
@@ -215,7 +223,7 @@ class RedisSaver(SaverCore, BaseCheckpointSaver[str]):
             try:
                 enabled = bool(self._client.info("cluster").get("cluster_enabled"))
             except ResponseError as error:  # no INFO for this user, or none at all
-                enabled = info_refused(error, self.prefix)
+                enabled = info_refused(error, self.prefix, self._client_example)
             if enabled:
                 self._release_idle()
                 self._client.close()
@@ -361,8 +369,8 @@ class RedisSaver(SaverCore, BaseCheckpointSaver[str]):
                 # Scripts of the plan it had cached ran, and run again after the others:
                 # each is safe to repeat in order (test_delta_history checks every script).
                 return self._send(plan, fallback=True)
-        except ResponseError as exc:
-            mapped = translate_error(exc, self.prefix)
+        except (ResponseError, RedisClusterException) as exc:  # the latter: see translate_error
+            mapped = translate_error(exc, self.prefix, self._client_example)
             if mapped is None:
                 raise
             if isinstance(mapped, LegacyKeyspaceError):
