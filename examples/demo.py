@@ -53,12 +53,9 @@ class State(TypedDict):
 
 def answer(state: State) -> dict[str, Any]:
     question = state["messages"][-1].content
-    seen = sum(isinstance(m, HumanMessage) for m in state["messages"])
-    return {
-        "messages": [
-            AIMessage(f"(answer {seen}, seeing {len(state['messages'])} messages) re: {question}")
-        ]
-    }
+    turn = QUESTIONS.index(question) + 1
+    seeing = len(state["messages"])
+    return {"messages": [AIMessage(f"(turn {turn}, seeing {seeing} messages) re: {question}")]}
 
 
 def build(checkpointer: Any) -> Any:

@@ -30,6 +30,14 @@ def test_demo_runs_against_a_given_redis(redis_url: str, args: list[str]) -> Non
         assert "at most 6 stored" in out and "window of 6" not in out
         assert "seeing 7 messages" in out and "so the bot may see 7" in out
         assert "stays pinned: preserve_first=True" in out
+        # Answers are numbered by turn: they were numbered by the human messages the bot
+        # could see, so a pruned window showed "answer 3" after "answer 4".
+        turns = [
+            line.split("(turn ", 1)[1].split(",")[0]
+            for line in out.splitlines()
+            if "bot: (turn " in line
+        ]
+        assert turns == [str(n) for n in range(1, len(turns) + 1)] and len(turns) == 12
 
 
 def test_demo_starts_its_own_redis_without_redis_url() -> None:
