@@ -633,6 +633,41 @@ def test_a_periodic_signal_does_not_stretch_the_timeout(
     probe.close()
 
 
+class _Deadline(Exception):
+    """What a signal-based timeout's handler raises."""
+
+
+@pytest.mark.standalone
+def test_a_call_stopped_between_its_send_and_its_read_leaves_no_reply_behind(
+    monkeypatch: pytest.MonkeyPatch, redis_url: str, prefix: str
+) -> None:
+    """A signal handler's exception right after a script call was sent (a watchdog's
+    timeout, Ctrl-C) gave the connection back to the pool with the reply still to come: the
+    next call on it read that reply as its own (here: thread a's checkpoint for thread b).
+    The connection is dropped instead; the next call opens another."""
+    probe = redis.Redis.from_url(redis_url, protocol=2)
+    client = redis.Redis.from_url(redis_url, protocol=2)
+    saver = RedisSaver(client=client, prefix=prefix)
+    saver.put(cfg("a"), checkpoint("thread a"), {}, {"m": 1})
+    saver.put(cfg("b"), checkpoint("thread b"), {}, {"m": 1})
+    read = _sync.read_reply
+    stops = [True]
+
+    def stopped_after_the_send(conn: Any) -> Any:
+        if stops and stops.pop():
+            raise _Deadline  # where a signal's handler would run, before the read begins
+        return read(conn)
+
+    monkeypatch.setattr(_sync, "read_reply", stopped_after_the_send)
+    probe.execute_command("CLIENT", "PAUSE", 500)  # the reply of the call comes later
+    with pytest.raises(_Deadline):
+        saver.get_tuple(cfg("a"))
+    got = saver.get_tuple(cfg("b"))
+    assert got is not None and got.checkpoint["channel_values"] == {"m": "thread b"}
+    client.close()
+    probe.close()
+
+
 def _pair(timeout: float) -> tuple[Any, socket.socket]:
     """A redis-py connection on one end of a socket pair; and the other end."""
     mine, peer = socket.socketpair()

@@ -494,7 +494,7 @@ class AsyncRedisSaver(SaverCore, BaseCheckpointSaver[str]):
         packed = pack(args, pool.connection_kwargs.get("encoding_errors", "strict"))
         idle = self._idle  # the pool's: kept if the saver moves to another loop meanwhile
         conn = await self._borrow(pool, idle)
-        clean = False
+        clean = answered = False
         try:
             try:
                 reply = await _exchange(conn, packed)
@@ -502,10 +502,15 @@ class AsyncRedisSaver(SaverCore, BaseCheckpointSaver[str]):
                 reply = await _retried(conn, packed, error)
             clean = True
             return reply
+        except ResponseError:
+            answered = True  # an error reply, read whole
+            raise
         finally:
             try:
                 if reconnects(conn):
                     await conn.disconnect()
+                elif not (clean or answered):  # its reply may be still to come (see _sync)
+                    await conn.disconnect(nowait=True)
             finally:
                 if not (clean and idle is not None and idle.keep(conn)):
                     await pool.release(conn)

@@ -331,7 +331,7 @@ class RedisSaver(SaverCore, BaseCheckpointSaver[str]):
         """
         packed = pack(args, pool.connection_kwargs.get("encoding_errors", "strict"))
         conn = self._borrow(pool)
-        clean = False
+        clean = answered = False
         try:
             try:
                 reply = _exchange(conn, packed)
@@ -339,9 +339,15 @@ class RedisSaver(SaverCore, BaseCheckpointSaver[str]):
                 reply = _retried(conn, packed, error)
             clean = True
             return reply
+        except ResponseError:
+            answered = True  # an error reply, read whole
+            raise
         finally:
             try:
-                if reconnects(conn):
+                # Anything else that stopped the call (a signal handler's exception between
+                # the send and the read, say) may leave its reply to come: the next call
+                # on the connection would read it as its own.
+                if reconnects(conn) or not (clean or answered):
                     conn.disconnect()
             finally:
                 if not (clean and self._idle is not None and self._idle.keep(conn)):
