@@ -2137,9 +2137,11 @@ def test_a_bad_connection_option_is_refused_at_construction_naming_it(cls: Any) 
 
 @contextlib.contextmanager
 def only_ctrl_c_handled() -> Iterator[None]:
-    """Python's own signal handling but for SIGINT's default (the test harness makes SIGTERM
-    raise KeyboardInterrupt, so that its servers stop), for the duration."""
-    saved = {}
+    """Python's own signal handling, for the duration: its SIGINT handler (a run started in
+    the background of a shell, or under nohup, ignores SIGINT), and no Python handler of any
+    other signal (the test harness makes SIGTERM raise KeyboardInterrupt, so that its
+    servers stop)."""
+    saved = {signal.SIGINT: signal.signal(signal.SIGINT, signal.default_int_handler)}
     for number in signal.valid_signals():
         handler = signal.getsignal(number)
         if number != signal.SIGINT and callable(handler):
