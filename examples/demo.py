@@ -20,6 +20,7 @@ import sys
 import uuid
 from collections.abc import Iterator
 from typing import Annotated, Any, TypedDict
+from urllib.parse import urlsplit
 
 import redis
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
@@ -88,11 +89,31 @@ def stored_bytes(client: redis.Redis, saver: Any, thread_id: str) -> int:
     return sum(int(client.memory_usage(k) or 0) for k in client.scan_iter(match=pattern, count=500))
 
 
+class Unreachable(Exception):
+    """REDIS_URL names a server the demo cannot use."""
+
+
+def reachable(url: str) -> None:
+    """Raises `Unreachable`, naming the fix, when the server at `url` does not answer PING."""
+    shown = urlsplit(url)._replace(netloc=urlsplit(url).netloc.rpartition("@")[2]).geturl()
+    try:
+        with redis.Redis.from_url(url, protocol=2, socket_connect_timeout=3) as client:
+            client.ping()
+    except (redis.RedisError, OSError, ValueError) as error:
+        raise Unreachable(
+            f"REDIS_URL={shown} does not answer ({type(error).__name__}: {error}): fix the URL "
+            "(redis://[user:password@]host:port/db), or unset REDIS_URL and the demo starts "
+            "a private Redis of its own"
+        ) from None
+
+
 @contextlib.contextmanager
 def redis_url() -> Iterator[str]:
     """REDIS_URL when set, else a private Redis from the project's server harness."""
     if os.environ.get("REDIS_URL"):
-        yield os.environ["REDIS_URL"]
+        url = os.environ["REDIS_URL"]
+        reachable(url)
+        yield url
         return
     from agentstate_testkit.servers import start
 
@@ -195,10 +216,14 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     prefix = f"demo:{uuid.uuid4().hex[:8]}"
-    with redis_url() as url:
-        if not args.sync:
-            asyncio.run(run_async(url, prefix))
-        run_sync(url, prefix)
+    try:
+        with redis_url() as url:
+            if not args.sync:
+                asyncio.run(run_async(url, prefix))
+            run_sync(url, prefix)
+    except Unreachable as error:
+        print(f"demo: {error}", file=sys.stderr)
+        return 2
     print("\nDone: every key the demo wrote was deleted again.")
     return 0
 

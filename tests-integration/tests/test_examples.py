@@ -47,3 +47,15 @@ def test_demo_starts_its_own_redis_without_redis_url() -> None:
     )
     assert done.returncode == 0, done.stderr
     assert "starting a private Redis" in done.stdout
+
+
+@pytest.mark.parametrize("url", ["redis://127.0.0.1:1/0", "redis://user:s3cret@127.0.0.1:1/0"])
+def test_demo_names_the_fix_when_redis_url_does_not_answer(url: str) -> None:
+    """An unreachable REDIS_URL printed a hundred lines of ConnectionError traceback."""
+    env = {**os.environ, "REDIS_URL": url}
+    done = subprocess.run(
+        [sys.executable, str(DEMO), "--sync"], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 2
+    assert "Traceback" not in done.stderr and "s3cret" not in done.stderr
+    assert "does not answer" in done.stderr and "unset REDIS_URL" in done.stderr
