@@ -3,9 +3,13 @@ Redis error: unix sockets, unknown URL options, DeltaChannel threads, foreign ke
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import time
 from typing import Annotated, Any, TypedDict
 
 import pytest
+import redis
 from langchain_core.messages import AIMessage, HumanMessage
 from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.graph import START, StateGraph
@@ -170,7 +174,10 @@ def test_an_unknown_url_option_exits_2_naming_it(
         main([*command, "--url", url, "--prefix", prefix])
     assert exit_info.value.code == 2
     err = capsys.readouterr().err
-    assert err.startswith("usage: plainredis") and err.count("\n") == 2
+    # The command's own usage line (it was the top-level one), then one line.
+    assert err.startswith(f"usage: plainredis {command[0]} "), err
+    last = err.splitlines()[-1]
+    assert last.startswith(f"plainredis {command[0]}: error: --url {url!r}: it has the option ")
     assert f"error: --url {url!r}: it has the option {option.split('=')[0]}=" in err
     assert hint in err and "correct its spelling, or remove it from the URL" in err
     assert counts(redis_url, prefix, "t") == {"t": 3}  # nothing was deleted or pruned
@@ -214,3 +221,110 @@ def test_a_foreign_key_is_named_with_the_fix(
     client.delete(key)  # the fix the message names
     code, out, err = cli(capsys, "threads", *args)
     assert code == 0, err
+
+
+@pytest.mark.parametrize("kind", ["redis-5", "redis-7"])
+def test_a_read_only_replica_gets_one_line_naming_the_primary(
+    capsys: pytest.CaptureFixture[str], kind: str
+) -> None:
+    """On a read-only replica `delete` and `prune` printed a raw "Error running script ...
+    -READONLY", and `migrate` an error with redis-py's pipeline clause twice and no fix."""
+    with servers.start(kind) as primary:
+        chat(primary.url, "lg", {"t": 2})
+        before = counts(primary.url, "lg", "t")
+        write_010 = redis.Redis.from_url(primary.url, protocol=2)
+        write_010.hset("old:threads", "old:idx:x:", '{"thread": "x", "ns": ""}')
+        write_010.close()
+        with servers.start(
+            kind, extra_args=("--replicaof", "127.0.0.1", str(primary.port))
+        ) as replica:
+            with redis.Redis.from_url(replica.url, protocol=2) as follower:
+                deadline = time.monotonic() + 30
+                while not follower.exists("old:threads") and time.monotonic() < deadline:
+                    time.sleep(0.05)
+                assert follower.exists("old:threads")
+            for argv in (
+                ["delete", "t", "--yes"],
+                ["prune", "t", "--yes"],
+                ["prune", "t", "--strategy", "delete", "--yes"],
+                ["migrate", "--prefix", "old"],
+            ):
+                code, out, err = cli(capsys, *argv, "--url", replica.url)
+                assert code == 1 and err.count("\n") == 1, (argv, err)
+                assert err.startswith(
+                    f"plainredis: error: the server at {replica.url} is a read-only replica"
+                ), err
+                assert "point --url at its primary" in err and "script" not in err, err
+                assert "pipeline" not in err, err
+        assert counts(primary.url, "lg", "t") == before
+
+
+def test_a_full_disk_under_stdout_is_one_line_not_a_traceback(redis_url: str, prefix: str) -> None:
+    """`plainredis threads > /dev/full` ended with an OSError traceback."""
+    chat(redis_url, prefix, {"t": 1})
+    with open("/dev/full", "w") as full:
+        done = subprocess.run(
+            [sys.executable, "-m", "langgraph_checkpoint_plainredis", "threads", "--url"]
+            + [redis_url, "--prefix", prefix],
+            stdout=full,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+    assert done.returncode == 1 and done.stderr.count("\n") == 1, done.stderr
+    assert done.stderr.startswith(
+        "plainredis: error: cannot write the output to stdout ([Errno 28] No space left"
+    ), done.stderr
+
+
+def test_a_password_given_to_a_server_without_one_is_to_be_removed(
+    redis_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """It said "put user:password in the --url", the opposite of the fix."""
+    if "@" in redis_url:
+        pytest.skip("a server with a password")
+    url = redis_url.replace("redis://", "redis://:secret@", 1)
+    for command in ("threads", "migrate"):
+        code, out, err = cli(capsys, command, "--url", url)
+        assert code == 1 and err.count("\n") == 1, err
+        assert "the server has no password; remove the user:password" in err, err
+        assert "put user:password" not in err and "secret" not in err, err
+
+
+def test_a_database_the_server_lacks_names_the_ones_it_has(
+    redis_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    base, _, _ = redis_url.partition("?")
+    url = base.rsplit("/", 1)[0] + "/99"
+    code, out, err = cli(capsys, "threads", "--url", url)
+    assert code == 1 and err.count("\n") == 1, err
+    assert "has no such database (DB index is out of range): name one it has" in err, err
+    assert "0 to 15" in err
+
+
+def test_threads_under_a_prefix_nothing_was_stored_under_says_so(
+    redis_url: str, prefix: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A mistyped `--prefix LG` printed "0 threads" with no hint."""
+    chat(redis_url, prefix, {"t": 1})
+    code, out, err = cli(capsys, "threads", "--url", redis_url, "--prefix", prefix.upper())
+    assert code == 0, err
+    assert err == (
+        f"0 threads under prefix {prefix.upper()!r}: nothing is stored under it (no "
+        f"registry '{prefix.upper()}:threads'); is --prefix mistyped? (the savers' default is "
+        "lg)\n"
+    )
+    code, out, err = cli(capsys, "threads", "--url", redis_url, "--prefix", prefix)
+    assert code == 0 and err == f"1 thread under prefix {prefix!r}\n", err
+
+
+def test_a_migrate_usage_error_shows_the_migrate_usage_line(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`migrate --prefix lg:` printed the top-level usage line (`plainredis [-h] ...`)."""
+    with pytest.raises(SystemExit) as exit_info:
+        main(["migrate", "--url", "redis://127.0.0.1:1/0", "--prefix", "lg:"])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("usage: plainredis migrate ") and "plainredis migrate: error:" in err

@@ -5,8 +5,12 @@ from __future__ import annotations
 import base64
 import json
 import re
+import subprocess
+import sys
+import time
 import uuid
 from collections.abc import Callable
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Annotated, Any, TypedDict
 
@@ -855,7 +859,8 @@ def test_migrate_refuses_a_url_that_decodes_replies_before_it_changes_anything(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     """`?decode_responses=true` printed the saver's ValueError as a traceback; it exits 2
-    with usage, as the other commands do, and nothing is read or written."""
+    with usage, as the other commands do, and nothing is read or written. Its message was
+    then the one for Python callers (`client=...`): remove it from the URL."""
     if "?" in redis_url:
         pytest.skip("a URL with a query of its own")
     prefix = restored["lg"]
@@ -863,8 +868,9 @@ def test_migrate_refuses_a_url_that_decodes_replies_before_it_changes_anything(
     with pytest.raises(SystemExit) as exit_info:
         main(["migrate", "--url", f"{redis_url}?decode_responses=true", "--prefix", prefix])
     err = capsys.readouterr().err
-    assert exit_info.value.code == 2 and err.startswith("usage: plainredis"), err
-    assert "decode_responses=False" in err
+    assert exit_info.value.code == 2 and err.startswith("usage: plainredis migrate"), err
+    assert "decode_responses=true in its query" in err and "remove it from the URL" in err
+    assert "client=" not in err and "url=" not in err, err
     assert everything(client, prefix) == before
 
 
@@ -1240,13 +1246,14 @@ def test_a_long_010_timeline_migrates_in_a_few_round_trips_per_batch(
         # Each 0.1.0 blob is read once, though most checkpoints name their parent's.
         reads = [key for c, args in commands if c in ("GET", "MGET") for key in args]
         assert sorted(key for key in reads if key in blobs) == sorted(blobs)
-    # The run's own 10 (its checks and the parking, 7; the end, 3), the timeline's 2 (its
-    # first ids; its keys and registry entry deleted), and 4 per batch: 4 round trips for 64
-    # more checkpoints (9 per checkpoint of 4 channels before).
+    # The run's own 12 (its lock, 1; its checks and the parking, 7; the end, 3; the lock's
+    # release, 1), the timeline's 2 (its first ids; its keys and registry entry deleted), and
+    # 4 per batch: 4 round trips for 64 more checkpoints (9 per checkpoint of 4 channels
+    # before). The lock is renewed every few seconds only: no round trip here.
     assert trips == {
-        first: 10 + 2 + 4,
-        first + batch: 10 + 2 + 4 * 2,
-        first + 3 * batch: 10 + 2 + 4 * 4,
+        first: 12 + 2 + 4,
+        first + batch: 12 + 2 + 4 * 2,
+        first + 3 * batch: 12 + 2 + 4 * 4,
     }
     with RedisSaver(redis_url, prefix=f"{prefix}-{first + 3 * batch}") as saver:
         listed = list(saver.list({"configurable": {"thread_id": "t"}}))
@@ -1620,3 +1627,215 @@ async def test_a_thread_of_the_current_layout_under_a_010_registry_is_refused_to
         saver2.close()
     else:
         await saver2.aclose()
+
+
+# -- stdout gone, Ctrl-C, timelines gone, counts, TTL floor, the lock ----------------------
+
+MIGRATE_DOC = Path(__file__).resolve().parents[3] / "docs" / "migrate" / "plainredis-0.1.md"
+
+
+@pytest.mark.parametrize("stdout", ["closed pipe", "full disk"])
+def test_migrate_goes_on_to_its_end_when_its_stdout_fails(
+    client: redis.Redis, redis_url: str, restored: dict[str, str], stdout: str
+) -> None:
+    """`plainredis migrate | head -3` exited 141 after the reader left, and `> /dev/full`
+    with a traceback, both silent on stderr and leaving the keyspace parked (refused by every
+    saver until a rerun). The run goes on to its end, and says on stderr what happened."""
+    prefix = restored["lg"]
+    argv = [sys.executable, "-m", "langgraph_checkpoint_plainredis", "migrate", "--url"]
+    argv += [redis_url, "--prefix", prefix]
+    with open("/dev/full", "w") if stdout == "full disk" else nullcontext() as full:
+        run = subprocess.Popen(
+            argv, stdout=full or subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        if run.stdout is not None:
+            run.stdout.close()  # the reader left before the first line
+        _, err = run.communicate(timeout=120)
+    assert run.returncode == 0 and err.count("\n") == 1, err
+    assert err.startswith("plainredis: stdout failed during the migration"), err
+    assert "went on to its end: migrated 4 thread namespaces" in err, err
+    assert not client.exists(f"{prefix}:v010:threads", f"{prefix}:v010:parked")
+    check_lg_threads(redis_url, prefix)
+
+
+def test_ctrl_c_during_migrate_says_where_the_run_stopped_and_how_to_go_on(
+    client: redis.Redis,
+    redis_url: str,
+    restored: dict[str, str],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Ctrl-C printed only "plainredis: interrupted" while the keyspace was half-migrated."""
+    from langgraph_checkpoint_plainredis import _migrate
+
+    prefix = restored["lg"]
+    real = _migrate._migrate_timeline
+    done: list[str] = []
+
+    def stop_after_one(*args: Any, **kw: Any) -> Any:
+        if done:
+            raise KeyboardInterrupt
+        done.append(args[4])
+        return real(*args, **kw)
+
+    with monkeypatch.context() as patched:
+        patched.setattr(_migrate, "_migrate_timeline", stop_after_one)
+        code, err = cli(capsys, "migrate", "--url", redis_url, "--prefix", prefix)
+    assert code == 130, err
+    assert "interrupted during the migration" in err, err
+    assert "threads migrated so far stay migrated, the rest keep their 0.1.0 keys" in err
+    assert "same command run again goes on where it stopped" in err
+    assert client.exists(f"{prefix}:v010:threads")  # parked: the savers refuse it
+    assert not client.exists(f"{prefix}:v010:lock")  # released: the rerun is not refused
+    assert cli(capsys, "migrate", "--url", redis_url, "--prefix", prefix) == (0, "")
+    check_lg_threads(redis_url, prefix)
+
+
+def test_a_timeline_that_is_gone_is_reported_skipped_and_not_counted(
+    client: redis.Redis, redis_url: str, restored: dict[str, str]
+) -> None:
+    """A registry entry whose 0.1.0 timeline key had expired was reported as "migrated
+    thread ..." and counted."""
+    prefix = restored["lg"]
+    client.delete(f"{prefix}:idx:t-fork:")  # as 0.1.0's TTL would
+    lines: list[str] = []
+    report = migrate_v010(client, prefix, progress=lines.append)
+    assert report.threads == 3 and report.gone == [("t-fork", "")]
+    assert not any("migrated thread 't-fork'" in line for line in lines), lines
+    assert (
+        f"skipped thread 't-fork' namespace '': gone (its 0.1.0 timeline '{prefix}:idx:t-fork:'"
+        in "\n".join(lines)
+    )
+    assert not client.exists(f"{prefix}:v010:threads")  # its entry went with the run
+
+
+def test_migrate_counts_the_blobs_it_wrote_and_the_guide_shows_what_it_prints(
+    client: redis.Redis,
+    redis_url: str,
+    restored: dict[str, str],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The count of blobs was of blob references (a value every checkpoint named, counted per
+    checkpoint): 141 checkpoints, 602 blobs when 231 values were written. The guide's example,
+    on the recorded keyspace, said 103 blobs; the dump holds 58 blob keys, 19 of them empty
+    channels, which the savers store as no key."""
+    prefix = restored["lg"]
+    code, out, err = cli_out(capsys, "migrate", "--url", redis_url, "--prefix", prefix)
+    assert code == 0, err
+    written = len(list(client.scan_iter(match=f"{prefix}:blob:{{*")))
+    summary = out.splitlines()[-1]
+    assert f", {written} blobs, " in summary, summary
+    (documented,) = re.findall(
+        r"^\s*(migrated \d+ thread namespaces.*)$", MIGRATE_DOC.read_text(), re.MULTILINE
+    )
+    assert summary == documented
+
+
+def cli_out(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.mark.parametrize("ttl", ["0.001", "1", "59.9"])
+def test_a_migrate_ttl_too_short_to_read_back_is_refused(
+    client: redis.Redis, restored: dict[str, str], capsys: pytest.CaptureFixture[str], ttl: str
+) -> None:
+    """`--ttl 0.001` was taken: the run deleted the 0.1.0 keys of the first namespaces, whose
+    new keys expired at once, and stopped blaming "another program writing under this
+    prefix"."""
+    prefix = restored["lg"]
+    before = everything(client, prefix)
+    with pytest.raises(SystemExit) as exit_info:
+        main(["migrate", "--url", "redis://127.0.0.1:1/0", "--prefix", prefix, "--ttl", ttl])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert f"argument --ttl: {ttl!r} is shorter than 60 seconds" in err and "--ttl 60" in err
+    with pytest.raises(ValueError, match=rf"ttl={float(ttl)!r} is shorter than 60 seconds"):
+        migrate_v010(client, prefix, ttl=float(ttl))
+    assert everything(client, prefix) == before
+
+
+def test_a_read_back_failure_with_a_ttl_names_it(
+    client: redis.Redis, restored: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from langgraph_checkpoint_plainredis import _migrate
+
+    prefix = restored["lg"]
+    real = _migrate.encode_blob
+    monkeypatch.setattr(_migrate, "encode_blob", lambda typed: real(("json", b'"tampered"')))
+    with pytest.raises(PlainRedisError, match=r"their TTL is 3600 s, --ttl / ttl=\)"):
+        migrate_v010(client, prefix, ttl=3600)
+
+
+def test_a_second_run_on_the_prefix_is_refused_while_the_first_runs(
+    client: redis.Redis, redis_url: str, restored: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two runs on one prefix both went: the second reported threads the first moved and
+    skipped checkpoints it took for expired. The first renews its lock past its expiry and
+    releases it at its end."""
+    from langgraph_checkpoint_plainredis import _migrate
+
+    prefix = restored["lg"]
+    lock = f"{prefix}:v010:lock"
+    monkeypatch.setattr(_migrate, "_LOCK_MS", 400)
+    monkeypatch.setattr(_migrate, "_RENEW_S", 0.05)
+    real = _migrate._migrate_timeline
+    refusals: list[str] = []
+
+    def slow(*args: Any, **kw: Any) -> Any:
+        time.sleep(0.25)  # four timelines: the run outlives its lock's expiry twice over
+        assert client.pttl(lock) > 0
+        with redis.Redis.from_url(redis_url, protocol=2) as other:
+            with pytest.raises(PlainRedisError, match="another migration from prefix") as info:
+                migrate_v010(other, prefix)
+            refusals.append(str(info.value))
+        return real(*args, **kw)
+
+    monkeypatch.setattr(_migrate, "_migrate_timeline", slow)
+    report = migrate_v010(client, prefix)
+    assert report.threads == 4 and len(refusals) == 4
+    assert f"it holds the lock {lock!r}" in refusals[0] and "lapses in 0 s" in refusals[0]
+    assert not client.exists(lock)
+    check_lg_threads(redis_url, prefix)
+
+
+def test_the_lock_of_a_killed_run_lapses_and_the_rerun_goes_on(
+    client: redis.Redis,
+    redis_url: str,
+    restored: dict[str, str],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    prefix = restored["lg"]
+    lock = f"{prefix}:v010:lock"
+    client.set(lock, "a killed run", px=30_000)
+    before = everything(client, prefix)
+    code, err = cli(capsys, "migrate", "--url", redis_url, "--prefix", prefix)
+    assert code == 1 and err.count("\n") == 1, err
+    assert "another migration from prefix" in err and "lapses in 30 s" in err
+    assert "nothing was changed" in err
+    assert everything(client, prefix) == before
+    client.pexpire(lock, 100)
+    time.sleep(0.2)
+    assert cli(capsys, "migrate", "--url", redis_url, "--prefix", prefix) == (0, "")
+    assert not client.exists(lock)
+    check_lg_threads(redis_url, prefix)
+
+
+def test_threads_on_the_source_of_an_unfinished_migration_names_it(
+    client: redis.Redis,
+    redis_url: str,
+    restored: dict[str, str],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`threads` on the source prefix of an unfinished `--to-prefix` run said "0 threads"."""
+    old = restored["lg"]
+    new = f"{old}-new"
+    interrupt_after_one(monkeypatch, client, old, to_prefix=new)
+    code, out, err = cli_out(capsys, "threads", "--url", redis_url, "--prefix", old)
+    assert code == 0, err
+    assert (
+        f"0 threads under prefix {old!r}: a migration from it into {new!r} has not finished" in err
+    )
+    assert f"--prefix {old} --to-prefix {new}` again" in err

@@ -20,7 +20,7 @@ from ._core import MAX_TTL, _ttl_ms
 from ._errors import LegacyKeyspaceError, PlainRedisError
 from ._inspect import Inspector, Usage, _without_protocol
 from ._keys import KeySpace, LegacyKeys
-from ._migrate import migrate_v010, parked_source, target_prefix
+from ._migrate import MIN_TTL, MigrationReport, migrate_v010, parked_source, target_prefix
 from ._shell import check_database, validate_client
 
 __all__ = ["main"]
@@ -69,6 +69,18 @@ def _ttl(value: str) -> float:
             f"{value!r} is not a positive number of seconds up to {MAX_TTL:,} (about 31 "
             "years): pass e.g. --ttl 604800 (a week), or no --ttl to keep threads forever"
         ) from None
+    return seconds
+
+
+def _migrate_ttl(value: str) -> float:
+    seconds = _ttl(value)
+    if seconds < MIN_TTL:
+        raise argparse.ArgumentTypeError(
+            f"{value!r} is shorter than {MIN_TTL} seconds: the run reads back what it writes "
+            "before it deletes the 0.1.0 keys, and keys that expire sooner could be gone by "
+            f"then; pass --ttl {MIN_TTL} or more, e.g. --ttl 604800 (a week), or no --ttl to "
+            "keep threads forever"
+        )
     return seconds
 
 
@@ -213,7 +225,10 @@ def _parser() -> argparse.ArgumentParser:
         "0.1.0's, e.g. {agents} or 'my app'; a rerun of an unfinished run needs the same one",
     )
     migrate.add_argument(
-        "--ttl", type=_ttl, default=None, help="TTL in seconds for migrated threads"
+        "--ttl",
+        type=_migrate_ttl,
+        default=None,
+        help=f"TTL in seconds for migrated threads ({MIN_TTL} or more)",
     )
     migrate.add_argument(
         "--keep-old",
@@ -221,6 +236,8 @@ def _parser() -> argparse.ArgumentParser:
         help="leave the 0.1.0 keys of every thread in place (not 0.1.0's registry, "
         "PREFIX:threads, which the run empties: to go back to 0.1.0, restore a backup)",
     )
+    for command in sub.choices.values():  # its usage errors show its own usage line
+        command.set_defaults(command_parser=command)
     return parser
 
 
@@ -357,8 +374,28 @@ def _threads(inspector: Inspector, args: argparse.Namespace) -> int:
         expires = _expiry(info.expires_ms, now_ms)
         print(f"{info.checkpoints:>11,}  {len(info.namespaces):>3}  {expires:<20}  "
               f"{_shown(info.thread_id)}")  # fmt: skip
-    print(f"{_plural(count, 'thread')} under prefix {args.prefix!r}", file=sys.stderr)
+    why = "" if count else _why_none(inspector, args)
+    print(f"{_plural(count, 'thread')} under prefix {args.prefix!r}{why}", file=sys.stderr)
     return 0
+
+
+def _why_none(inspector: Inspector, args: argparse.Namespace) -> str:
+    """Why no thread is under the prefix, when the keyspace says more than nothing."""
+    into = inspector.migrating_into()
+    if into is not None:
+        marker = LegacyKeys(args.prefix).parked_into
+        return (
+            f": a migration from it into {into!r} has not finished ({marker!r} records it); "
+            f"run `plainredis migrate --url redis://... --prefix {shlex.quote(args.prefix)} "
+            f"--to-prefix {shlex.quote(into)}` again, then `plainredis threads --prefix "
+            f"{shlex.quote(into)}`"
+        )
+    if inspector.registry_exists() is False:
+        return (
+            f": nothing is stored under it (no registry {inspector.keyspace.threads!r}); "
+            "is --prefix mistyped? (the savers' default is lg)"
+        )
+    return ""
 
 
 def _history(inspector: Inspector, args: argparse.Namespace) -> int:
@@ -515,6 +552,53 @@ def _prune(inspector: Inspector, args: argparse.Namespace) -> int:
     return 0
 
 
+_STOPPED_THERE = (
+    "The run stopped there: threads migrated so far stay migrated, the rest keep their 0.1.0 "
+    "keys (the savers refuse the keyspace until they are migrated), and the same command run "
+    "again goes on where it stopped"
+)
+
+
+class _Lines:
+    """The lines a migration prints on stdout. When stdout fails (its reader went away, as
+    with `| head`, or a full disk), the lines stop and the migration goes on: one stopped
+    half-way leaves the keyspace refused by every saver until it is run again."""
+
+    def __init__(self) -> None:
+        self.failed: Exception | None = None
+
+    def __call__(self, line: str) -> None:
+        if self.failed is not None:
+            return
+        try:
+            print(line)
+            sys.stdout.flush()  # each line as it comes, and a failure at once
+        except (OSError, _OutputFailed) as exc:
+            self.failed = exc.error if isinstance(exc, _OutputFailed) else exc
+            _silence_stdout()
+
+    def note(self, report: MigrationReport | None) -> None:
+        """Says on stderr, on one line, that stdout failed, with the summary it missed."""
+        if self.failed is None:
+            return
+        went_on = (
+            f"the migration went on to its end: {_summary(report)}"
+            if report is not None
+            else "the run went on without printing until it stopped"
+        )
+        print(f"plainredis: stdout failed during the migration ({self.failed}); {went_on}",
+              file=sys.stderr)  # fmt: skip
+
+
+def _summary(report: MigrationReport) -> str:
+    gone = f" ({len(report.gone):,} gone, skipped)" if report.gone else ""
+    return (
+        f"migrated {report.threads:,} thread namespaces{gone}, {report.checkpoints:,} "
+        f"checkpoints, {report.blobs:,} blobs, {report.writes:,} writes; deleted "
+        f"{report.old_keys_deleted:,} old keys"
+    )
+
+
 def _migrate(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     try:
         target = target_prefix(args.prefix, args.to_prefix, ("--prefix", "--to-prefix"))
@@ -537,43 +621,47 @@ def _migrate(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         client.ping()
     except ValueError as exc:
         client.close()
-        parser.error(f"--url {_redact(args.url)!r}: {exc}")
+        parser.error(f"--url {_redact(args.url)!r}: {_url_option_error(exc)}")
     except BaseException:  # a server down or a login refused: `main` says what to do
         client.close()
         raise
+    lines = _Lines()
+    report: MigrationReport | None = None
     try:
-        report = migrate_v010(
-            client,
-            args.prefix,
-            to_prefix=target,
-            ttl=args.ttl,
-            keep_old=args.keep_old,
-            progress=print,
-        )
+        try:
+            report = migrate_v010(
+                client,
+                args.prefix,
+                to_prefix=target,
+                ttl=args.ttl,
+                keep_old=args.keep_old,
+                progress=lines,
+            )
+        finally:
+            client.close()
+        lines(_summary(report))
+        if not report.found:
+            lines(
+                f"no 0.1.0 registry at {LegacyKeys(args.prefix).registry!r} (and none parked "
+                "by an unfinished run): nothing to migrate. Already migrated, or not 0.1.0's "
+                "--prefix? (0.1.0's default was lg)"
+            )
     except (redis.ConnectionError, redis.TimeoutError) as exc:
         if isinstance(exc, redis.AuthenticationError):
             raise
         # The server answered the PING above: the run had started, and `main`'s "cannot
         # connect" would send the user to start a server that is running.
         return _fail(
-            f"lost the connection to {_redact(args.url)} during the migration ({exc}). The "
-            "run stopped there: threads migrated so far stay migrated, the rest keep their "
-            "0.1.0 keys, and the same command run again goes on where it stopped (if the "
-            "connection drops again at the same point, the server log says why)"
+            f"lost the connection to {_redact(args.url)} during the migration ({exc}). "
+            f"{_STOPPED_THERE} (if the connection drops again at the same point, the server "
+            "log says why)"
         )
+    except KeyboardInterrupt:
+        print(f"\nplainredis: interrupted during the migration. {_STOPPED_THERE}",
+              file=sys.stderr)  # fmt: skip
+        return 130
     finally:
-        client.close()
-    print(
-        f"migrated {report.threads} thread namespaces, {report.checkpoints} checkpoints, "
-        f"{report.blobs} blobs, {report.writes} writes; deleted {report.old_keys_deleted} "
-        "old keys"
-    )
-    if not report.found:
-        print(
-            f"no 0.1.0 registry at {LegacyKeys(args.prefix).registry!r} (and none parked by an "
-            "unfinished run): nothing to migrate. Already migrated, or not 0.1.0's --prefix? "
-            "(0.1.0's default was lg)"
-        )
+        lines.note(report)
     for skipped in report.skipped:
         print(f"skipped unreadable registry entry {skipped!r}", file=sys.stderr)
     if report.skipped:
@@ -584,6 +672,30 @@ def _migrate(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
             file=sys.stderr,
         )
     return 1 if report.skipped else 0
+
+
+def _read_only(url: str, command: str) -> str:
+    """What a command refused a write by a read-only replica needs."""
+    after = (
+        " (a run refused at its start changed nothing; one stopped later goes on where it stopped)"
+        if command == "migrate"
+        else ""
+    )
+    return (
+        f"the server at {url} is a read-only replica (it answered READONLY to a write): "
+        "point --url at its primary (`INFO replication` on the replica names it: "
+        f"master_host, master_port) and run the command again{after}"
+    )
+
+
+def _url_option_error(error: ValueError) -> str:
+    """The saver's refusal of a client option, in the command line's words."""
+    if "decode_responses" in str(error):
+        return (
+            "decode_responses=true in its query makes redis-py decode replies to text, and "
+            "checkpoints are raw bytes: remove it from the URL"
+        )
+    return str(error)
 
 
 def _migrate_refused(url: str, error: Exception) -> str:
@@ -608,12 +720,13 @@ _COMMANDS: dict[str, Callable[[Inspector, argparse.Namespace], int]] = {
 
 
 def _run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    parser = getattr(args, "command_parser", parser)  # usage errors show its usage line
     if args.command == "migrate":
         return _migrate(args, parser)
     try:
         inspector = Inspector.connect(args.url, args.prefix, socket_connect_timeout=5)
     except ValueError as exc:  # redis-py cannot parse the URL, or a query option
-        parser.error(f"--url {_redact(args.url)!r}: {exc}")
+        parser.error(f"--url {_redact(args.url)!r}: {_url_option_error(exc)}")
     with inspector:
         try:
             return _COMMANDS[args.command](inspector, args)
@@ -646,25 +759,74 @@ def _replaceable_output() -> None:
             stream.reconfigure(errors="backslashreplace")
 
 
+class _OutputFailed(Exception):
+    """Writing to stdout failed for another reason than its reader going away: `error`."""
+
+    def __init__(self, error: OSError) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+class _Stdout:
+    """`sys.stdout` while a command runs: a write or flush that fails raises `_OutputFailed`
+    (a full disk, say), but for a reader gone (`BrokenPipeError`, handled in `main`)."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self.stream = stream
+
+    def write(self, text: str) -> int:
+        try:
+            return self.stream.write(text)
+        except BrokenPipeError:
+            raise
+        except OSError as exc:
+            raise _OutputFailed(exc) from exc
+
+    def flush(self) -> None:
+        try:
+            self.stream.flush()
+        except BrokenPipeError:
+            raise
+        except OSError as exc:
+            raise _OutputFailed(exc) from exc
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.stream, name)
+
+
+def _silence_stdout() -> None:
+    """Points stdout at /dev/null: output still buffered would fail again at exit."""
+    try:
+        fd = sys.stdout.fileno()
+    except (OSError, ValueError):  # not a file (a capturing test's buffer, say)
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, fd)
+    os.close(devnull)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Runs the command line; returns the exit status (argparse exits 2 on bad arguments)."""
     _replaceable_output()
+    stdout = sys.stdout
+    if stdout is not None:
+        sys.stdout = _Stdout(stdout)
     try:
         code = _main(argv)
         sys.stdout.flush()  # a reader gone shows at the last flush too
     except BrokenPipeError:
         # The reader stopped reading (`plainredis threads | head -1`): stop quietly, with
-        # the status of a command SIGPIPE ended. Output still buffered would fail again at
-        # exit: stdout points at /dev/null from here.
-        try:
-            fd = sys.stdout.fileno()
-        except (OSError, ValueError):  # not a file (a capturing test's buffer, say)
-            pass
-        else:
-            devnull = os.open(os.devnull, os.O_WRONLY)
-            os.dup2(devnull, fd)
-            os.close(devnull)
+        # the status of a command SIGPIPE ended. (`migrate` goes on: see `_Lines`.)
+        _silence_stdout()
         return 128 + 13  # 128 + SIGPIPE
+    except _OutputFailed as exc:
+        _silence_stdout()
+        return _fail(
+            f"cannot write the output to stdout ({exc.error}): free space where it goes, or "
+            "send it elsewhere"
+        )
+    finally:
+        sys.stdout = stdout
     return code
 
 
@@ -677,6 +839,12 @@ def _main(argv: Sequence[str] | None) -> int:
     try:
         return _run(args, parser)
     except redis.AuthenticationError as exc:
+        # Redis 6 and later, then Redis 5, on an AUTH sent to a server without a password.
+        if any(no in str(exc) for no in ("without any password configured", "no password is set")):
+            return _fail(
+                f"{url} refused the login ({exc}): the server has no password; remove "
+                "the user:password (or password= in the query) from the --url"
+            )
         return _fail(f"{url} refused the login ({exc}): put user:password in the --url")
     except (redis.ConnectionError, redis.TimeoutError) as exc:
         return _fail(
@@ -703,6 +871,14 @@ def _main(argv: Sequence[str] | None) -> int:
         # A refused EXEC discards the transaction: redis-py raises it as an EXECABORT.
         if args.command == "migrate" and "NOPERM" in str(exc):
             return _fail(_migrate_refused(url, exc))
+        if isinstance(exc, redis.exceptions.ReadOnlyError) or "READONLY" in str(exc):
+            # A script's refusal, or a pipeline's, wraps the reply in its own words.
+            return _fail(_read_only(url, args.command))
+        if "DB index is out of range" in str(exc):
+            return _fail(
+                f"Redis at {url} has no such database ({exc}): name one it has in --url, "
+                "0 up to its `databases` setting less one (16 databases by default: 0 to 15)"
+            )
         return _fail(f"Redis at {url} answered with an error: {exc}")
     except KeyboardInterrupt:
         print("\nplainredis: interrupted", file=sys.stderr)

@@ -30,7 +30,7 @@ from redis.exceptions import ResponseError
 
 from ._core import _s, info_refused, parked_check, refuse_parked
 from ._errors import LegacyKeyspaceError, WrongTypeError
-from ._keys import SEP, ThreadKeys, listed_namespace, listed_thread, member_text
+from ._keys import SEP, LegacyKeys, ThreadKeys, listed_namespace, listed_thread, member_text
 from ._shell import _parameters, check_database, is_cluster_client
 from ._sync import RedisSaver, close_client
 
@@ -286,6 +286,23 @@ class Inspector:
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
+
+    def registry_exists(self) -> bool | None:
+        """Whether the thread registry exists (one EXISTS, never a SCAN); None on a cluster,
+        which keeps none."""
+        return None if self.cluster else bool(self.client.exists(self.keyspace.threads))
+
+    def migrating_into(self) -> str | None:
+        """The prefix an unfinished migration from this prefix into another parked its 0.1.0
+        registry under (`LegacyKeys.parked_into` records it), while that registry is still
+        parked; else None."""
+        raw = self.client.get(LegacyKeys(self.keyspace.prefix).parked_into)
+        if raw is None:
+            return None
+        into = _s(raw)
+        if into == self.keyspace.prefix or not self.client.exists(LegacyKeys(into).stash):
+            return None
+        return into
 
     def _check_registry(self) -> None:
         key = self.keyspace.threads

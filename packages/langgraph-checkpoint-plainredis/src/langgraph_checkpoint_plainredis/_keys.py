@@ -423,6 +423,12 @@ class LegacyKeys:
         return f"{self.prefix}{SEP}v010{SEP}threads"
 
     @property
+    def lock(self) -> str:
+        """Held by a migration from this prefix while it runs (a second run is refused), with
+        an expiry it renews, so that the lock of a killed run lapses."""
+        return f"{self.prefix}{SEP}v010{SEP}lock"
+
+    @property
     def parked_into(self) -> str:
         """Under the prefix 0.1.0 wrote (the source), while a migration from it is unfinished:
         the prefix it migrates into, whose `stash` holds this prefix's parked registry. Set

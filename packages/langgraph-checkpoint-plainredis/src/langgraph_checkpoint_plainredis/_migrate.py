@@ -20,6 +20,9 @@ strand the parked threads) is refused naming the target, and one from another so
 (`_entries`: the parked entries are keys of another prefix) is refused naming the source.
 A run into another prefix is refused, before it writes, when a thread it would migrate
 exists there already (`_refuse_merging`): the two would become one timeline.
+A run holds ``{prefix}:v010:lock`` (`_Lock`) from before its first read to its end: a
+second run from `prefix` is refused while it runs. The lock expires `_LOCK_MS` after its last
+renewal, so the lock of a run that was killed lapses by itself.
 
 0.1.0's keys of a thread id ``{a}`` are the current layout's keys of thread ``a``
 (`LegacyKeys.shadowed_thread`). Threads are migrated longest id first, so such a thread
@@ -40,6 +43,8 @@ import base64
 import json
 import re
 import shlex
+import time
+import uuid
 from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 from functools import partial
@@ -82,6 +87,22 @@ _CHUNK = 1000
 # `_FIRST`, each next one about `_BATCH_BYTES` of values at the size of the last one's (a
 # chat's checkpoints grow with it), `_BATCH` at most.
 _FIRST, _BATCH, _BATCH_BYTES = 16, 64, 4 << 20
+# The shortest `ttl` a run takes, in seconds. A run reads back each batch it writes, and
+# deletes a timeline's 0.1.0 keys only once all of it has read back; a batch takes seconds
+# on a loaded server or over a slow link, so keys that expire sooner can be gone before
+# their read-back (the run stops) or right after their 0.1.0 keys went (they are lost).
+MIN_TTL = 60
+# A run holds `LegacyKeys.lock` for `_LOCK_MS`, renewed every `_RENEW_S` while it runs: a
+# second run on the prefix is refused, and the lock of a killed run lapses by itself.
+_LOCK_MS, _RENEW_S = 30_000, 5.0
+# Compare-and-set scripts: a run renews and releases its own lock, never another run's.
+_RENEW = (
+    "if redis.call('GET', KEYS[1]) == ARGV[1] then "
+    "return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end return 0"
+)
+_RELEASE = (
+    "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0"
+)
 
 
 @dataclass
@@ -91,9 +112,12 @@ class MigrationReport:
     threads: int = 0
     checkpoints: int = 0
     writes: int = 0
-    blobs: int = 0
+    blobs: int = 0  # distinct channel values written (a value many checkpoints name: once)
     old_keys_deleted: int = 0
     skipped: list[str] = field(default_factory=list)
+    # (thread id, namespace) of the timelines the registry named whose 0.1.0 keys were gone
+    # (expired under 0.1.0's TTL): nothing to migrate, not counted in `threads`.
+    gone: list[tuple[str, str]] = field(default_factory=list)
     # False: no 0.1.0 registry under the prefix, none parked and no unfinished run's record
     # (a keyspace already migrated, an empty one, or a mistyped prefix).
     found: bool = True
@@ -562,23 +586,26 @@ def migrate_v010(
         to_prefix: The prefix to migrate into (default: `prefix`); one the savers accept.
             Needed when 0.1.0's prefix is one the savers refuse, such as ``{agents}``.
             A rerun of an unfinished run must name the same one (refused otherwise).
-        ttl: TTL for the migrated threads, as the saver's `ttl`.
+        ttl: TTL for the migrated threads, as the saver's `ttl`: `MIN_TTL` seconds or more
+            (the run reads back what it wrote before it deletes the 0.1.0 keys).
         serde: The serializer 0.1.0 was configured with, if not the default.
         keep_old: Leave the 0.1.0 keys of every thread in place. Refused (before anything is
             written) when a 0.1.0 thread id such as ``{a}`` has keys that are keys of the
             current layout. 0.1.0's registry ``{prefix}:threads`` is not kept: the run parks
             and empties it, and in place the current registry takes its name, so 0.1.0 could
             read a thread by id but not list the threads (nor, in place, write).
-        progress: Called with a line of text per migrated (thread, namespace).
+        progress: Called with a line of text per migrated (thread, namespace), and per one
+            skipped as gone (expired under 0.1.0's TTL).
 
     Returns:
         Counts of what was migrated.
 
     Raises:
         TypeError: `client` is no blocking client (a URL, or a `redis.asyncio` client).
-        ValueError: A prefix 0.1.0 never wrote under, a target the savers refuse, or two
-            prefixes whose keys could be the same.
-        PlainRedisError: The server is a cluster node; `client` speaks RESP3 (redis-py 8's
+        ValueError: A prefix 0.1.0 never wrote under, a target the savers refuse, two
+            prefixes whose keys could be the same, or a `ttl` under `MIN_TTL`.
+        PlainRedisError: Another run on `prefix` holds its lock (`{prefix}:v010:lock`;
+            nothing was changed); the server is a cluster node; `client` speaks RESP3 (redis-py 8's
             default) to a server without it, such as Redis 5 (the message names
             ``protocol=2``; nothing was changed); a run from `prefix` into another prefix, or
             from another prefix into `to_prefix`, is unfinished (the message names the
@@ -588,9 +615,18 @@ def migrate_v010(
     """
     _check_client(client)
     target = target_prefix(prefix, to_prefix)
+    _check_ttl(ttl)
     _refuse_cluster(client)
+    lock = _Lock(client, prefix)
     try:
-        return _migrate(client, prefix, target, ttl, serde, keep_old, progress)
+        lock.acquire()
+        try:
+            report = _migrate(client, prefix, target, ttl, serde, keep_old, progress, lock)
+        except BaseException:
+            lock.release(stopped=True)
+            raise
+        lock.release(stopped=False)
+        return report
     except redis.ResponseError as exc:
         if refuses_resp3(exc):  # a connection opened later (the pool's second, say)
             raise _resp2_needed(exc, started=True) from None
@@ -598,6 +634,75 @@ def migrate_v010(
             raise
         answer = f" (it answered {str(exc).split(' ', 1)[0]})"
         raise PlainRedisError(_CLUSTER.format(answer=answer)) from None
+
+
+def _check_ttl(ttl: float | None) -> None:
+    """Refuses a `ttl` under `MIN_TTL` (the saver checks the rest)."""
+    if ttl is not None and ttl < MIN_TTL:
+        raise ValueError(
+            f"ttl={ttl!r} is shorter than {MIN_TTL} seconds: the run reads back each batch it "
+            "writes, and deletes a thread's 0.1.0 keys only once all of it has read back, so "
+            "migrated keys that expire sooner could be gone before then. Pass ttl="
+            f"{MIN_TTL} or more (--ttl {MIN_TTL}), or none to keep the threads for ever"
+        )
+
+
+class _Lock:
+    """The lock of a run from a prefix: set if absent with an expiry (`_LOCK_MS`), renewed as
+    the run goes, and renewed and released only by the run that holds it (its token)."""
+
+    def __init__(self, client: redis.Redis, prefix: str) -> None:
+        self.client, self.prefix = client, prefix
+        self.key = LegacyKeys(prefix).lock
+        self.token = uuid.uuid4().hex
+        self.renewed = 0.0
+
+    def acquire(self) -> None:
+        """Takes the lock, or raises `PlainRedisError` naming when a dead holder's lapses."""
+        for _ in range(2):  # once more if the holder's lapsed between the SET and the PTTL
+            if self.client.set(self.key, self.token, nx=True, px=_LOCK_MS):
+                self.renewed = time.monotonic()
+                return
+            left = self.client.pttl(self.key)
+            if left != -2:
+                break
+        lapse = f"{max(left, 0) / 1000:.0f} s" if left >= 0 else "never: it has no expiry"
+        raise PlainRedisError(
+            f"another migration from prefix {self.prefix!r} is running: it holds the lock "
+            f"{self.key!r}, renewed every {_RENEW_S:g} s while it runs. Let it finish; if it "
+            f"was killed, its lock lapses in {lapse} (after {_LOCK_MS // 1000} s unrenewed)"
+            + (
+                ", then run again"
+                if left >= 0
+                else f" (no plainredis run sets a lock without one: DEL {self.key!r}"
+                ", then run again)"
+            )
+            + "; nothing was changed."
+        )
+
+    def renew(self) -> None:
+        """Renews the lock if `_RENEW_S` went by; raises `PlainRedisError` if it lapsed and
+        another run may have taken over."""
+        if time.monotonic() - self.renewed < _RENEW_S:
+            return
+        if not self.client.eval(_RENEW, 1, self.key, self.token, _LOCK_MS):
+            raise PlainRedisError(
+                f"the run lost its lock {self.key!r}: it went {_LOCK_MS // 1000} s without "
+                "renewing it (a stalled process, or a server that was paused), and another "
+                "run may have started. The run stopped there: threads migrated so far stay "
+                "migrated, the rest keep their 0.1.0 keys, and the same command run again goes "
+                "on where it stopped, once no other run holds the lock."
+            )
+        self.renewed = time.monotonic()
+
+    def release(self, stopped: bool) -> None:
+        """Deletes the lock if this run still holds it. When the run `stopped` on an error, an
+        error here (a lost connection, say) is not raised over it: the lock lapses anyway."""
+        try:
+            self.client.eval(_RELEASE, 1, self.key, self.token)
+        except redis.RedisError:
+            if not stopped:
+                raise
 
 
 def _migrate(
@@ -608,6 +713,7 @@ def _migrate(
     serde: SerializerProtocol | None,
     keep_old: bool,
     progress: Callable[[str], None] | None,
+    lock: _Lock,
 ) -> MigrationReport:
     legacy = LegacyKeys(prefix)
     # Parked where the savers of the target prefix look, so they refuse it until done.
@@ -654,7 +760,19 @@ def _migrate(
     saver._migrating = True  # it writes while 0.1.0's registry is parked: see _ready_plan
     for entry in entries:
         thread_id, ns = entry.thread_id, entry.ns
-        old_keys = _migrate_timeline(saver, client, legacy, entry.idx_key, thread_id, ns, report)
+        lock.renew()
+        old_keys = _migrate_timeline(
+            saver, client, legacy, entry.idx_key, thread_id, ns, report, lock=lock
+        )
+        if old_keys is None:  # expired whole under 0.1.0's TTL: nothing to migrate
+            report.gone.append((thread_id, ns))
+            client.hdel(stash, entry.idx_key)
+            if progress:
+                progress(
+                    f"skipped thread {thread_id!r} namespace {ns!r}: gone (its 0.1.0 timeline "
+                    f"{_b(entry.idx_key).decode(errors='replace')!r} expired, say)"
+                )
+            continue
         if progress:
             progress(f"migrated thread {thread_id!r} namespace {ns!r}")
         if keep_old:
@@ -722,10 +840,12 @@ def _migrate_timeline(
     thread_id: str,
     ns: str,
     report: MigrationReport,
-) -> list[bytes | str]:
+    lock: _Lock | None = None,
+) -> list[bytes | str] | None:
     """Copies one (thread, namespace) in batches of checkpoints (`_BATCH`), each read back
     before the next is read, so that the run holds one batch however long the timeline is;
-    returns the 0.1.0 keys it read, each once."""
+    returns the 0.1.0 keys it read, each once, or None when its timeline key is gone
+    (renewing `lock` as it goes)."""
     tk = saver.keyspace.thread(thread_id)
     # A set in insertion order: every checkpoint names the blob of every channel, most of
     # them the blob its parent named.
@@ -734,8 +854,12 @@ def _migrate_timeline(
     sent: set[str] = set()  # the blobs written, which later puts of the timeline only name
     timeline = (idx_key, thread_id, ns)
     page = _read(client, idx_key, "zset", partial(client.zrange, idx_key, 0, _BATCH - 1))
+    if not page:  # Redis keeps no empty zset: the timeline expired whole
+        return None
     start, size = len(page), _FIRST
     while page:
+        if lock is not None:
+            lock.renew()
         ids, page = page[:size], page[size:]
         # The next page of ids comes with the batch that leaves less than a batch of this one.
         at = start if len(page) < _BATCH else None
@@ -910,6 +1034,7 @@ def _write_batch(
             blob = blobs[key]
             if blob is not None and suffix not in sent:
                 written[suffix] = blob.stored
+                report.blobs += blob.compared is not None  # not an empty channel
         sent.update(written)
         writes = _put_writes(saver, tk, ns, checkpoint)
         ops += [_put(saver, tk, ns, checkpoint, written, blobs, sent, report), *writes]
@@ -934,7 +1059,6 @@ def _put(
     """The put of `checkpoint` writing the blobs `written`, sent again with the blobs its
     reply names expired: the 0.1.0 value, absent where 0.1.0 let it expire."""
     by_suffix = dict(zip(checkpoint.refs, checkpoint.blob_keys, strict=True))
-    carried = sum(blobs[key] is not None for key in checkpoint.blob_keys)
     while True:
         put = saver._put_eval(
             tk, ns, checkpoint.cid, checkpoint.payload, checkpoint.refs, written, checkpoint.run_key
@@ -948,10 +1072,8 @@ def _put(
                 raise RuntimeError(f"PUT script named blob {suffix!r} it was not asked to refresh")
             blob = blobs[by_suffix[suffix]]
             written[suffix] = ABSENT if blob is None else blob.stored
-            carried += blob is None
         sent.update(written)
     report.checkpoints += 1
-    report.blobs += carried
 
 
 def _put_writes(
@@ -1053,6 +1175,12 @@ def _verify(
             f"migrating thread {tk.thread_id!r} namespace {ns!r}: checkpoint {checkpoint.cid!r} "
             f"does not read back as 0.1.0 stored it ({wrong}). Its 0.1.0 keys are kept and the "
             "run stops here; it can be repeated. Is another program writing under this prefix?"
+            + (
+                f" Or did the migrated keys expire before the read-back (their TTL is "
+                f"{saver.ttl:g} s, --ttl / ttl=)? A longer TTL keeps them."
+                if saver.ttl
+                else ""
+            )
         )
 
 
