@@ -20,7 +20,6 @@ import sys
 import uuid
 from collections.abc import Iterator
 from typing import Annotated, Any, TypedDict
-from urllib.parse import urlsplit
 
 import redis
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
@@ -95,13 +94,12 @@ class Unreachable(Exception):
 
 def reachable(url: str) -> None:
     """Raises `Unreachable`, naming the fix, when the server at `url` does not answer PING."""
-    shown = urlsplit(url)._replace(netloc=urlsplit(url).netloc.rpartition("@")[2]).geturl()
     try:
         with redis.Redis.from_url(url, protocol=2, socket_connect_timeout=3) as client:
             client.ping()
     except (redis.RedisError, OSError, ValueError) as error:
         raise Unreachable(
-            f"REDIS_URL={shown} does not answer ({type(error).__name__}: {error}): fix the URL "
+            f"REDIS_URL does not answer ({type(error).__name__}: {error}): fix the URL "
             "(redis://[user:password@]host:port/db), or unset REDIS_URL and the demo starts "
             "a private Redis of its own"
         ) from None

@@ -49,7 +49,15 @@ def test_demo_starts_its_own_redis_without_redis_url() -> None:
     assert "starting a private Redis" in done.stdout
 
 
-@pytest.mark.parametrize("url", ["redis://127.0.0.1:1/0", "redis://user:s3cret@127.0.0.1:1/0"])
+@pytest.mark.parametrize(
+    "url",
+    [
+        "redis://127.0.0.1:1/0",
+        "redis://user:s3cret@127.0.0.1:1/0",
+        "redis://127.0.0.1:1/0?password=s3cret",
+        "redis://[::1:6379/0?password=s3cret",  # not a URL urllib can split
+    ],
+)
 def test_demo_names_the_fix_when_redis_url_does_not_answer(url: str) -> None:
     """An unreachable REDIS_URL printed a hundred lines of ConnectionError traceback."""
     env = {**os.environ, "REDIS_URL": url}

@@ -230,3 +230,29 @@ def test_postgres_copies_trust_no_folder_another_user_made(
     copied.chmod(0o777)
     assert servers._for_user(binary, user) == copied
     assert not copied.stat().st_mode & 0o022
+
+
+def test_a_record_deleted_while_the_sweep_reads_it_is_skipped(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A server that stops deletes its record without the run-state lock; one that vanished
+    between the sweep's listing and its read made `start()` fail ("cannot sweep the
+    run-state folder ... No such file or directory")."""
+    from agentstate_testkit import _runstate
+
+    run_dir = tmp_path / ".run"
+    run_dir.mkdir()
+    gone = run_dir / "agentstate-redis-5-gone.json"
+    gone.write_text("{}")
+    stale = run_dir / ".record-staged"  # a save whose process died before the rename
+    stale.write_text("")
+    os.utime(stale, (0, 0))
+    real = _runstate._load
+
+    def stopped_meanwhile(path: Path) -> _runstate.Record | None:
+        path.unlink()  # what Server.stop() does, between the glob and the read
+        return real(path)
+
+    monkeypatch.setattr(_runstate, "_load", stopped_meanwhile)
+    assert _runstate.sweep(run_dir) == []
+    assert not stale.exists()

@@ -30,6 +30,7 @@ from langgraph_checkpoint_plainredis import (
     migrate_v010,
 )
 from langgraph_checkpoint_plainredis._cli import main
+from langgraph_checkpoint_plainredis._keys import LegacyKeys
 
 # 0.1.0 could write to a cluster but not read back from one: its data is standalone.
 pytestmark = pytest.mark.standalone
@@ -1798,6 +1799,39 @@ def test_a_second_run_on_the_prefix_is_refused_while_the_first_runs(
     assert f"it holds the lock {lock!r}" in refusals[0] and "lapses in 0 s" in refusals[0]
     assert not client.exists(lock)
     check_lg_threads(redis_url, prefix)
+
+
+def test_a_run_that_lost_its_lock_deletes_nothing_more(
+    client: redis.Redis, restored: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run stalled past its lock's expiry while another run took the lock went on to
+    delete the 0.1.0 keys of the timeline it had read back, and noticed only at the next
+    one. It confirms the lock before each deletion: it stops there, its timeline's 0.1.0
+    keys and parked entry kept, the other run's lock untouched."""
+    from langgraph_checkpoint_plainredis import _migrate
+
+    prefix = restored["lg"]
+    lock, stash = LegacyKeys(prefix).lock, LegacyKeys(prefix).stash
+    monkeypatch.setattr(_migrate, "_LOCK_MS", 300)
+    monkeypatch.setattr(_migrate, "_RENEW_S", 60.0)  # no renewal on the way: a stall
+    real = _migrate._verify
+    stalled: list[int] = []
+
+    def stalls_once(*args: Any, **kw: Any) -> Any:
+        if not stalled:
+            stalled.append(1)
+            time.sleep(0.5)
+            assert not client.exists(lock)
+            client.set(lock, "run B", px=30_000)  # another run takes the lapsed lock
+        return real(*args, **kw)
+
+    monkeypatch.setattr(_migrate, "_verify", stalls_once)
+    with pytest.raises(PlainRedisError, match="lost its lock"):
+        migrate_v010(client, prefix)
+    assert client.hlen(stash) == 4  # every timeline still parked: none deleted
+    assert client.get(lock) == b"run B"
+    client.delete(lock)
+    assert migrate_v010(client, prefix).threads == 4
 
 
 def test_the_lock_of_a_killed_run_lapses_and_the_rerun_goes_on(

@@ -1464,13 +1464,17 @@ def test_a_put_keeps_the_writes_already_stored_for_its_checkpoint(
         assert got is not None and got.pending_writes == [("task", "m", 2)]
 
 
-@pytest.mark.parametrize("side", ["async", "sync"])
+class _AsyncSaverOfMine(AsyncRedisSaver):
+    """A subclass, named as an application would."""
+
+
+@pytest.mark.parametrize("side", ["async", "async subclass", "sync"])
 async def test_a_resp3_client_on_redis_5_is_told_to_use_protocol_2(
     server_pool: Any, side: str, prefix: str
 ) -> None:
     url = server_pool.get("redis-5")
     # The fix names the client class the saver takes: it named the blocking redis.Redis
-    # for AsyncRedisSaver too, which refuses it.
+    # for AsyncRedisSaver too, which refuses it, and then for a subclass of it.
     if side == "sync":
         client: Any = redis.Redis.from_url(url, protocol=3)
         fix = r"protocol=2, e\.g\. redis\.Redis\.from_url\(url, protocol=2\)"
@@ -1480,9 +1484,37 @@ async def test_a_resp3_client_on_redis_5_is_told_to_use_protocol_2(
     else:
         aclient = aioredis.Redis.from_url(url, protocol=3)
         fix = r"protocol=2, e\.g\. redis\.asyncio\.Redis\.from_url\(url, protocol=2\)"
+        cls = AsyncRedisSaver if side == "async" else _AsyncSaverOfMine
         with pytest.raises(PlainRedisError, match=fix):
-            await AsyncRedisSaver(client=aclient, prefix=prefix).aget_tuple(cfg("t"))
+            await cls(client=aclient, prefix=prefix).aget_tuple(cfg("t"))
         await aclient.aclose()
+
+
+def test_an_error_raised_while_handling_the_resp3_one_is_not_taken_for_it(
+    server_pool: Any, prefix: str
+) -> None:
+    """Only a cluster client's chain is searched for the refusal of HELLO 3: a foreign key
+    met by a fallback saver in the except block of the RESP3 error was reported as that
+    RESP3 error, quoting itself."""
+    url = server_pool.get("redis-5")
+    resp3 = redis.Redis.from_url(url, protocol=3)
+    resp2 = redis.Redis.from_url(url, protocol=2)
+    resp2.set(f"{prefix}:threads", "not a sorted set")
+    raised: list[BaseException] = []
+    try:
+        try:
+            RedisSaver(client=resp3, prefix=prefix).get_tuple(cfg("t"))
+        except PlainRedisError as first:
+            assert "does not speak RESP3" in str(first)
+            try:
+                RedisSaver(client=resp2, prefix=prefix).get_tuple(cfg("t"))
+            except Exception as error:  # noqa: BLE001 - what it raised is the point
+                raised.append(error)
+        assert len(raised) == 1 and isinstance(raised[0], WrongTypeError), raised
+    finally:
+        resp2.delete(f"{prefix}:threads")
+        resp2.close()
+        resp3.close()
 
 
 def test_refresh_on_read_keeps_a_read_thread_alive(redis_url: str, prefix: str) -> None:

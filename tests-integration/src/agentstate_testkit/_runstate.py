@@ -117,8 +117,11 @@ class Record:
         if process_start(self.pid) != self.pid_start:
             return False
         # A record is only trusted to name our server: its working folder is the temp dir.
+        # Another user's process may not be looked into: PermissionError, for the caller.
         try:
             cwd = os.readlink(f"/proc/{self.pid}/cwd")
+        except PermissionError:
+            raise
         except OSError:
             return False
         return cwd == self.directory or cwd.startswith(self.directory + "/")
@@ -171,23 +174,37 @@ def sweep(run_dir: Path) -> list[str]:
         return []
     swept: list[str] = []
     with _locked(run_dir):
-        for path in sorted(run_dir.glob("*.json")):
-            record = _load(path)
-            if record is None:
-                # Unreadable: written by a newer harness, or torn; only a stale one goes.
+        # A staging file of a process killed while it saved a record: never renamed.
+        for path in run_dir.glob(".record-*"):
+            with contextlib.suppress(FileNotFoundError):
                 if time.time() - path.stat().st_mtime > 3600:
                     path.unlink()
-                continue
-            if record.owner_alive():
-                continue
-            line = f"owner {record.owner_pid} is gone:"
-            if record.server_alive():
-                try:
-                    _stop(record)
-                except PermissionError:
-                    continue  # another user's server: theirs to sweep
-                line += f" stopped server pid {record.pid},"
-            _remove_dir(record.directory)
-            path.unlink()
-            swept.append(f"{line} removed {record.directory}")
+        for path in sorted(run_dir.glob("*.json")):
+            # A server that stops deletes its record without the lock: gone meanwhile, skip.
+            with contextlib.suppress(FileNotFoundError):
+                line = _sweep_one(path)
+                if line is not None:
+                    swept.append(line)
     return swept
+
+
+def _sweep_one(path: Path) -> str | None:
+    """Sweeps the record at `path` if its owner is gone; what it did, or None."""
+    record = _load(path)
+    if record is None:
+        # Unreadable: written by a newer harness, or torn; only a stale one goes.
+        if time.time() - path.stat().st_mtime > 3600:
+            path.unlink()
+        return None
+    if record.owner_alive():
+        return None
+    line = f"owner {record.owner_pid} is gone:"
+    try:
+        if record.server_alive():
+            _stop(record)
+            line += f" stopped server pid {record.pid},"
+    except PermissionError:
+        return None  # another user's server: theirs to sweep, its record kept for them
+    _remove_dir(record.directory)
+    path.unlink()
+    return f"{line} removed {record.directory}"

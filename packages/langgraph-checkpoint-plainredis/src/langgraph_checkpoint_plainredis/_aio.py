@@ -294,6 +294,8 @@ class AsyncRedisSaver(SaverCore, BaseCheckpointSaver[str]):
     # and topology locks (see _enter_loop).
     _parked = Shared["OrderedDict[asyncio.AbstractEventLoop, tuple[Any, Any, Any]]"]()
 
+    _SIDE = "AsyncRedisSaver"
+
     def __init__(
         self,
         url: str | None = None,

@@ -39,6 +39,7 @@ from redis.exceptions import (
     ClusterDownError,
     MovedError,
     NoPermissionError,
+    RedisClusterException,
     ResponseError,
     TryAgainError,
 )
@@ -242,14 +243,22 @@ def refuses_resp3(error: BaseException) -> bool:
 
 
 def _resp3_refusal(error: BaseException) -> BaseException | None:
-    """The server's refusal of ``HELLO 3`` that `error` is or was raised from, or None.
-    redis-py's cluster client reports it as "Cluster mode is not enabled on this node",
-    with the refusal only in the exception's chain."""
+    """The server's refusal of ``HELLO 3`` that `error` is, or, for redis-py's cluster
+    client, was raised from: it reports the refusal as "Cluster mode is not enabled on this
+    node", with the refusal only in the exception's chain. Never one of the package's own
+    errors (whose text quotes the refusal), nor anything an error was raised while handling,
+    for any other error."""
+    if isinstance(error, PlainRedisError):
+        return None
+    if refuses_resp3(error):
+        return error
+    if not isinstance(error, RedisClusterException):
+        return None
     seen: set[int] = set()
-    todo: list[BaseException | None] = [error]
+    todo: list[BaseException | None] = [error.__cause__, error.__context__]
     while todo:
         cause = todo.pop()
-        if cause is None or id(cause) in seen:
+        if cause is None or id(cause) in seen or isinstance(cause, PlainRedisError):
             continue
         seen.add(id(cause))
         if refuses_resp3(cause):
@@ -581,6 +590,8 @@ class Shared(Generic[_V]):
 class SaverCore:
     """Plans and reply parsing for one keyspace; holds no connection."""
 
+    _SIDE = "RedisSaver"  # the shell class, whatever a subclass is called (client_example)
+
     serde: SerializerProtocol
     # Set by the shell once it knows the server. On a cluster, scripts touch only the
     # thread's hash slot: run sets are written by plain commands, and the registry is
@@ -634,7 +645,7 @@ class SaverCore:
     @property
     def _client_example(self) -> str:
         """How to build the client this saver takes, for the fix an error names."""
-        return client_example(type(self).__name__, self._cluster)
+        return client_example(self._SIDE, self._cluster)
 
     def _paused_under(self, thread_id: str, ns: str) -> list[str]:
         """The namespaces paused below `ns` (not `ns` itself) in thread `thread_id`."""

@@ -40,6 +40,7 @@ whole stay (`plainredis stats --scan` lists them as orphans).
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import re
 import shlex
@@ -621,12 +622,9 @@ def migrate_v010(
     try:
         lock.acquire()
         try:
-            report = _migrate(client, prefix, target, ttl, serde, keep_old, progress, lock)
-        except BaseException:
-            lock.release(stopped=True)
-            raise
-        lock.release(stopped=False)
-        return report
+            return _migrate(client, prefix, target, ttl, serde, keep_old, progress, lock)
+        finally:
+            lock.release()
     except redis.ResponseError as exc:
         if refuses_resp3(exc):  # a connection opened later (the pool's second, say)
             raise _resp2_needed(exc, started=True) from None
@@ -666,6 +664,12 @@ class _Lock:
             left = self.client.pttl(self.key)
             if left != -2:
                 break
+        if left == -2:
+            raise PlainRedisError(
+                f"other migrations from prefix {self.prefix!r} took and let go of the lock "
+                f"{self.key!r} twice as this one started: run it again once they are done; "
+                "nothing was changed."
+            )
         lapse = f"{max(left, 0) / 1000:.0f} s" if left >= 0 else "never: it has no expiry"
         raise PlainRedisError(
             f"another migration from prefix {self.prefix!r} is running: it holds the lock "
@@ -680,10 +684,11 @@ class _Lock:
             + "; nothing was changed."
         )
 
-    def renew(self) -> None:
-        """Renews the lock if `_RENEW_S` went by; raises `PlainRedisError` if it lapsed and
+    def renew(self, now: bool = False) -> None:
+        """Renews the lock if `_RENEW_S` went by, or `now` (before the run deletes anything:
+        a run that lost its lock deletes nothing); raises `PlainRedisError` if it lapsed and
         another run may have taken over."""
-        if time.monotonic() - self.renewed < _RENEW_S:
+        if not now and time.monotonic() - self.renewed < _RENEW_S:
             return
         if not self.client.eval(_RENEW, 1, self.key, self.token, _LOCK_MS):
             raise PlainRedisError(
@@ -695,14 +700,11 @@ class _Lock:
             )
         self.renewed = time.monotonic()
 
-    def release(self, stopped: bool) -> None:
-        """Deletes the lock if this run still holds it. When the run `stopped` on an error, an
-        error here (a lost connection, say) is not raised over it: the lock lapses anyway."""
-        try:
+    def release(self) -> None:
+        """Deletes the lock if this run still holds it. An error here (a lost connection, say)
+        is not raised: the run is over either way, and the lock lapses by itself."""
+        with contextlib.suppress(redis.RedisError):
             self.client.eval(_RELEASE, 1, self.key, self.token)
-        except redis.RedisError:
-            if not stopped:
-                raise
 
 
 def _migrate(
@@ -778,9 +780,11 @@ def _migrate(
         if keep_old:
             client.hdel(stash, entry.idx_key)
         else:
+            lock.renew(now=True)
             report.old_keys_deleted += _delete(client, old_keys, stash, entry.idx_key)
         report.threads += 1
     if not report.skipped:
+        lock.renew(now=True)
         if not keep_old:
             report.old_keys_deleted += client.delete(stash)
             # 0.1.0's counter is a string; a key of another type there is another program's.
