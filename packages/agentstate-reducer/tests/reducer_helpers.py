@@ -115,7 +115,7 @@ def is_injected(message: Any) -> bool:
 
 
 def preserved_count(messages: Sequence[Any], preserve_first: bool) -> int:
-    return int(bool(preserve_first and messages and role(messages[0]) not in ("ai", "tool")))
+    return int(bool(preserve_first and messages and role(messages[0]) in ("system", "human")))
 
 
 def check_partition(source: Sequence[Any], surviving: Sequence[Any], pruned: Sequence[Any]) -> None:

@@ -417,7 +417,8 @@ def test_late_and_misordered_results_keep_cuts_bounded_and_whole(
         elif i < caller or all(role(x) not in ("ai", "human") for x in messages[caller + 1 : i]):
             assert id(messages[caller]) not in alive, "a call kept without its result"
     # bounded: more than min_messages only for the newest turn or step (with the results
-    # of its calls listed before them)
+    # of its calls listed before them, and what precedes those, as no kept part opens with
+    # a result)
     preserved = preserved_count(messages, preserve)
     newest = last_human(messages)
     if newest < preserved:
@@ -426,10 +427,15 @@ def test_late_and_misordered_results_keep_cuts_bounded_and_whole(
             default=len(messages),
         )
     start = newest
-    while early := [
-        i for i in range(start) if callers.get(messages[i].get("tool_call_id"), -1) >= start
-    ]:
-        start = min(early)
+    while True:
+        if early := [
+            i for i in range(start) if callers.get(messages[i].get("tool_call_id"), -1) >= start
+        ]:
+            start = min(early)
+        elif preserved < start < len(messages) and role(messages[start]) == "tool":
+            start -= 1  # no kept part opens with a result: it keeps what precedes one
+        else:
+            break
     if result.pruned:
         assert newest == len(messages) or any(m is messages[newest] for m in kept)
         assert len(kept) <= max(min_messages, preserved + len(messages) - start), ids(kept)
@@ -465,3 +471,29 @@ def test_a_result_before_its_call_with_turns_between_holds_no_cut_back() -> None
     config = ReducerConfig(min_messages=2, max_messages=4, require_human_first=False)
     kept = [m["id"] for m in MessageReducer(config=config).plan(near).surviving]
     assert "call-x" in kept and "t-x" in kept
+
+
+@pytest.mark.parametrize("system", [True, False], ids=["system", "no-system"])
+def test_a_result_listed_just_before_its_call_never_opens_the_window(system: bool) -> None:
+    """An agent loop whose newest call has its result listed before it: the cut fell right
+    before the result, so the kept part opened with a tool message, which providers reject.
+    It now keeps the step before them too."""
+    head = [SYSTEM] if system else []
+    messages = [*head, ai("a0"), ai("a1"), tool("c2"), ai("a2", "c2")]
+    config = ReducerConfig(min_messages=len(head) + 2, max_messages=len(head) + 3)
+    result = MessageReducer(config=config).plan(messages)
+    assert ids(result.surviving) == [*ids(head), "a1", "tc2", "a2"]
+    # and where a cut may fall before a later message, it falls there instead
+    messages.append(ai("a3"))
+    result = MessageReducer(config=config).plan(messages)
+    assert ids(result.surviving) == [*ids(head), "a3"]
+
+
+def test_a_function_result_never_opens_the_window() -> None:
+    """A legacy `function` result was a cut point like any message: a window opened with it."""
+    call = {"role": "ai", "content": "", "id": "a1", "function_call": {"name": "f"}}
+    function = {"role": "function", "name": "f", "content": "r", "id": "f1"}
+    messages = [SYSTEM, ai("a0"), call, function, ai("a2")]
+    config = ReducerConfig(min_messages=3, max_messages=4)
+    result = MessageReducer(config=config).plan(messages)
+    assert ids(result.surviving) == ["sys", "a2"]

@@ -112,7 +112,7 @@ def test_a_failing_hook_keeps_its_batch_and_the_next_delivery_retries_it() -> No
 def test_a_retry_joins_the_next_batch_for_the_same_namespace() -> None:
     down = True
     hook = Recorder(fail=lambda: down)
-    reducer = reducer_with(hook)
+    reducer = reducer_with(hook, retry_after=0)  # about what a retry hands over, not when
     reducer.deliver([{"role": "human", "content": "a", "id": "a"}], "ns")
     down = False
     reducer.deliver([{"role": "human", "content": "b", "id": "b"}], "ns")
@@ -193,7 +193,7 @@ def test_namespaces_a_durable_ledger_keeps_apart_are_apart(one: Any, other: Any)
 def test_a_retry_kept_under_a_tuple_namespace_joins_the_same_namespace_as_a_list() -> None:
     down = True
     hook = Recorder(fail=lambda: down)
-    reducer = reducer_with(hook)
+    reducer = reducer_with(hook, retry_after=0)  # about what a retry hands over, not when
     pruned = conversation(1, calls=0)
     reducer.deliver(pruned, ("a", "b"))
     down = False
@@ -559,7 +559,7 @@ async def test_a_delivery_cancelled_while_the_ledger_answers_keeps_claims_and_re
     down = [True]
     first, second = First(), Second(fail=lambda: down[0])
     ledger = StallingLedger(stall="second")
-    reducer = reducer_with(first, second, ledger=ledger)
+    reducer = reducer_with(first, second, ledger=ledger, retry_after=0)
     ledger.stalled = False
     await reducer.adeliver([{"role": "human", "content": "x", "id": "x"}], "ns")
     assert reducer.pending == 1  # second failed on x: a retry batch
@@ -815,7 +815,8 @@ def test_strings_pruned_in_one_cut_no_longer_reach_the_hook_as_one() -> None:
 
 
 def test_every_documented_message_shape_is_still_accepted() -> None:
-    """Mappings, and objects with a `type`, `role` or `content` attribute, are messages."""
+    """Mappings, and objects with a `type`, `role` or `content` attribute, are messages;
+    a cut needs a role, so an object with only `content` goes to `deliver` alone."""
     from types import MappingProxyType, SimpleNamespace
 
     messages = [
@@ -823,13 +824,18 @@ def test_every_documented_message_shape_is_still_accepted() -> None:
         MappingProxyType({"role": "assistant", "content": "b"}),
         SimpleNamespace(type="human", content="c"),
         SimpleNamespace(role="assistant", content="d"),
-        SimpleNamespace(content="e"),
+        SimpleNamespace(type="critic", content="e"),
         {"role": "human", "content": "f"},
     ]
     hook = Recorder()
     result = reducer_with(hook, min_messages=1, max_messages=2).reduce(messages, None, "ns")
     assert result.surviving == [messages[0], messages[-1]]  # the first is preserved
     assert hook.calls[0][0] == messages[1:-1]
+    roleless = SimpleNamespace(content="g")
+    assert reducer_with(hook).deliver([roleless], "ns").ok
+    assert hook.calls[-1][0] == [roleless]
+    with pytest.raises(ValueError, match=r"message 1 has no role \(SimpleNamespace namespace"):
+        reducer_with(hook).plan([messages[0], roleless])
 
 
 def test_a_sync_deliver_interrupted_by_a_hook_leaves_every_unfinished_hook_for_retry() -> None:
@@ -893,7 +899,7 @@ async def test_failed_retries_put_back_by_a_cancelled_delivery_stay_oldest_and_b
     a, b = Recorder(fail=lambda: a_down[0]), Recorder(fail=lambda: b_down[0])
     a.name, b.name = "a", "b"  # type: ignore[attr-defined]
     ledger = OffLoopLedger(stall="a")
-    reducer = reducer_with(a, b, ledger=ledger, dedupe_window=2)
+    reducer = reducer_with(a, b, ledger=ledger, dedupe_window=2, retry_after=0)
     later = [
         {"role": "human", "content": "x", "id": "x"},
         {"role": "ai", "content": "y", "id": "y"},

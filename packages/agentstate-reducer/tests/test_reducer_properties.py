@@ -7,12 +7,15 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from reducer_helpers import (
+    AI_ROLES,
+    HUMAN_ROLES,
     Recorder,
     call_ids,
     check_partition,
     check_valid,
     conversations,
     get,
+    is_injected,
     last_human,
     preserved_count,
     role,
@@ -167,6 +170,84 @@ def test_overlapping_reduces_deliver_each_message_exactly_once(
     assert [id(m) for m in delivered] == list(dict.fromkeys(id(m) for m in delivered))
     assert {id(m) for m in delivered} == {id(m) for m in ever_pruned}
     assert all(ns == "ns" for _, ns in hook.calls)
+
+
+RESULTS = ("tool", "function")
+
+
+@st.composite
+def misordered(draw: st.DrawFn, max_steps: int = 14) -> list[dict[str, Any]]:
+    """Conversations and agent loops whose tool results come after their call, right before
+    it (across tool or system messages only), late, never, or for no call; with legacy
+    function results, roles the package does not know, and any opening message."""
+    messages: list[dict[str, Any]] = []
+    owed: list[str] = []
+
+    def add(role_: str, **fields: Any) -> None:
+        n = len(messages)
+        message = {"role": role_, "content": f"{role_}#{n}", **fields}
+        if draw(st.integers(0, 7)):
+            message["id"] = f"m{n}"
+        messages.append(message)
+
+    def results(calls: list[str]) -> None:
+        for c in calls:
+            if draw(st.integers(0, 4)) == 0:
+                add("system")  # a note between results binds nothing
+            add("tool", tool_call_id=c)
+
+    opening = draw(st.sampled_from(["system", "human", "ai", "tool", "function", "critic", "-"]))
+    if opening == "tool":
+        add("tool", tool_call_id="lost-opening")
+    elif opening != "-":
+        add(opening)
+    for n in range(draw(st.integers(0, max_steps))):
+        kind = draw(st.integers(0, 9))
+        if kind <= 1:
+            add(draw(st.sampled_from(HUMAN_ROLES)))
+        elif kind <= 5:
+            calls = [f"c{n}_{j}" for j in range(draw(st.integers(0, 2)))]
+            where = draw(st.sampled_from(["after", "after", "before", "late", "never"]))
+            if where == "before":
+                results(calls)
+            add(draw(st.sampled_from(AI_ROLES)), tool_calls=[{"id": c} for c in calls])
+            if where == "after":
+                results(calls)
+            elif where == "late":
+                owed += calls
+        elif kind == 6:
+            add("ai", function_call={"name": "f", "arguments": "{}"})
+            add("function", name="f")
+        elif kind == 7 and owed:
+            add("tool", tool_call_id=owed.pop(draw(st.integers(0, len(owed) - 1))))
+        elif kind == 7:
+            add("tool", tool_call_id=f"lost{n}")
+        elif kind == 8:
+            add("critic")
+        else:
+            add("system")
+    return messages
+
+
+@PROPERTY
+@given(misordered(), configs())
+def test_no_window_opens_with_a_tool_or_function_result(
+    source: list[dict[str, Any]], config: ReducerConfig
+) -> None:
+    """After the preserved first message (and an injected summary), the kept part never
+    opens with a tool or function result: a chat API rejects one that does not follow the
+    AI message that called it. The one exception is an input that itself opens there with
+    results only the newest step can keep: a result listed just before the call an agent
+    loop must keep, which the reducer neither moves nor separates from its call."""
+    result = MessageReducer(config=config).plan(source)
+    preserved = preserved_count(source, config.preserve_first)
+    body = [m for m in result.surviving[preserved:] if not is_injected(m)]
+    if not body or role(body[0]) not in RESULTS:
+        return
+    first = next(i for i, m in enumerate(source) if m is body[0])
+    assert all(role(m) in RESULTS for m in source[preserved : first + 1]), [
+        (role(m), get(m, "id")) for m in result.surviving
+    ]
 
 
 @settings(max_examples=50, deadline=None)

@@ -8,12 +8,15 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
-from reducer_helpers import conversation, get, is_injected
+from reducer_helpers import conversation, get, is_injected, to_langchain
 
 from agentstate_reducer import MessageReducer, ReducerConfig, default_summary_messages_factory
 
 # The key the reducer sets in each injected message's response_metadata (the README names it).
 SUMMARY_MARKER = "agentstate_reducer_summary"
+
+
+SYSTEM_DICT = {"role": "system", "content": "agent", "id": "sys"}
 
 
 def summarize(pruned: list[Any]) -> str:
@@ -477,3 +480,46 @@ def test_a_block_injected_before_the_marker_is_still_known_by_its_ids(system: bo
     ]
     result = MessageReducer(config=config).plan(state)
     assert [m["id"] for m in result.pruned][:2] == [f"{prefix}-0", f"{prefix}-1"]
+
+
+@pytest.mark.parametrize("system", [True, False], ids=["system", "no-system"])
+@pytest.mark.parametrize("kind", ["dict", "langchain"])
+def test_a_users_message_right_after_the_system_prompt_with_a_block_id_is_the_task(
+    system: bool, kind: str
+) -> None:
+    """Where a cut puts a block, an id of the block's shape was enough: an agent loop's task
+    there was taken for an older block and pruned as no human turn, leaving the loop with
+    no task. An older block is now known only with the text older releases gave it."""
+    uid = "summary-0123456789abcdef01234567-0"
+    messages: list[Any] = [{"role": "system", "content": "agent", "id": "sys"}] if system else []
+    messages.append({"role": "user", "content": "THE TASK", "id": uid})
+    messages += [m for i in range(5) for m in agent_step(i)]
+    if kind == "langchain":
+        messages = to_langchain(messages)
+    result = MessageReducer(config=ReducerConfig(min_messages=4, max_messages=8)).plan(messages)
+    assert [get(m, "id") for m in result.surviving][: 1 + system] == [*["sys"][:system], uid]
+    assert all(get(m, "id") != uid for m in result.pruned)
+
+
+def test_an_older_block_needs_its_text_as_well_as_its_ids() -> None:
+    """The ids alone no longer make a block; the default factory's text with them does,
+    also in LangChain messages, and a block's text without its ids is an ordinary message."""
+    prefix = "summary-" + "cd" * 12
+    steps = [m for i in range(3) for m in agent_step(i)]
+    config = ReducerConfig(min_messages=4, max_messages=6)
+    for text, known in [
+        ("Summary of the 12 earlier messages: the user wants a report", True),
+        ("Summary of the earlier messages", False),
+        ("Please summarize the 12 earlier messages", False),
+    ]:
+        block = [
+            {"role": "human", "content": text, "id": f"{prefix}-0"},
+            {"role": "ai", "content": "OK", "id": f"{prefix}-1"},
+        ]
+        listed = [SYSTEM_DICT, *block, *steps]
+        for messages in (listed, to_langchain(listed)):
+            pruned = [get(m, "id") for m in MessageReducer(config=config).plan(messages).pruned]
+            assert (pruned[:2] == [f"{prefix}-0", f"{prefix}-1"]) is known, (text, pruned)
+    unnamed = [{"role": "human", "content": "Summary of the 4 earlier messages: x", "id": "u"}]
+    kept = MessageReducer(config=config).plan([SYSTEM_DICT, *unnamed, *steps]).surviving
+    assert [get(m, "id") for m in kept][:2] == ["sys", "u"]

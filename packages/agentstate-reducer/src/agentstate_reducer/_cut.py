@@ -9,10 +9,23 @@ from typing import Any
 
 from ._config import ReducerConfig, TokenCounter
 from ._delivery import hook_key
-from ._messages import AI, HUMAN, SYSTEM, TOOL, id_of, role_of, tool_call_id_of, tool_call_ids
+from ._messages import (
+    AI,
+    FUNCTION,
+    HUMAN,
+    SYSTEM,
+    TOOL,
+    check_roles,
+    id_of,
+    role_of,
+    tool_call_id_of,
+    tool_call_ids,
+)
 from ._summary import is_summary, legacy_block
 
-_CANNOT_OPEN = frozenset({AI, TOOL, "function"})
+# The roles a preserved first message may have: those that open a conversation. A role the
+# package does not know (`ChatMessage(role="critic")`) is an ordinary message.
+_PRESERVABLE = frozenset({SYSTEM, HUMAN})
 
 
 @dataclass(frozen=True)
@@ -66,12 +79,19 @@ def plan_cut(
         tokens it holds. A tool result that arrived late (after a newer AI or human message
         than its call) leaves with its call instead of holding the cut back. A result listed
         before its call stays with it when only tool and system messages lie between them;
-        otherwise it is an orphan. A summary message the reducer injected (`is_summary`, or
-        an older block's ids, `legacy_block`) is no human turn (an agent loop's summary
-        would be its newest human message, never pruned) and no preserved first message.
+        otherwise it is an orphan. No cut falls right before a tool or function result, so
+        the kept tail opens with one only when nothing before it could be kept (the list
+        opens there with results the newest step keeps). A summary message the reducer
+        injected (`is_summary`, or an older block, `legacy_block`) is no human turn (an
+        agent loop's summary would be its newest human message, never pruned) and no
+        preserved first message.
+
+    Raises:
+        ValueError: A message has no role, or is a removal marker (`check_roles`).
     """
     n = len(messages)
     roles = [role_of(m) for m in messages]
+    check_roles(messages, roles)
     tokens: list[int] | None = None
     if config.max_tokens is not None:
         assert count_tokens is not None
@@ -95,6 +115,7 @@ def plan_cut(
     callers: dict[str, int] = {}
     waiting: dict[str, list[int]] = {}  # results whose call has not been seen yet
     humans: list[int] = []  # human messages, summary messages left out
+    functions: list[int] = []  # function results (the legacy form of tool results)
     newest_call = n  # the newest AI message when it calls tools, else n
     last_turn = -1  # the newest AI or human message so far
     for i, role in enumerate(roles):
@@ -109,7 +130,9 @@ def plan_cut(
             continue
         if role == SYSTEM:
             continue
-        if role == AI:
+        if role == FUNCTION:
+            functions.append(i)
+        elif role == AI:
             call_ids = tool_call_ids(messages[i])
             newest_call = i if call_ids else n
             for call_id in call_ids:
@@ -128,12 +151,17 @@ def plan_cut(
             waiting.clear()
 
     preserved = (
-        1 if config.preserve_first and n and roles[0] not in _CANNOT_OPEN and not summary(0) else 0
+        1 if config.preserve_first and n and roles[0] in _PRESERVABLE and not summary(0) else 0
     )
     last_human = humans[-1] if humans else -1
     if 0 <= last_human < preserved:
         return None  # The newest human turn is the whole list: it is never pruned.
     clean = _clean(n, parent, late)
+    # No cut falls right before a tool or function result: the kept part would open with it
+    # (a result listed just before its call), which a provider rejects. Before an orphan
+    # result it would keep what a cut right after it keeps.
+    for result in (*parent, *functions):
+        clean[result] = False
 
     human_turns = last_human >= preserved
     if human_turns:

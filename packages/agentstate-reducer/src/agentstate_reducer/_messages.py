@@ -17,6 +17,7 @@ HUMAN = "human"
 AI = "ai"
 SYSTEM = "system"
 TOOL = "tool"
+FUNCTION = "function"
 REMOVE = "remove"
 
 _ROLES: dict[str, str] = {
@@ -32,8 +33,8 @@ _ROLES: dict[str, str] = {
     "systemmessagechunk": SYSTEM,
     "tool": TOOL,
     "toolmessagechunk": TOOL,
-    "function": "function",
-    "functionmessagechunk": "function",
+    "function": FUNCTION,
+    "functionmessagechunk": FUNCTION,
     "remove": REMOVE,
 }
 
@@ -155,6 +156,46 @@ def check_messages(messages: Sequence[Any], what: str = "message") -> None:
             f"{what} {index} is a {type(message).__name__} ({shown(message, 60)}), not a message; "
             "pass message objects or {'role': ..., 'content': ...} dicts"
         )
+
+
+# The roles `check_roles` names as accepted, for its error.
+_ACCEPTED = "'user', 'assistant', 'system', 'tool' (or 'human', 'ai', 'developer', 'function')"
+
+
+def check_roles(messages: Sequence[Any], roles: Sequence[str]) -> None:
+    """Raise `ValueError` for a message a cut cannot place.
+
+    A message without a role (a dict with neither a `role` nor a `type` string, an object
+    with only `content`) was preserved at index 0 as if it were a system prompt. A removal
+    marker (LangChain's `RemoveMessage`, type `remove`) was kept as if it were a message:
+    removals apply to a state before it is cut. A role the package does not know
+    (`ChatMessage(role="critic")`) is accepted: an ordinary message, pruned like any other.
+
+    Args:
+        messages: The list to cut.
+        roles: `role_of` of each message, in order.
+    """
+    if "" not in roles and REMOVE not in roles:
+        return
+    for index, role in enumerate(roles):
+        message = messages[index]
+        if role == "":
+            if is_mapping(message):
+                what, where = "dict", "a 'role' or 'type' key"
+            else:
+                what, where = type(message).__name__, "a `type` or `role` attribute"
+            raise ValueError(
+                f"message {index} has no role ({what} {shown(message, 60)}): give it "
+                f"{where} naming its role, such as {_ACCEPTED}; any other role string is "
+                "an ordinary message, pruned like the rest"
+            )
+        if role == REMOVE:
+            raise ValueError(
+                f"message {index} is a removal marker (RemoveMessage, id {id_of(message)!r}), "
+                "not a message: apply removals before cutting, with LangGraph's "
+                "add_messages(state, updates) or reducer.as_langgraph_reducer(), which merges "
+                "like it, or pass the state's stored list"
+            )
 
 
 def shown(value: Any, limit: int = 80) -> str:

@@ -13,6 +13,7 @@ from typing import Any
 
 from ._config import SummaryMessageFactory
 from ._messages import (
+    HUMAN,
     _get,
     _jsonable,
     id_of,
@@ -28,6 +29,9 @@ SUMMARY_ID_PREFIX = "summary-"
 # The ids `summary_block` gives: the prefix, 24 hex digits of the pruned messages' hash, the
 # message's position in the block.
 _SUMMARY_ID = re.compile(re.escape(SUMMARY_ID_PREFIX) + r"[0-9a-f]{24}-[0-9]+")
+# How the first message of `default_summary_messages_factory`'s block begins: what a block
+# injected before `SUMMARY_MARKER` must also show to be known by its ids (`legacy_block`).
+_LEGACY_TEXT = re.compile(r"Summary of the [0-9]+ earlier messages")
 # The key `summary_block` sets to True in the ``response_metadata`` of every message it
 # injects (a dict's ``response_metadata`` key, a LangChain message's field): the mark by
 # which a cut knows them (`is_summary`).
@@ -110,16 +114,29 @@ def is_summary(message: Any) -> bool:
 
 
 def legacy_block(messages: Sequence[Any]) -> range:
-    """The indices of a summary block injected before the marker (0.6.0 pre-releases), known
-    by the ids `summary_block` gives (``summary-``, 24 hex digits, ``-`` and the position in
-    the block), only where a cut places a block: at index 0 or 1 (after a preserved first
-    message), its positions counting up from 0 under one hash. A message elsewhere with
-    such an id is an ordinary message."""
+    """The indices of a summary block injected before the marker (0.6.0 pre-releases).
+
+    Such a block is known by the ids `summary_block` gives (``summary-``, 24 hex digits,
+    ``-`` and the position in the block) together with the text the default factory gave
+    its first message, a human message beginning ``Summary of the <n> earlier messages``;
+    only where a cut places a block, at index 0 or 1 (after a preserved first message), its
+    positions counting up from 0 under one hash. An id alone is no evidence: a user's
+    message may have one of that shape. A block a custom factory built then, and a message
+    elsewhere with such an id, are ordinary messages.
+    """
     for first in (0, 1):
         if first >= len(messages):
             break
-        found = id_of(messages[first])
+        head = messages[first]
+        found = id_of(head)
         if found is None or not _SUMMARY_ID.fullmatch(found) or not found.endswith("-0"):
+            continue
+        content = _get(head, "content")
+        if (
+            role_of(head) != HUMAN
+            or not isinstance(content, str)
+            or not _LEGACY_TEXT.match(content)
+        ):
             continue
         prefix = found[:-1]
         end = first + 1
