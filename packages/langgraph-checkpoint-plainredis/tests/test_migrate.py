@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import re
 import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from contextlib import nullcontext
 from pathlib import Path
 from typing import Annotated, Any, TypedDict
@@ -580,11 +581,10 @@ def test_an_unfinished_migration_into_another_prefix_is_resumed_only_from_its_so
     check_lg_threads(redis_url, new)
 
 
-def interrupt_after_one(
-    monkeypatch: pytest.MonkeyPatch, client: redis.Redis, prefix: str, **kwargs: Any
-) -> list[str]:
-    """`migrate_v010(client, prefix, **kwargs)` stopped (as by Ctrl-C, or a crash) after its
-    first (thread, namespace): the rest stay parked. Returns the thread it migrated."""
+@contextlib.contextmanager
+def ctrl_c_after_one(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
+    """For the duration, a migration run is stopped as by Ctrl-C (or a crash) after its first
+    (thread, namespace): the rest stay parked. Yields the threads it migrated."""
     from langgraph_checkpoint_plainredis import _migrate
 
     real = _migrate._migrate_timeline
@@ -598,8 +598,16 @@ def interrupt_after_one(
 
     with monkeypatch.context() as patched:
         patched.setattr(_migrate, "_migrate_timeline", stop_after_one)
-        with pytest.raises(KeyboardInterrupt):
-            migrate_v010(client, prefix, **kwargs)
+        yield done
+
+
+def interrupt_after_one(
+    monkeypatch: pytest.MonkeyPatch, client: redis.Redis, prefix: str, **kwargs: Any
+) -> list[str]:
+    """`migrate_v010(client, prefix, **kwargs)` stopped after its first (thread, namespace)
+    (`ctrl_c_after_one`). Returns the thread it migrated."""
+    with ctrl_c_after_one(monkeypatch) as done, pytest.raises(KeyboardInterrupt):
+        migrate_v010(client, prefix, **kwargs)
     assert done
     return done
 
@@ -1667,20 +1675,8 @@ def test_ctrl_c_during_migrate_says_where_the_run_stopped_and_how_to_go_on(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     """Ctrl-C printed only "plainredis: interrupted" while the keyspace was half-migrated."""
-    from langgraph_checkpoint_plainredis import _migrate
-
     prefix = restored["lg"]
-    real = _migrate._migrate_timeline
-    done: list[str] = []
-
-    def stop_after_one(*args: Any, **kw: Any) -> Any:
-        if done:
-            raise KeyboardInterrupt
-        done.append(args[4])
-        return real(*args, **kw)
-
-    with monkeypatch.context() as patched:
-        patched.setattr(_migrate, "_migrate_timeline", stop_after_one)
+    with ctrl_c_after_one(monkeypatch):
         code, err = cli(capsys, "migrate", "--url", redis_url, "--prefix", prefix)
     assert code == 130, err
     assert "interrupted during the migration" in err, err
@@ -1813,12 +1809,12 @@ def test_a_run_that_lost_its_lock_deletes_nothing_more(
     prefix = restored["lg"]
     lock, stash = LegacyKeys(prefix).lock, LegacyKeys(prefix).stash
     monkeypatch.setattr(_migrate, "_LOCK_MS", 300)
-    monkeypatch.setattr(_migrate, "_RENEW_S", 60.0)  # no renewal on the way: a stall
+    monkeypatch.setattr(_migrate, "_RENEW_S", 0.1)
     real = _migrate._verify
     stalled: list[int] = []
 
     def stalls_once(*args: Any, **kw: Any) -> Any:
-        if not stalled:
+        if not stalled:  # a stall past the lock's expiry, after the batch's renewal
             stalled.append(1)
             time.sleep(0.5)
             assert not client.exists(lock)

@@ -684,11 +684,12 @@ class _Lock:
             + "; nothing was changed."
         )
 
-    def renew(self, now: bool = False) -> None:
-        """Renews the lock if `_RENEW_S` went by, or `now` (before the run deletes anything:
-        a run that lost its lock deletes nothing); raises `PlainRedisError` if it lapsed and
-        another run may have taken over."""
-        if not now and time.monotonic() - self.renewed < _RENEW_S:
+    def renew(self) -> None:
+        """Renews the lock if `_RENEW_S` went by; raises `PlainRedisError` if it lapsed and
+        another run may have taken over. Called before the run deletes anything too: a lock
+        renewed less than `_RENEW_S` ago is held for most of `_LOCK_MS` yet, and one older
+        is confirmed first, so a run that lost its lock (a stall) deletes nothing."""
+        if time.monotonic() - self.renewed < _RENEW_S:
             return
         if not self.client.eval(_RENEW, 1, self.key, self.token, _LOCK_MS):
             raise PlainRedisError(
@@ -780,11 +781,11 @@ def _migrate(
         if keep_old:
             client.hdel(stash, entry.idx_key)
         else:
-            lock.renew(now=True)
+            lock.renew()
             report.old_keys_deleted += _delete(client, old_keys, stash, entry.idx_key)
         report.threads += 1
     if not report.skipped:
-        lock.renew(now=True)
+        lock.renew()
         if not keep_old:
             report.old_keys_deleted += client.delete(stash)
             # 0.1.0's counter is a string; a key of another type there is another program's.
