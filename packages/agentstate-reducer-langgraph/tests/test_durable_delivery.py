@@ -103,12 +103,8 @@ class Plain:
         self.got.extend(m.id for m in pruned)
 
 
-def reducer(
-    ledger: Any, *hooks: Any, window: int = 6, keep: int = 4, retry_after: float = 1.0
-) -> MessageReducer:
-    config = ReducerConfig(
-        min_messages=keep, max_messages=window, on_prune=list(hooks), retry_after=retry_after
-    )
+def reducer(ledger: Any, *hooks: Any, window: int = 6, keep: int = 4) -> MessageReducer:
+    config = ReducerConfig(min_messages=keep, max_messages=window, on_prune=list(hooks))
     return MessageReducer(config=config, ledger=ledger)
 
 
@@ -470,7 +466,7 @@ def test_inline_failures_are_retried_by_a_later_put(client: redis.Redis, prefix:
     flaky = Plain(fail=1)
     saver = ReducingSaver(
         InMemorySaver(),
-        reducer(ledger, flaky, window=3, keep=2, retry_after=0),  # no backoff: retried at once
+        reducer(ledger, flaky, window=3, keep=2),
         outbox=RedisOutbox(client, prefix=prefix),
         delivery=Delivery("inline", retry_after=0),
     )
@@ -479,30 +475,6 @@ def test_inline_failures_are_retried_by_a_later_put(client: redis.Redis, prefix:
     saver.put(cfg("t2"), checkpoint_with(["e", "f", "g", "h"]), {}, {"messages": 1})
     assert sorted(flaky.got) == ["b", "c", "f", "g"]
     assert saver.delivery_stats().backlog == 0
-
-
-def test_a_drain_retries_a_hook_at_once_whatever_its_backoff(
-    client: redis.Redis, prefix: str
-) -> None:
-    """While a failed hook's backoff runs, inline delivery leaves it alone (the batch stays
-    in the outbox, its messages in the reducer's retries); a drain someone asked for calls
-    it at once, and each message arrives once."""
-    ledger = RedisDeliveryLedger(client, prefix=prefix)
-    flaky = Plain(fail=1)
-    saver = ReducingSaver(
-        InMemorySaver(),
-        reducer(ledger, flaky, window=3, keep=2),  # the default backoff: 1 s, doubling
-        outbox=RedisOutbox(client, prefix=prefix),
-        delivery=Delivery("inline", retry_after=0),
-    )
-    saver.put(cfg("t1"), checkpoint_with(["a", "b", "c", "d"]), {}, {"messages": 1})
-    saver.put(cfg("t2"), checkpoint_with(["e", "f", "g", "h"]), {}, {"messages": 1})
-    assert flaky.calls == 1 and saver.reducer.pending == 4  # put t2 did not call it
-    assert saver.delivery_stats().backlog == 2
-    drained = saver.drain()
-    assert flaky.calls == 3 and sorted(flaky.got) == ["b", "c", "f", "g"]  # a call per thread
-    assert drained.delivered == 2 and saver.delivery_stats().backlog == 0
-    assert saver.reducer.pending == 0
 
 
 def test_a_batch_whose_messages_are_in_flight_elsewhere_stays_in_the_outbox(
@@ -532,7 +504,7 @@ def test_a_batch_whose_messages_are_in_flight_elsewhere_stays_in_the_outbox(
     inner = InMemorySaver()
     saver = ReducingSaver(
         inner,
-        reducer(ledger, Scripted(), window=3, keep=2, retry_after=0),  # put B retries at once
+        reducer(ledger, Scripted(), window=3, keep=2),
         outbox=RedisOutbox(client, prefix=prefix),
         delivery=Delivery("inline", retry_after=0),
     )

@@ -66,10 +66,6 @@ def checkpoint_with(messages: list[Any]) -> Any:
     return cp
 
 
-def cfg(thread: str) -> Any:
-    return {"configurable": {"thread_id": thread, "checkpoint_ns": ""}}
-
-
 # -- conformance: the wrapper has exactly the inner saver's capabilities -----------------------
 
 
@@ -668,10 +664,7 @@ async def test_what_a_hook_failed_on_is_retried_within_the_run(style: str) -> No
             raise ConnectionError("memory store blip")
         got.extend(m.id for m in pruned)
 
-    # No backoff: this is about what the run's later puts retry, not when (see
-    # test_a_hook_outage_costs_a_call_per_backoff_not_one_per_put).
-    config = ReducerConfig(min_messages=2, max_messages=8, on_prune=[hook], retry_after=0)
-    r = MessageReducer(config=config)
+    r = MessageReducer(config=ReducerConfig(min_messages=2, max_messages=8, on_prune=[hook]))
     graph = steps_graph(ReducingSaver(InMemorySaver(), r))
     history: list[Any] = []
     for t in range(4):
@@ -684,60 +677,6 @@ async def test_what_a_hook_failed_on_is_retried_within_the_run(style: str) -> No
         await graph.ainvoke(question, config)
     assert sorted(got) == sorted(["a0", "q1", "a1", "q2", "a2", "q3", "a3"])
     assert r.pending == 0
-
-
-class Outage:
-    """An on_prune hook for a memory service that is down while `down`: counts calls."""
-
-    def __init__(self) -> None:
-        self.down = True
-        self.calls = 0
-        self.got: list[str] = []
-
-    def __call__(self, pruned: list[Any], namespace: Any) -> None:
-        self.calls += 1
-        if self.down:
-            raise ConnectionError("memory service unreachable")
-        self.got.extend(m.id for m in pruned)
-
-
-@pytest.mark.parametrize("style", ["sync", "async"])
-async def test_a_hook_outage_costs_a_call_per_backoff_not_one_per_put(style: str) -> None:
-    """40 puts, each cutting new messages, 0.5 s apart (a fake clock) while the memory
-    service is down: every put called the hook again (38 failing calls, each maybe waiting
-    for a timeout); now it is called when its backoff is over: 0, 1, 3, 7 and 15 s after the
-    first failure. Once it is back, the next put past the wait hands everything over once."""
-    hook, now = Outage(), [0.0]
-    config = ReducerConfig(min_messages=2, max_messages=4, on_prune=[hook], clock=lambda: now[0])
-    r = MessageReducer(config=config)
-    saver = ReducingSaver(InMemorySaver(), r)
-    history: list[Any] = []
-    called_at: list[float] = []
-
-    async def put(n: int) -> None:
-        history.extend([HumanMessage(f"q{n}", id=f"q{n}"), AIMessage(f"a{n}", id=f"a{n}")])
-        cp = checkpoint_with(list(history))
-        cp["channel_versions"] = {"messages": n + 1}
-        before = hook.calls
-        if style == "sync":
-            saver.put(cfg("t"), cp, {}, {"messages": n + 1})
-        else:
-            await saver.aput(cfg("t"), cp, {}, {"messages": n + 1})
-        if hook.calls > before:
-            called_at.append(now[0])
-        now[0] += 0.5
-
-    for n in range(40):
-        await put(n)
-    assert called_at == [1.0, 2.0, 4.0, 8.0, 16.0]  # the first cut is at the second put
-    assert r.pending == 77 and r.next_retry == 12.0  # due at 32 s, 16 s after the last
-    hook.down = False
-    now[0] = 40.0
-    await put(40)
-    assert r.pending == 0 and hook.calls == 6
-    assert sorted(hook.got) == sorted(
-        {*(f"q{n}" for n in range(1, 40)), *(f"a{n}" for n in range(40))}
-    )
 
 
 @pytest.mark.parametrize("style", ["sync", "async"])
@@ -760,10 +699,8 @@ async def test_a_hook_that_fails_leaves_the_other_hooks_alone(style: str) -> Non
         if namespace == ("memories", "t"):
             got["b"].extend(m.id for m in pruned)
 
-    r = MessageReducer(  # no backoff: b's retry runs at the next put
-        config=ReducerConfig(
-            min_messages=4, max_messages=8, on_prune=[a, b], dedupe_window=100, retry_after=0
-        )
+    r = MessageReducer(
+        config=ReducerConfig(min_messages=4, max_messages=8, on_prune=[a, b], dedupe_window=100)
     )
     saver = ReducingSaver(InMemorySaver(), r)
     other = chat_graph(saver)

@@ -112,7 +112,7 @@ def test_a_failing_hook_keeps_its_batch_and_the_next_delivery_retries_it() -> No
 def test_a_retry_joins_the_next_batch_for_the_same_namespace() -> None:
     down = True
     hook = Recorder(fail=lambda: down)
-    reducer = reducer_with(hook, retry_after=0)  # about what a retry hands over, not when
+    reducer = reducer_with(hook)
     reducer.deliver([{"role": "human", "content": "a", "id": "a"}], "ns")
     down = False
     reducer.deliver([{"role": "human", "content": "b", "id": "b"}], "ns")
@@ -193,7 +193,7 @@ def test_namespaces_a_durable_ledger_keeps_apart_are_apart(one: Any, other: Any)
 def test_a_retry_kept_under_a_tuple_namespace_joins_the_same_namespace_as_a_list() -> None:
     down = True
     hook = Recorder(fail=lambda: down)
-    reducer = reducer_with(hook, retry_after=0)  # about what a retry hands over, not when
+    reducer = reducer_with(hook)
     pruned = conversation(1, calls=0)
     reducer.deliver(pruned, ("a", "b"))
     down = False
@@ -559,7 +559,7 @@ async def test_a_delivery_cancelled_while_the_ledger_answers_keeps_claims_and_re
     down = [True]
     first, second = First(), Second(fail=lambda: down[0])
     ledger = StallingLedger(stall="second")
-    reducer = reducer_with(first, second, ledger=ledger, retry_after=0)
+    reducer = reducer_with(first, second, ledger=ledger)
     ledger.stalled = False
     await reducer.adeliver([{"role": "human", "content": "x", "id": "x"}], "ns")
     assert reducer.pending == 1  # second failed on x: a retry batch
@@ -899,7 +899,7 @@ async def test_failed_retries_put_back_by_a_cancelled_delivery_stay_oldest_and_b
     a, b = Recorder(fail=lambda: a_down[0]), Recorder(fail=lambda: b_down[0])
     a.name, b.name = "a", "b"  # type: ignore[attr-defined]
     ledger = OffLoopLedger(stall="a")
-    reducer = reducer_with(a, b, ledger=ledger, dedupe_window=2, retry_after=0)
+    reducer = reducer_with(a, b, ledger=ledger, dedupe_window=2)
     later = [
         {"role": "human", "content": "x", "id": "x"},
         {"role": "ai", "content": "y", "id": "y"},

@@ -440,7 +440,7 @@ class DeliveryRunner:
             elif self.mode == "inline":
                 self._deliver_own([own], defer=True)
                 if due > 0:
-                    self._drain(None, retry_now=False)
+                    self.drain()
         except Exception:
             logger.exception(
                 "delivering batch %s after its put failed; it stays in the outbox and the "
@@ -467,15 +467,10 @@ class DeliveryRunner:
             self._pend(settle)
             raise
 
-    def _deliver_own(self, own: Sequence[_Own], *, defer: bool, retry_now: bool = False) -> None:
-        """Delivers batches this process staged; `retry_now` (a flush or close asked for
-        it) also runs the reducer's retries of a hook whose backoff is not over."""
+    def _deliver_own(self, own: Sequence[_Own], *, defer: bool) -> None:
         try:
             outcomes = [
-                self._outcome(
-                    o.batch, self.reducer.deliver(o.pruned, o.namespace, retry_now=retry_now)
-                )
-                for o in own
+                self._outcome(o.batch, self.reducer.deliver(o.pruned, o.namespace)) for o in own
             ]
         except BaseException:
             self._pend(self._commits(own))  # stored all the same: a drain delivers them
@@ -484,7 +479,7 @@ class DeliveryRunner:
         if settle:
             self._send(settle)
 
-    def _process(self, batch: StagedBatch, now: int, retry_now: bool) -> _Outcome:
+    def _process(self, batch: StagedBatch, now: int) -> _Outcome:
         committed = batch.committed
         if committed is None:
             committed = self._shared.reader.get_tuple(self._config(batch)) is not None
@@ -494,19 +489,14 @@ class DeliveryRunner:
             messages, namespace = _decode(self._shared.reader.serde, batch.payload)
         except Exception as exc:
             return self._undecodable(batch, exc)
-        return self._outcome(batch, self.reducer.deliver(messages, namespace, retry_now=retry_now))
+        return self._outcome(batch, self.reducer.deliver(messages, namespace))
 
     def drain(self, limit: int | None = None) -> DrainReport:
         """Claims up to `limit` due batches and delivers those whose checkpoint is stored.
 
         Several processes may drain one outbox at once: a claimed batch is leased to its
-        claimer for `Delivery.lease` seconds. Asked for by a caller, it calls a hook whose
-        backoff (`ReducerConfig.retry_after`) is not over too; the drains of inline and
-        background delivery leave it alone.
+        claimer for `Delivery.lease` seconds.
         """
-        return self._drain(limit, retry_now=True)
-
-    def _drain(self, limit: int | None, *, retry_now: bool) -> DrainReport:
         deadline, now, lease_until = self._claim_times()
         claimed = self.outbox.claim(
             now=now, lease_until=lease_until, limit=limit or self.options.batch_size
@@ -515,7 +505,7 @@ class DeliveryRunner:
         for batch in claimed:
             if time.monotonic() >= deadline:
                 break  # the rest may belong to another deliverer now; they are due again
-            outcomes.append(self._process(batch, now, retry_now))
+            outcomes.append(self._process(batch, now))
         settle = self._take_acks() + [o.settlement for o in outcomes]
         if settle:
             self._send(settle)
@@ -616,7 +606,7 @@ class DeliveryRunner:
             elif self.mode == "inline":
                 await self._adeliver_own([own], defer=True)
                 if due > 0:
-                    await self._adrain(None, retry_now=False)
+                    await self.adrain()
         except Exception:
             logger.exception(
                 "delivering batch %s after its put failed; it stays in the outbox and the "
@@ -637,7 +627,6 @@ class DeliveryRunner:
         own: Sequence[_Own],
         *,
         defer: bool,
-        retry_now: bool = False,
         on_cancel: Callable[[Sequence[_Own]], None] | None = None,
     ) -> None:
         """`_deliver_own`, for asyncio. Cancelled (its loop ends), it settles what it
@@ -645,7 +634,7 @@ class DeliveryRunner:
         outcomes: list[_Outcome] = []
         try:
             for o in own:
-                report = await self.reducer.adeliver(o.pruned, o.namespace, retry_now=retry_now)
+                report = await self.reducer.adeliver(o.pruned, o.namespace)
                 outcomes.append(self._outcome(o.batch, report))
         except BaseException as exc:
             self._pend(self._commits(own))
@@ -657,7 +646,7 @@ class DeliveryRunner:
         if settle:
             await self._asend(settle)
 
-    async def _aprocess(self, batch: StagedBatch, now: int, retry_now: bool) -> _Outcome:
+    async def _aprocess(self, batch: StagedBatch, now: int) -> _Outcome:
         committed = batch.committed
         if committed is None:
             committed = await self._shared.reader.aget_tuple(self._config(batch)) is not None
@@ -667,14 +656,10 @@ class DeliveryRunner:
             messages, namespace = _decode(self._shared.reader.serde, batch.payload)
         except Exception as exc:
             return self._undecodable(batch, exc)
-        report = await self.reducer.adeliver(messages, namespace, retry_now=retry_now)
-        return self._outcome(batch, report)
+        return self._outcome(batch, await self.reducer.adeliver(messages, namespace))
 
     async def adrain(self, limit: int | None = None) -> DrainReport:
         """`drain`, for asyncio."""
-        return await self._adrain(limit, retry_now=True)
-
-    async def _adrain(self, limit: int | None, *, retry_now: bool) -> DrainReport:
         deadline, now, lease_until = self._claim_times()
         claimed = await self.outbox.aclaim(
             now=now, lease_until=lease_until, limit=limit or self.options.batch_size
@@ -683,7 +668,7 @@ class DeliveryRunner:
         for batch in claimed:
             if time.monotonic() >= deadline:
                 break  # the rest may belong to another deliverer now; they are due again
-            outcomes.append(await self._aprocess(batch, now, retry_now))
+            outcomes.append(await self._aprocess(batch, now))
         settle = self._take_acks() + [o.settlement for o in outcomes]
         if settle:
             await self._asend(settle)
@@ -743,7 +728,7 @@ class DeliveryRunner:
             self._task = None  # the next background `aput` starts a task on this loop
         own = worker.take_leftover()
         if own:
-            await self._adeliver_own(own, defer=False, retry_now=True)
+            await self._adeliver_own(own, defer=False)
 
     async def _aheal_clients(self, pending: bool) -> None:
         """Drops the connections of the ended loop from the outbox's and the ledger's
@@ -779,7 +764,6 @@ class _ThreadWorker:
         self._cond = threading.Condition()
         self._busy = False
         self._closed = False
-        self._flushing = 0  # callers waiting in `flush`: what it delivers meanwhile is asked for
         self._thread = threading.Thread(target=self._loop, name="agentstate-delivery", daemon=True)
         self._thread.start()
 
@@ -792,11 +776,7 @@ class _ThreadWorker:
 
     def flush(self, timeout: float | None) -> bool:
         with self._cond:
-            self._flushing += 1
-            try:
-                return self._cond.wait_for(lambda: not self._queue and not self._busy, timeout)
-            finally:
-                self._flushing -= 1
+            return self._cond.wait_for(lambda: not self._queue and not self._busy, timeout)
 
     def close(self, timeout: float | None) -> None:
         with self._cond:
@@ -815,13 +795,12 @@ class _ThreadWorker:
                 own = list(self._queue)
                 self._queue.clear()
                 closing = self._closed
-                asked = closing or self._flushing > 0
                 self._busy = True
             try:
                 if own:
-                    self.runner._deliver_own(own, defer=False, retry_now=asked)
+                    self.runner._deliver_own(own, defer=False)
                 if not closing and time.monotonic() >= next_poll:
-                    report = self.runner._drain(None, retry_now=False)
+                    report = self.runner.drain()
                     full = report.claimed >= options.batch_size
                     next_poll = time.monotonic() + (0.0 if full else options.poll_interval)
             except Exception:
@@ -848,7 +827,6 @@ class _TaskWorker:
         self._idle = asyncio.Event()
         self._idle.set()
         self._closed = False
-        self._flushing = 0  # as `_ThreadWorker`'s
         self._task = self._loop.create_task(self._run(), name="agentstate-delivery")
 
     @property
@@ -886,13 +864,9 @@ class _TaskWorker:
         self._wake.set()
 
     async def aflush(self) -> None:
-        self._flushing += 1
-        try:
-            while self._queue or not self._idle.is_set():
-                await self._idle.wait()
-                await asyncio.sleep(0)
-        finally:
-            self._flushing -= 1
+        while self._queue or not self._idle.is_set():
+            await self._idle.wait()
+            await asyncio.sleep(0)
 
     async def aclose(self) -> None:
         self._closed = True
@@ -913,17 +887,14 @@ class _TaskWorker:
             own = list(self._queue)
             self._queue.clear()
             closing = self._closed
-            asked = closing or self._flushing > 0
             self._idle.clear()
             try:
                 if own:
                     # Cancelled (the loop ends), what it did not deliver waits for
                     # `aflush`/`aclose` or the task of the next loop.
-                    await self.runner._adeliver_own(
-                        own, defer=False, retry_now=asked, on_cancel=self._requeue
-                    )
+                    await self.runner._adeliver_own(own, defer=False, on_cancel=self._requeue)
                 if not closing and self._loop.time() >= next_poll:
-                    report = await self.runner._adrain(None, retry_now=False)
+                    report = await self.runner.adrain()
                     full = report.claimed >= options.batch_size
                     next_poll = self._loop.time() + (0.0 if full else options.poll_interval)
             except Exception:

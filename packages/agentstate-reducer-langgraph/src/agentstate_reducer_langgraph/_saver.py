@@ -608,7 +608,7 @@ class ReducingSaver(BaseCheckpointSaver[Any]):
         else:
             stored = self.inner.put(config, reduced, metadata, new_versions)
             if self._delivers(pruned, fresh):
-                self.reducer.deliver(fresh, namespace, retry_now=False)
+                self.reducer.deliver(fresh, namespace)
         self._windows.cut(config, pruned, namespace)
         return stored
 
@@ -639,7 +639,7 @@ class ReducingSaver(BaseCheckpointSaver[Any]):
         else:
             stored = await self.inner.aput(config, reduced, metadata, new_versions)
             if self._delivers(pruned, fresh):
-                await self.reducer.adeliver(fresh, namespace, retry_now=False)
+                await self.reducer.adeliver(fresh, namespace)
         self._windows.cut(config, pruned, namespace)
         return stored
 
@@ -653,11 +653,10 @@ class ReducingSaver(BaseCheckpointSaver[Any]):
 
     def _delivers(self, pruned: _Messages, fresh: _Messages) -> bool:
         """Whether a put without an outbox batch calls the reducer's delivery: for what it
-        cut anew, and, when nothing is new, to retry what failed earlier (every put that
-        cut did so before `_Windows` left out what was cut already, and a run's later puts
-        cut nothing new while its human turn lasts). The delivery is automatic
-        (``retry_now=False``): while a failed hook's backoff runs (`ReducerConfig.retry_after`)
-        the reducer leaves it alone, so the puts of a run do not each pay for its outage."""
+        cut anew, and, when nothing is new, to retry what failed earlier (the reducer
+        retries at each delivery; every put that cut did so before `_Windows` left out
+        what was cut already, and a run's later puts cut nothing new while its human turn
+        lasts)."""
         return self.delivery is None and bool(fresh or (pruned and self.reducer.pending))
 
     def put_writes(
@@ -690,8 +689,7 @@ class ReducingSaver(BaseCheckpointSaver[Any]):
         """Delivers up to `limit` due batches from the outbox (any process may have staged).
 
         Call it from a serverless handler, a cron job or a worker process in ``manual``
-        mode; in the other modes it also picks up what a crashed process left. It calls
-        every hook at once, also one whose backoff after a failure is not over.
+        mode; in the other modes it also picks up what a crashed process left.
         """
         return self._runner("drain").drain(limit)
 

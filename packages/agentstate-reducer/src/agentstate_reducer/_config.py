@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import math
-import time
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -74,13 +72,6 @@ class ReducerConfig:
         dedupe_on_prune: Deliver each message to each hook once per namespace.
         dedupe_window: Size of the in-memory delivery ledger and of the retry buffer.
         require_human_first: Make the first message after the preserved one a human one.
-        retry_after: Seconds a hook that failed is left alone: deliveries meanwhile keep
-            its messages with its retries instead of calling it. Doubles with each failure
-            in a row, up to `max_retry_after`; a success resets it. A delivery that hands
-            over nothing new (`deliver([])`) retries at once. 0 retries at every delivery.
-        max_retry_after: The longest wait between automatic retries of a failing hook.
-        clock: Monotonic seconds (`time.monotonic`) the waits are measured on; a test can
-            pass a fake one.
     """
 
     min_messages: int = 10
@@ -98,9 +89,6 @@ class ReducerConfig:
     dedupe_on_prune: bool = True
     dedupe_window: int = 10_000
     require_human_first: bool = True
-    retry_after: float = 1.0
-    max_retry_after: float = 60.0
-    clock: Callable[[], float] = time.monotonic
 
     def __post_init__(self) -> None:
         _check_int("min_messages", self.min_messages, minimum=0)
@@ -147,7 +135,6 @@ class ReducerConfig:
                 f"the default is {DEFAULT_NAMESPACE_KEY!r}"
             )
         self.on_prune = _check_hooks(self.on_prune)
-        _check_backoff(self.retry_after, self.max_retry_after, self.clock)
         if not self.cascade_tool_messages:
             warnings.warn(
                 "ReducerConfig.cascade_tool_messages=False is ignored since 0.6.0: a tool "
@@ -173,36 +160,6 @@ def _check_int(name: str, value: object, *, minimum: int, optional: bool = False
         raise ValueError(f"ReducerConfig.{name}={value!r} must be {allowed}")
     if value < minimum:
         raise ValueError(f"ReducerConfig.{name}={value} is below {minimum}; use {minimum} or more")
-
-
-def _check_backoff(retry_after: object, max_retry_after: object, clock: object) -> None:
-    first = _check_seconds("retry_after", retry_after, 1.0)
-    cap = _check_seconds("max_retry_after", max_retry_after, 60.0)
-    if cap < first:
-        raise ValueError(
-            f"ReducerConfig.max_retry_after={cap} is shorter than retry_after={first}, the "
-            "first wait; set max_retry_after >= retry_after (the wait doubles from "
-            "retry_after up to max_retry_after)"
-        )
-    if not callable(clock):
-        raise ValueError(
-            f"ReducerConfig.clock={clock!r} is not callable; pass a function returning "
-            "monotonic seconds, e.g. time.monotonic"
-        )
-
-
-def _check_seconds(name: str, value: object, default: float) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ValueError(
-            f"ReducerConfig.{name}={value!r} must be a number of seconds (int or float), got "
-            f"{type(value).__name__}: pass e.g. {name}={default}"
-        )
-    if not math.isfinite(value) or value < 0:  # NaN passed `value < 0`
-        raise ValueError(
-            f"ReducerConfig.{name}={value!r} must be a finite number of seconds >= 0: pass "
-            f"e.g. {name}={default} (retry_after=0 retries at every delivery)"
-        )
-    return value
 
 
 def _check_hooks(hooks: object) -> list[RememberFn]:

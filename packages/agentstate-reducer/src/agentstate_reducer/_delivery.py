@@ -10,9 +10,8 @@ import asyncio
 import functools
 import logging
 import threading
-import time
 from collections import OrderedDict
-from collections.abc import Callable, Generator, Hashable, Sequence
+from collections.abc import Generator, Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -102,20 +101,6 @@ class Job:
     dedupe: bool
 
 
-@dataclass(frozen=True)
-class Backoff:
-    """How long automatic retries leave a failing hook alone: `first` seconds after its
-    first failure in a row, doubling with each one after, at most `cap`; on `clock`."""
-
-    first: float
-    cap: float
-    clock: Callable[[], float] = time.monotonic
-
-    def delay(self, failures: int) -> float:
-        """Seconds to wait after the `failures`-th failure in a row."""
-        return min(self.cap, self.first * 2.0 ** (min(failures, 64) - 1))
-
-
 @dataclass
 class ReportBuilder:
     """Collects per-hook outcomes of one delivery, then freezes them."""
@@ -156,18 +141,12 @@ class Dispatcher:
         ledger: Where delivered identities are recorded.
         retry_limit: Most failed (hook, message) deliveries kept for retry; the oldest
             beyond it are dropped with an error log. Kept messages no hook failed on
-            (`defer`, a cancelled `aprepare`'s, those a backoff held back) are never
-            dropped and count apart.
-        backoff: How long a failed hook is left alone by deliveries that do not ask to
-            retry now (`prepare`'s `retry_now`); None retries at every delivery.
+            (`defer`, a cancelled `aprepare`'s) are never dropped and count apart.
     """
 
-    def __init__(
-        self, ledger: DeliveryLedger, retry_limit: int, backoff: Backoff | None = None
-    ) -> None:
+    def __init__(self, ledger: DeliveryLedger, retry_limit: int) -> None:
         self.ledger = ledger
         self.retry_limit = retry_limit
-        self.backoff = backoff if backoff is not None else Backoff(0.0, 0.0)
         self.lost = 0
         self._lock = threading.Lock()
         self._in_flight: set[tuple[str, Hashable, str]] = set()
@@ -176,61 +155,17 @@ class Dispatcher:
         # The (key, ns, identity) in `_retry` kept because a hook or a lookup failed, oldest
         # first: only these count against `retry_limit` and are dropped for room.
         self._failed: OrderedDict[_Failed, None] = OrderedDict()
-        # hook key -> (failures in a row, `backoff.clock` time before which it is left alone)
-        self._waits: dict[str, tuple[int, float]] = {}
 
     @property
     def pending(self) -> int:
         """How many (hook, message) deliveries wait for a retry."""
         return self._pending
 
-    def next_retry(self) -> float | None:
-        """Seconds until a delivery that does not ask to retry now runs the retries that
-        wait the soonest: 0.0 when the next one does; None when nothing waits."""
-        with self._lock:
-            if not self._retry:
-                return None
-            now = self.backoff.clock()
-            due = min(self._waits.get(key, (0, now))[1] for key in self._retry)
-        return max(0.0, due - now)
-
-    def _backing_off(self, key: str) -> bool:
-        with self._lock:
-            wait = self._waits.get(key)
-        return wait is not None and self.backoff.clock() < wait[1]
-
-    def _note(self, key: str, error: BaseException | None) -> None:
-        """Record the outcome of a hook's delivery in its backoff; caller holds the lock.
-
-        Only an `Exception` counts as a failure: a cancellation (a caller's timeout, an event
-        loop that ended) or a `KeyboardInterrupt` says nothing of the hook. A failure while
-        the hook is left alone already (another of its batches, a retry asked for now) keeps
-        the wait it serves: one outage counts once per attempt."""
-        if error is None:
-            self._waits.pop(key, None)
-            return
-        if not isinstance(error, Exception):
-            return
-        now = self.backoff.clock()
-        failures, due = self._waits.get(key, (0, now))
-        if now < due:
-            return
-        failures += 1
-        self._waits[key] = (failures, now + self.backoff.delay(failures))
-
     def prepare(
-        self,
-        hooks: Sequence[RememberFn],
-        pruned: Sequence[Any],
-        namespace: Any,
-        dedupe: bool,
-        retry_now: bool = False,
+        self, hooks: Sequence[RememberFn], pruned: Sequence[Any], namespace: Any, dedupe: bool
     ) -> tuple[list[Job], ReportBuilder]:
-        """Claim what each hook still needs, retries first; return the jobs to run.
-
-        A hook whose backoff runs gets no job unless `retry_now`: `pruned` joins its
-        retries, reported failed (see `_prepare`)."""
-        steps = self._prepare(hooks, pruned, namespace, dedupe, retry_now)
+        """Claim what each hook still needs, retries first; return the jobs to run."""
+        steps = self._prepare(hooks, pruned, namespace, dedupe)
         answer: set[str] | Exception | None = None
         try:
             while True:
@@ -247,17 +182,12 @@ class Dispatcher:
             raise
 
     async def aprepare(
-        self,
-        hooks: Sequence[RememberFn],
-        pruned: Sequence[Any],
-        namespace: Any,
-        dedupe: bool,
-        retry_now: bool = False,
+        self, hooks: Sequence[RememberFn], pruned: Sequence[Any], namespace: Any, dedupe: bool
     ) -> tuple[list[Job], ReportBuilder]:
         """`prepare` on an event loop: awaits the ledger's `aseen` when it has one."""
         if not isinstance(self.ledger, AsyncDeliveryLedger):
-            return self.prepare(hooks, pruned, namespace, dedupe, retry_now)
-        steps = self._prepare(hooks, pruned, namespace, dedupe, retry_now)
+            return self.prepare(hooks, pruned, namespace, dedupe)
+        steps = self._prepare(hooks, pruned, namespace, dedupe)
         answer: set[str] | BaseException | None = None
         try:
             while True:
@@ -278,20 +208,12 @@ class Dispatcher:
             raise
 
     def _prepare(
-        self,
-        hooks: Sequence[RememberFn],
-        pruned: Sequence[Any],
-        namespace: Any,
-        dedupe: bool,
-        retry_now: bool,
+        self, hooks: Sequence[RememberFn], pruned: Sequence[Any], namespace: Any, dedupe: bool
     ) -> Generator[Lookup, set[str] | BaseException | None, tuple[list[Job], ReportBuilder]]:
         """The I/O-free part of `prepare`: yields each ledger lookup, gets its answer back.
 
-        A hook left alone by its backoff (and not `retry_now`) is neither called nor asked
-        about: the new messages wait with its retries, never dropped for room, and are
-        reported failed, as a call would have failed them. Closed before it returns (a
-        cancelled `aprepare`), it releases every claim it took and puts back every batch
-        it took out, so no message is skipped or dropped.
+        Closed before it returns (a cancelled `aprepare`), it releases every claim it took
+        and puts back every batch it took out, so no message is skipped or dropped.
         """
         keys = hook_keys(hooks)
         report = ReportBuilder(keys)
@@ -308,17 +230,12 @@ class Dispatcher:
         taken: list[tuple[str, OrderedDict[Hashable, _Batch], list[_Failed]]] = []
         try:
             for hook, key in zip(hooks, keys, strict=True):
-                report.add(key, "skipped", repeated)
-                if not retry_now and self._backing_off(key):
-                    with self._lock:
-                        self._keep(key, ns, namespace, [*fresh], [*fresh.values()], evict=False)
-                    report.add(key, "failed", [*fresh])
-                    continue
                 batches, failed = self._take_retries(key)
                 taken.append((key, batches, failed))
                 _, target = batches.setdefault(ns, (namespace, OrderedDict()))
                 for identity, message in fresh.items():
                     target.setdefault(identity, message)
+                report.add(key, "skipped", repeated)
                 for batch_ns, (batch_namespace, messages) in batches.items():
                     ids = list(messages)
                     if ids and dedupe:
@@ -395,7 +312,6 @@ class Dispatcher:
                 self._in_flight.difference_update((job.key, ns, i) for i in job.ids)
             if error is not None:
                 self._keep(job.key, ns, job.namespace, job.ids, job.messages)
-            self._note(job.key, error)
 
     def _claim(
         self,
@@ -430,7 +346,6 @@ class Dispatcher:
             with self._lock:
                 self._in_flight.difference_update((key, ns, i) for i in claimed)
                 self._keep(key, ns, namespace, claimed, [messages[i] for i in claimed])
-                self._note(key, seen)
             return []
         found = seen or set()
         if found:

@@ -186,8 +186,8 @@ def check_roles(messages: Sequence[Any], roles: Sequence[str]) -> None:
                 what, where = type(message).__name__, "a `type` or `role` attribute"
             raise ValueError(
                 f"message {index} has no role ({what} {shown(message, 60)}): give it "
-                f"{where} naming its role, such as {_ACCEPTED}; any other role string is "
-                "an ordinary message, pruned like the rest"
+                f"{where} naming its role (a non-empty string), such as {_ACCEPTED}; any "
+                "other role string is an ordinary message, pruned like the rest"
             )
         if role == REMOVE:
             raise ValueError(

@@ -13,7 +13,7 @@ from typing import Any
 from ._background import AsyncBackground, Background, BatchDropped
 from ._config import ReducerConfig, ReducerResult
 from ._cut import Cut, checked_count, plan_cut
-from ._delivery import Backoff, Dispatcher, Job, ReportBuilder, caller_cancelled, hook_keys
+from ._delivery import Dispatcher, Job, ReportBuilder, caller_cancelled, hook_keys
 from ._ledger import AsyncDeliveryLedger, DeliveryLedger, InMemoryLedger
 from ._merge import CutIds, merge_messages
 from ._messages import check_messages, is_langchain_message, message_identity, shown
@@ -72,8 +72,7 @@ class MessageReducer:
         self.ledger: DeliveryLedger = (
             ledger if ledger is not None else InMemoryLedger(config.dedupe_window)
         )
-        backoff = Backoff(config.retry_after, config.max_retry_after, config.clock)
-        self._dispatcher = Dispatcher(self.ledger, config.dedupe_window, backoff)
+        self._dispatcher = Dispatcher(self.ledger, config.dedupe_window)
         self._tasks: set[asyncio.Task[Any]] = set()
         self._summaries = Summaries()
 
@@ -92,13 +91,6 @@ class MessageReducer:
         """How many (hook, message) deliveries wait for the next delivery: failed, or
         scheduled on an event loop by `deliver` and not taken up yet."""
         return self._dispatcher.pending
-
-    @property
-    def next_retry(self) -> float | None:
-        """Seconds until a delivery retries what waits in `pending` (the soonest of the
-        hooks' backoffs, see `ReducerConfig.retry_after`); 0.0 when the next delivery does;
-        None when nothing waits. `deliver([])` retries at once, whatever it says."""
-        return self._dispatcher.next_retry()
 
     # -- the cut ---------------------------------------------------------------------
 
@@ -168,18 +160,12 @@ class MessageReducer:
 
     # -- the hand-off -----------------------------------------------------------------
 
-    def deliver(
-        self, pruned: Iterable[Any], namespace: Any = None, *, retry_now: bool | None = None
-    ) -> DeliveryReport:
+    def deliver(self, pruned: Iterable[Any], namespace: Any = None) -> DeliveryReport:
         """Run every `on_prune` hook on the messages it has not received yet.
 
         First retries, per hook, what earlier deliveries failed to hand over. A message is
         marked delivered for a hook only after that hook returned; a hook that raises is
-        logged and its messages wait for a retry. Retries back off: for
-        `ReducerConfig.retry_after` seconds after a failure (doubling with each failure in
-        a row, up to `max_retry_after`) a delivery that is not `retry_now` does not call
-        that hook; it keeps the new messages with the hook's retries (in `pending`, never
-        dropped for room) and reports them failed. A coroutine hook is awaited
+        logged and its messages wait for the next delivery. A coroutine hook is awaited
         with `asyncio.run`, or, when an event loop runs in this thread, scheduled on it and
         marked when it finishes. `Background` and `AsyncBackground` hooks mark when their
         worker finishes. Called on an event loop's thread with a ledger that has an async
@@ -193,19 +179,16 @@ class MessageReducer:
             namespace: Passed to every hook as given (a failed batch it joins for a retry keeps
                 that batch's: a list and a tuple of the same items are one namespace), and
                 part of the ledger key.
-            retry_now: Retry what waits at once, whatever the backoff; None (the default)
-                means True for `[]`, which asks for the retries only, else False.
 
         Returns:
             Per hook: delivered, queued, failed and skipped message identities.
         """
         pruned = _checked(pruned)
-        now = not pruned if retry_now is None else retry_now
         loop = self._loop_for_ledger()
         if loop is not None:
-            return self._deliver_on(loop, pruned, namespace, now)
+            return self._deliver_on(loop, pruned, namespace)
         jobs, report = self._dispatcher.prepare(
-            list(self.config.on_prune), pruned, namespace, self.config.dedupe_on_prune, now
+            list(self.config.on_prune), pruned, namespace, self.config.dedupe_on_prune
         )
         for n, job in enumerate(jobs):
             returned = False
@@ -233,9 +216,7 @@ class MessageReducer:
             report.add(job.key, "delivered", job.ids)
         return report.build()
 
-    async def adeliver(
-        self, pruned: Iterable[Any], namespace: Any = None, *, retry_now: bool | None = None
-    ) -> DeliveryReport:
+    async def adeliver(self, pruned: Iterable[Any], namespace: Any = None) -> DeliveryReport:
         """Like `deliver`, awaiting coroutine hooks in turn; plain hooks run inline.
 
         A ledger with `aseen` and `amark` (`AsyncDeliveryLedger`) is awaited, so its I/O
@@ -245,13 +226,8 @@ class MessageReducer:
         does; either way its batch and those of the hooks not run yet wait for the next
         delivery.
         """
-        pruned = _checked(pruned)
         jobs, report = await self._dispatcher.aprepare(
-            list(self.config.on_prune),
-            pruned,
-            namespace,
-            self.config.dedupe_on_prune,
-            not pruned if retry_now is None else retry_now,
+            list(self.config.on_prune), _checked(pruned), namespace, self.config.dedupe_on_prune
         )
         for n, job in enumerate(jobs):
             returned = False
@@ -503,13 +479,12 @@ class MessageReducer:
         return task
 
     def _deliver_on(
-        self, loop: asyncio.AbstractEventLoop, pruned: list[Any], namespace: Any, now: bool
+        self, loop: asyncio.AbstractEventLoop, pruned: list[Any], namespace: Any
     ) -> DeliveryReport:
         # Kept as pending before the task exists: a task the loop cancels before it starts
         # (`asyncio.run` returning first) runs none of its body, so it could not keep them.
         self._dispatcher.defer(self.config.on_prune, pruned, namespace)
-        task = self._spawn(loop, self.adeliver([], namespace, retry_now=now))
-        task.add_done_callback(self._delivered_on)
+        self._spawn(loop, self.adeliver([], namespace)).add_done_callback(self._delivered_on)
         ids = list(dict.fromkeys(message_identity(m) for m in pruned))
         report = ReportBuilder(hook_keys(self.config.on_prune))
         for key in report.keys:
