@@ -292,6 +292,7 @@ def test_a_password_given_to_a_server_without_one_is_to_be_removed(
         assert "put user:password" not in err and "secret" not in err, err
 
 
+@pytest.mark.standalone  # a cluster has one database, and no registry
 def test_a_database_the_server_lacks_names_the_ones_it_has(
     redis_url: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -303,6 +304,7 @@ def test_a_database_the_server_lacks_names_the_ones_it_has(
     assert "0 to 15" in err
 
 
+@pytest.mark.standalone  # a cluster has one database, and no registry
 def test_threads_under_a_prefix_nothing_was_stored_under_says_so(
     redis_url: str, prefix: str, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -1842,7 +1842,8 @@ def test_the_lock_of_a_killed_run_lapses_and_the_rerun_goes_on(
     before = everything(client, prefix)
     code, err = cli(capsys, "migrate", "--url", redis_url, "--prefix", prefix)
     assert code == 1 and err.count("\n") == 1, err
-    assert "another migration from prefix" in err and "lapses in 30 s" in err
+    assert "another migration from prefix" in err
+    assert re.search(r"lapses in (29|30) s", err), err  # a second may pass before it asks
     assert "nothing was changed" in err
     assert everything(client, prefix) == before
     client.pexpire(lock, 100)

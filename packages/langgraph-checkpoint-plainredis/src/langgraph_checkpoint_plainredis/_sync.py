@@ -163,6 +163,8 @@ class RedisSaver(SaverCore, BaseCheckpointSaver[str]):
     _idle = Shared["Idle | None"]()
     _direct = Shared["Direct | None"]()
 
+    _SIDE = "RedisSaver"
+
     def __init__(
         self,
         url: str | None = None,
