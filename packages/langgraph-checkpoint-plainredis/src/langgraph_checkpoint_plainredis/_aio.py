@@ -40,9 +40,7 @@ from ._core import (
     Step,
     cluster_retries,
     info_refused,
-    translate_error,
 )
-from ._errors import LegacyKeyspaceError
 from ._shell import (
     check_serde,
     connect_options,
@@ -286,7 +284,6 @@ class AsyncRedisSaver(SaverCore, BaseCheckpointSaver[str]):
     _client = Shared["aioredis.Redis | RedisCluster"]()
     _known = Shared[bool]()  # whether the topology is known (see _learn_topology)
     _detect_lock = Shared[asyncio.Lock]()
-    _ready = Shared[bool]()  # see _get_ready
     _idle = Shared["Idle | None"]()
     _direct = Shared["Direct | None"]()
     _loop = Shared["asyncio.AbstractEventLoop | None"]()  # see _enter_loop
@@ -428,10 +425,8 @@ class AsyncRedisSaver(SaverCore, BaseCheckpointSaver[str]):
                 try:
                     await self._client.initialize()  # reads the slot map once; then a no-op
                 except RedisClusterException as error:
-                    mapped = translate_error(error, self.prefix, self._client_example)
-                    if mapped is None:
-                        raise
-                    raise mapped from None
+                    self._raise_translated(error)
+                    raise
         if plan := self._ready_plan():
             self._check_ready(await self._run(plan))
         self._ready = True
@@ -545,13 +540,8 @@ class AsyncRedisSaver(SaverCore, BaseCheckpointSaver[str]):
                 # each is safe to repeat in order (test_delta_history checks every script).
                 return await self._send(plan, fallback=True)
         except (ResponseError, RedisClusterException) as exc:  # the latter: see translate_error
-            mapped = translate_error(exc, self.prefix, self._client_example)
-            if mapped is None:
-                raise
-            if isinstance(mapped, LegacyKeyspaceError):
-                # The next call checks again: a migration may have parked the registry since.
-                self._ready = False
-            raise mapped from None
+            self._raise_translated(exc)
+            raise
 
     async def _drive(self, steps: Generator[Step, list[Any], T]) -> T:
         await _prepare(self)

@@ -314,8 +314,7 @@ def translate_error(
         return resp2_needed(
             refusal,
             f"build the client with protocol=2, e.g. {client} (redis-py 8 defaults to 3), or "
-            "pass url= and leave the saver's protocol at its "
-            "default 2",
+            "pass url= and leave the saver's protocol at its default 2",
         )
     if "script can't run this command" in message:  # Redis 6 and 7 word it so
         return PlainRedisError(
@@ -601,6 +600,9 @@ class SaverCore:
     # The metadata fields whose index is complete, as the first call read them (see
     # `_ready_plan`); updated by reindex.
     _indexed = Shared[frozenset[str]]()
+    # Whether the first call's checks ran (see the shells' `_get_ready`); cleared to run them
+    # again.
+    _ready = Shared[bool]()
 
     def _init_core(
         self,
@@ -646,6 +648,18 @@ class SaverCore:
     def _client_example(self) -> str:
         """How to build the client this saver takes, for the fix an error names."""
         return client_example(self._SIDE, self._cluster)
+
+    def _raise_translated(self, error: Exception) -> None:
+        """Raises the package's error for `error` (an error reply, or one of redis-py's
+        cluster errors: see `translate_error`); returns when there is none, and the caller
+        raises `error` as it came."""
+        mapped = translate_error(error, self.prefix, self._client_example)
+        if mapped is None:
+            return
+        if isinstance(mapped, LegacyKeyspaceError):
+            # The next call checks again: a migration may have parked the registry since.
+            self._ready = False
+        raise mapped from None
 
     def _paused_under(self, thread_id: str, ns: str) -> list[str]:
         """The namespaces paused below `ns` (not `ns` itself) in thread `thread_id`."""

@@ -38,9 +38,7 @@ from ._core import (
     Step,
     cluster_retries,
     info_refused,
-    translate_error,
 )
-from ._errors import LegacyKeyspaceError
 from ._shell import (
     check_serde,
     connect_options,
@@ -159,7 +157,6 @@ class RedisSaver(SaverCore, BaseCheckpointSaver[str]):
     _client = Shared["redis.Redis | RedisCluster"]()
     _known = Shared[bool]()  # whether the topology is known (see _learn_topology)
     _detect_lock = Shared[threading.Lock]()
-    _ready = Shared[bool]()  # see _get_ready
     _idle = Shared["Idle | None"]()
     _direct = Shared["Direct | None"]()
 
@@ -212,10 +209,8 @@ class RedisSaver(SaverCore, BaseCheckpointSaver[str]):
         try:  # redis-py's blocking cluster client reads the topology as it is built
             return RedisCluster.from_url(self._url, **self._connect)
         except RedisClusterException as error:
-            mapped = translate_error(error, self.prefix, self._client_example)
-            if mapped is None:
-                raise
-            raise mapped from None
+            self._raise_translated(error)
+            raise
 
     def _learn_topology(self) -> None:
         """Asks the server once whether it is a cluster node, and switches client if so."""
@@ -378,13 +373,8 @@ class RedisSaver(SaverCore, BaseCheckpointSaver[str]):
                 # each is safe to repeat in order (test_delta_history checks every script).
                 return self._send(plan, fallback=True)
         except (ResponseError, RedisClusterException) as exc:  # the latter: see translate_error
-            mapped = translate_error(exc, self.prefix, self._client_example)
-            if mapped is None:
-                raise
-            if isinstance(mapped, LegacyKeyspaceError):
-                # The next call checks again: a migration may have parked the registry since.
-                self._ready = False
-            raise mapped from None
+            self._raise_translated(exc)
+            raise
 
     def _drive(self, steps: Generator[Step, list[Any], T]) -> T:
         if not self._ready:
