@@ -480,6 +480,10 @@ def _render_usage(usage: Usage, top: int) -> None:
         print("registry: none on a cluster; threads were found by SCAN")
     else:
         print(f"registry: {usage.registry_bytes or 0:,} bytes")
+    if usage.expired:
+        entries = "entry" if usage.expired == 1 else "entries"
+        print(f"expired threads: {usage.expired:,} registry {entries} with no key left, not "
+              "counted above (later puts to the prefix sweep them)")  # fmt: skip
     if not usage.scanned:
         print(
             "run sets, metadata index and orphans: not counted; --scan walks the prefix with "

@@ -96,7 +96,9 @@ class Usage:
     """What `Inspector.usage` found.
 
     `run_keys`, `run_bytes`, `index_keys`, `index_bytes` (the metadata index: its zsets and
-    its marker hash) and `orphans` are only known after a SCAN (`scanned`).
+    its marker hash) and `orphans` are only known after a SCAN (`scanned`). `expired`
+    counts the registry entries of threads with no key left (expired under a TTL; a later
+    put sweeps the entry): they are not in `threads`, as no read lists them.
     """
 
     threads: list[ThreadUsage]
@@ -108,6 +110,7 @@ class Usage:
     index_keys: int = 0
     index_bytes: int = 0
     orphans: list[tuple[str, int]] = field(default_factory=list)
+    expired: int = 0
 
 
 def jsonable(value: Any, _seen: frozenset[int] = frozenset()) -> Any:
@@ -541,6 +544,7 @@ class Inspector:
             report("scan", len(scanned), None)
         total, pages = self._thread_pages()
         threads: list[ThreadUsage] = []
+        expired = 0
         reached: set[bytes] = {self.keyspace.threads.encode()}
         report("threads", 0, total)
         for tks in pages:
@@ -553,15 +557,19 @@ class Inspector:
                 present = [s for s in sized.values() if s is not None]
                 at += len(keys)
                 reached.update(k.encode() for k in keys)
+                if not nss and not present:  # expired: a registry entry and nothing else
+                    expired += 1
+                    continue
                 # A checkpoint whose key is gone (expired, not yet swept) is no checkpoint:
                 # the count is what `RedisSaver.list` lists.
                 checkpoints = sum(sized[cp] is not None for cp in cps)
                 threads.append(
                     ThreadUsage(tk.thread_id, len(nss), checkpoints, len(present), sum(present))
                 )
-            report("threads", len(threads), max(total, len(threads)))
+            done = len(threads) + expired
+            report("threads", done, max(total, done))
         (registry_bytes,) = self._memory([self.keyspace.threads])
-        result = Usage(threads, registry_bytes, scan, self.cluster)
+        result = Usage(threads, registry_bytes, scan, self.cluster, expired=expired)
         if scan:
             run_prefix = self.keyspace.run_prefix.encode()
             rest = sorted(scanned - reached)
