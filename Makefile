@@ -48,11 +48,11 @@ lint: sync  ## ruff and strict mypy
 
 .PHONY: test-unit
 test-unit: sync  ## each package's own tests (real servers where they need one)
-	$(RUN) pytest packages $(PYTEST_ARGS)
+	$(RUN) pytest packages --durations=15 $(PYTEST_ARGS)
 
 .PHONY: test-integration
 test-integration: sync  ## the cross-package suite, the matrix and the harness checks
-	$(RUN) pytest tests-integration -m "not slow" $(PYTEST_ARGS)
+	$(RUN) pytest tests-integration -m "not slow" --durations=15 $(PYTEST_ARGS)
 
 .PHONY: test-reliability
 test-reliability: sync  ## the long soak variants of the fault and load tests (marker `slow`)
