@@ -30,7 +30,7 @@ def command(*argv: str) -> list[str]:
 @pytest.fixture
 def standalone(redis_kind: str) -> None:
     if redis_kind.endswith("-cluster"):
-        pytest.skip("migrate and ACL users: a standalone server")
+        pytest.skip("a standalone server: migrate, ACL users and the thread registry")
 
 
 def test_migrate_deletes_seq_only_after_a_010_keyspace_and_says_when_there_is_none(
@@ -343,12 +343,22 @@ def test_stats_leaves_out_threads_that_expired_and_says_how_many(
     assert rows == ["t"]
     assert re.search(r"^1 thread: 3 checkpoints, ", out, re.MULTILINE), out
     assert (
-        "expired threads: 1 registry entry with no key left, not counted above (later puts "
+        "expired threads: 1 registry entry past their TTL, not counted above (later puts "
         "to the prefix sweep them)\n" in out
     )
     chat(redis_url, prefix, {"t": 1}, ttl=3600)  # a put sweeps the entry
     code, out, err = cli(capsys, "stats", "--url", redis_url, "--prefix", prefix)
     assert code == 0 and "expired threads" not in out, out
+    # A thread whose namespace set went some other way (deleted, evicted) while its entry
+    # has not expired is still a thread: it stays a row (the keys only that set leads to
+    # show as orphans under --scan).
+    tk = KeySpace(prefix).thread("v")
+    chat(redis_url, prefix, {"v": 1}, ttl=3600)
+    client.delete(tk.ns)
+    code, out, err = cli(capsys, "stats", "--url", redis_url, "--prefix", prefix)
+    assert code == 0 and "expired threads" not in out, out
+    rows = [line.split()[-1] for line in out.splitlines()[1:] if line.startswith(" ")]
+    assert sorted(rows) == ["t", "v"]
 
 
 def test_checkpoint_counts_read_a_long_timeline_a_page_at_a_time(

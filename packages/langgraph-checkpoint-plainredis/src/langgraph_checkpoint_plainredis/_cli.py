@@ -482,7 +482,7 @@ def _render_usage(usage: Usage, top: int) -> None:
         print(f"registry: {usage.registry_bytes or 0:,} bytes")
     if usage.expired:
         entries = "entry" if usage.expired == 1 else "entries"
-        print(f"expired threads: {usage.expired:,} registry {entries} with no key left, not "
+        print(f"expired threads: {usage.expired:,} registry {entries} past their TTL, not "
               "counted above (later puts to the prefix sweep them)")  # fmt: skip
     if not usage.scanned:
         print(

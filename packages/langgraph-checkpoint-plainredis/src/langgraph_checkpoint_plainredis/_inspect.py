@@ -97,8 +97,9 @@ class Usage:
 
     `run_keys`, `run_bytes`, `index_keys`, `index_bytes` (the metadata index: its zsets and
     its marker hash) and `orphans` are only known after a SCAN (`scanned`). `expired`
-    counts the registry entries of threads with no key left (expired under a TTL; a later
-    put sweeps the entry): they are not in `threads`, as no read lists them.
+    counts the registry entries of threads that expired under a TTL (no namespace left, the
+    entry's expiry passed; a later put sweeps it): they are not in `threads`, as no read
+    lists them.
     """
 
     threads: list[ThreadUsage]
@@ -526,6 +527,25 @@ class Inspector:
                     sizes[i] = None if reply is None else int(reply)
         return sizes
 
+    def _expired(self, threads: Sequence[ThreadKeys], namespaces: Sequence[list[str]]) -> set[int]:
+        """Which of `threads` expired: no namespace left, and a registry entry whose expiry
+        score the server's clock has passed (a put sweeps it later). No read lists them. A
+        thread whose namespace set went otherwise (deleted, evicted) is not one; nor is any
+        on a cluster, which keeps no registry. One round trip, only for threads without a
+        namespace."""
+        gone = [i for i, nss in enumerate(namespaces) if not nss]
+        if self.cluster or not gone:
+            return set()
+        now = self.server_ms()
+        scores = self._pipeline(
+            [("ZSCORE", self.keyspace.threads, threads[i].component) for i in gone]
+        )
+        return {
+            i
+            for i, score in zip(gone, scores, strict=True)
+            if score is not None and float(score) < now
+        }
+
     def usage(self, *, scan: bool = False, progress: Progress | None = None) -> Usage:
         """``MEMORY USAGE`` summed per thread over every key its indexes reach.
 
@@ -551,13 +571,14 @@ class Inspector:
             namespaces = [[ns for ns, _ in nss] for nss in self._namespaces(tks)]
             found = self._thread_keys(tks, namespaces)
             sizes = self._memory([key for keys, _ in found for key in keys])
+            due = self._expired(tks, namespaces)
             at = 0
-            for tk, nss, (keys, cps) in zip(tks, namespaces, found, strict=True):
+            for i, (tk, nss, (keys, cps)) in enumerate(zip(tks, namespaces, found, strict=True)):
                 sized = dict(zip(keys, sizes[at : at + len(keys)], strict=True))
                 present = [s for s in sized.values() if s is not None]
                 at += len(keys)
                 reached.update(k.encode() for k in keys)
-                if not nss and not present:  # expired: a registry entry and nothing else
+                if i in due:
                     expired += 1
                     continue
                 # A checkpoint whose key is gone (expired, not yet swept) is no checkpoint:
