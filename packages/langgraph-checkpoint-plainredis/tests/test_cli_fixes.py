@@ -337,9 +337,14 @@ def test_stats_leaves_out_threads_that_expired_and_says_how_many(
     assert gone
     client.delete(*gone)  # as the TTL leaves it: the registry entry alone, due for a sweep
     client.zadd(KeySpace(prefix).threads, {"u": 1})
-    code, out, err = cli(capsys, "stats", "--url", redis_url, "--prefix", prefix)
-    assert code == 0, err
-    rows = [line.split()[-1] for line in out.splitlines()[1:] if line.startswith(" ")]
+
+    def stats() -> tuple[str, list[str]]:
+        """What `stats` printed, and the threads of its rows."""
+        code, out, err = cli(capsys, "stats", "--url", redis_url, "--prefix", prefix)
+        assert code == 0, err
+        return out, [line.split()[-1] for line in out.splitlines()[1:] if line.startswith(" ")]
+
+    out, rows = stats()
     assert rows == ["t"]
     assert re.search(r"^1 thread: 3 checkpoints, ", out, re.MULTILINE), out
     assert (
@@ -347,17 +352,15 @@ def test_stats_leaves_out_threads_that_expired_and_says_how_many(
         "to the prefix sweep them)\n" in out
     )
     chat(redis_url, prefix, {"t": 1}, ttl=3600)  # a put sweeps the entry
-    code, out, err = cli(capsys, "stats", "--url", redis_url, "--prefix", prefix)
-    assert code == 0 and "expired threads" not in out, out
+    out, _ = stats()
+    assert "expired threads" not in out, out
     # A thread whose namespace set went some other way (deleted, evicted) while its entry
     # has not expired is still a thread: it stays a row (the keys only that set leads to
     # show as orphans under --scan).
-    tk = KeySpace(prefix).thread("v")
     chat(redis_url, prefix, {"v": 1}, ttl=3600)
-    client.delete(tk.ns)
-    code, out, err = cli(capsys, "stats", "--url", redis_url, "--prefix", prefix)
-    assert code == 0 and "expired threads" not in out, out
-    rows = [line.split()[-1] for line in out.splitlines()[1:] if line.startswith(" ")]
+    client.delete(KeySpace(prefix).thread("v").ns)
+    out, rows = stats()
+    assert "expired threads" not in out, out
     assert sorted(rows) == ["t", "v"]
 
 

@@ -168,6 +168,12 @@ def _message(message: BaseMessage, seen: frozenset[int]) -> dict[str, Any]:
     return out
 
 
+def _clock_ms(reply: tuple[Any, Any]) -> float:
+    """The server's clock in ms from a ``TIME`` reply (seconds, microseconds)."""
+    seconds, micros = reply
+    return int(seconds) * 1000 + int(micros) / 1000
+
+
 def _utf8(member: bytes) -> str | None:
     """A timeline member as text; None for one that is not UTF-8."""
     try:
@@ -411,8 +417,7 @@ class Inspector:
 
     def server_ms(self) -> float:
         """The server's clock in ms, which expiry scores are written against."""
-        seconds, micros = self.client.time()
-        return int(seconds) * 1000 + int(micros) / 1000
+        return _clock_ms(self.client.time())
 
     def threads(self) -> Iterator[ThreadInfo]:
         """Every thread, with its namespaces, checkpoint count and expiry."""
@@ -531,15 +536,15 @@ class Inspector:
         """Which of `threads` expired: no namespace left, and a registry entry whose expiry
         score the server's clock has passed (a put sweeps it later). No read lists them. A
         thread whose namespace set went otherwise (deleted, evicted) is not one; nor is any
-        on a cluster, which keeps no registry. One round trip, only for threads without a
-        namespace."""
+        on a cluster, which keeps no registry. One round trip (the clock and the entries),
+        only for threads without a namespace."""
         gone = [i for i, nss in enumerate(namespaces) if not nss]
         if self.cluster or not gone:
             return set()
-        now = self.server_ms()
-        scores = self._pipeline(
-            [("ZSCORE", self.keyspace.threads, threads[i].component) for i in gone]
+        clock, *scores = self._pipeline(
+            [("TIME",), *(("ZSCORE", self.keyspace.threads, threads[i].component) for i in gone)]
         )
+        now = _clock_ms(clock)
         return {
             i
             for i, score in zip(gone, scores, strict=True)
