@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import dataclasses
 import json
 import re
 import subprocess
@@ -1875,3 +1876,110 @@ def test_threads_on_the_source_of_an_unfinished_migration_names_it(
         f"0 threads under prefix {old!r}: a migration from it into {new!r} has not finished" in err
     )
     assert f"--prefix {old} --to-prefix {new}` again" in err
+
+
+# -- a dry run --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("case", ["fresh", "keep-old", "stopped", "expired", "unreadable"])
+def test_a_dry_run_writes_nothing_and_counts_what_the_run_then_does(
+    client: redis.Redis,
+    redis_url: str,
+    restored: dict[str, str],
+    monkeypatch: pytest.MonkeyPatch,
+    case: str,
+) -> None:
+    """A preview of the run: the same counts, the same timelines found gone and entries
+    skipped, whether the run starts afresh or finishes one stopped half-way; no key under
+    the prefix changes (no lock is taken), and the savers still refuse the keyspace."""
+    prefix = restored["lg"]
+    keep_old = case == "keep-old"
+    threads = [t for t in DUMP["expected"]["threads"] if t["prefix"] == "lg"]
+    if case == "stopped":
+        interrupt_after_one(monkeypatch, client, prefix)
+    elif case == "expired":
+        first, second = threads[0], threads[1]
+        expire_010(client, prefix, first["thread_id"], first["checkpoint_ns"], [])
+        old = second["checkpoint_ids"][-2:]  # the newest outlives them, as under a TTL
+        expire_010(client, prefix, second["thread_id"], second["checkpoint_ns"], old)
+    elif case == "unreadable":
+        client.hset(f"{prefix}:threads", "not a 0.1.0 index key", "not json")
+    before = everything(client, prefix)
+    lines: list[str] = []
+    dry = migrate_v010(client, prefix, keep_old=keep_old, progress=lines.append, dry_run=True)
+    assert everything(client, prefix) == before
+    with RedisSaver(client=client, prefix=prefix) as saver:
+        with pytest.raises(LegacyKeyspaceError):
+            saver.get_tuple({"configurable": {"thread_id": threads[0]["thread_id"]}})
+    done: list[str] = []
+    run = migrate_v010(client, prefix, keep_old=keep_old, progress=done.append)
+    assert dry.dry_run and not run.dry_run and dry.checkpoints > 0
+    assert dataclasses.replace(dry, dry_run=False) == run
+    said = [
+        line.replace("would migrate", "migrated").replace("would skip", "skipped") for line in lines
+    ]
+    assert said == done and len(done) == run.threads + len(run.gone)
+    assert bool(run.gone) == (case == "expired") and bool(run.skipped) == (case == "unreadable")
+    if case not in ("expired", "unreadable"):
+        check_lg_threads(redis_url, prefix)
+
+
+def test_migrate_dry_run_prints_what_the_run_would_do_and_changes_nothing(
+    client: redis.Redis,
+    redis_url: str,
+    restored: dict[str, str],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`--dry-run` prints the run's lines and summary in the conditional; what would stop
+    the run (a run holding the lock, a value it cannot read) stops it with the run's one
+    line, an entry the run would skip is listed with what to do first, and Ctrl-C says
+    nothing was written."""
+    prefix = restored["lg"]
+    argv = ["migrate", "--url", redis_url, "--prefix", prefix]
+    before = everything(client, prefix)
+    code = main([*argv, "--dry-run"])
+    out, err = capsys.readouterr()
+    assert (code, err) == (0, "")
+    *lines, summary = out.splitlines()
+    assert lines and all(line.startswith("would migrate thread ") for line in lines), lines
+    assert summary.startswith(f"would migrate {len(lines)} thread namespaces, ")
+    assert summary.endswith("; nothing was written (--dry-run)")
+
+    lock = f"{prefix}:v010:lock"
+    client.set(lock, "another run", px=30_000)
+    code, err = cli(capsys, *argv, "--dry-run")
+    assert code == 1 and err.count("\n") == 1 and "another migration" in err, err
+    client.delete(lock)
+    blob = next(k for k in client.scan_iter(match=f"{prefix}:blob:t-fork:*"))
+    good = client.get(blob)
+    client.set(blob, json.dumps({"t": "pickle", "d": base64.b64encode(b"x").decode()}))
+    code, err = cli(capsys, *argv, "--dry-run")
+    assert code == 1 and err.count("\n") == 1 and repr(blob.decode()) in err, err
+    client.set(blob, good)  # type: ignore[arg-type]
+    assert everything(client, prefix) == before
+    registry = client.hgetall(f"{prefix}:threads")
+    client.hset(f"{prefix}:threads", "not a 0.1.0 index key", "not json")
+    code, err = cli(capsys, *argv, "--dry-run")
+    assert code == 1, err
+    assert "a run would skip unreadable registry entry 'not a 0.1.0 index key'" in err
+    assert "repair or remove them first" in err
+    client.hdel(f"{prefix}:threads", "not a 0.1.0 index key")
+    assert client.hgetall(f"{prefix}:threads") == registry
+    with ctrl_c_after_one(monkeypatch):
+        code, err = cli(capsys, *argv, "--dry-run")
+    assert code == 130 and "interrupted during the migration. Nothing was written" in err, err
+    assert not client.exists(f"{prefix}:v010:threads", f"{prefix}:v010:parked")
+
+    assert main(argv) == 0
+    done = capsys.readouterr().out.splitlines()
+    # (in another order: the entry added and removed moved the registry's entries)
+    assert sorted(line.replace("migrated", "would migrate", 1) for line in done[:-1]) == sorted(
+        lines
+    )
+    assert (
+        done[-1].replace("migrated", "would migrate", 1).replace("; deleted", "; would delete")
+        + "; nothing was written (--dry-run)"
+        == summary
+    )
+    check_lg_threads(redis_url, prefix)

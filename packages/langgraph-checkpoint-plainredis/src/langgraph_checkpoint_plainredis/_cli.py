@@ -236,6 +236,12 @@ def _parser() -> argparse.ArgumentParser:
         help="leave the 0.1.0 keys of every thread in place (not 0.1.0's registry, "
         "PREFIX:threads, which the run empties: to go back to 0.1.0, restore a backup)",
     )
+    migrate.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="write nothing: make the run's checks, read and decode all it would migrate, "
+        "and print what it would migrate and delete",
+    )
     for command in sub.choices.values():  # its usage errors show its own usage line
         command.set_defaults(command_parser=command)
     return parser
@@ -563,6 +569,11 @@ _STOPPED_THERE = (
 )
 
 
+def _stopped_there(args: argparse.Namespace) -> str:
+    """What a migration that stopped before its end left behind."""
+    return "Nothing was written (--dry-run)" if args.dry_run else _STOPPED_THERE
+
+
 class _Lines:
     """The lines a migration prints on stdout. When stdout fails (its reader went away, as
     with `| head`, or a full disk), the lines stop and the migration goes on: one stopped
@@ -596,10 +607,14 @@ class _Lines:
 
 def _summary(report: MigrationReport) -> str:
     gone = f" ({len(report.gone):,} gone, skipped)" if report.gone else ""
+    migrated, deleted = (
+        ("would migrate", "would delete") if report.dry_run else ("migrated", "deleted")
+    )
     return (
-        f"migrated {report.threads:,} thread namespaces{gone}, {report.checkpoints:,} "
-        f"checkpoints, {report.blobs:,} blobs, {report.writes:,} writes; deleted "
+        f"{migrated} {report.threads:,} thread namespaces{gone}, {report.checkpoints:,} "
+        f"checkpoints, {report.blobs:,} blobs, {report.writes:,} writes; {deleted} "
         f"{report.old_keys_deleted:,} old keys"
+        + ("; nothing was written (--dry-run)" if report.dry_run else "")
     )
 
 
@@ -640,6 +655,7 @@ def _migrate(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
                 ttl=args.ttl,
                 keep_old=args.keep_old,
                 progress=lines,
+                dry_run=args.dry_run,
             )
         finally:
             client.close()
@@ -657,22 +673,27 @@ def _migrate(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         # connect" would send the user to start a server that is running.
         return _fail(
             f"lost the connection to {_redact(args.url)} during the migration ({exc}). "
-            f"{_STOPPED_THERE} (if the connection drops again at the same point, the server "
-            "log says why)"
+            f"{_stopped_there(args)} (if the connection drops again at the same point, the "
+            "server log says why)"
         )
     except KeyboardInterrupt:
-        print(f"\nplainredis: interrupted during the migration. {_STOPPED_THERE}",
+        print(f"\nplainredis: interrupted during the migration. {_stopped_there(args)}",
               file=sys.stderr)  # fmt: skip
         return 130
     finally:
         lines.note(report)
-    for skipped in report.skipped:
-        print(f"skipped unreadable registry entry {skipped!r}", file=sys.stderr)
+    skipped = "a run would skip" if args.dry_run else "skipped"
+    for entry in report.skipped:
+        print(f"{skipped} unreadable registry entry {entry!r}", file=sys.stderr)
     if report.skipped:
         parked = LegacyKeys(target).stash
         print(
             f"the savers refuse the keyspace until these entries of {parked!r} are repaired "
-            "or removed (HDEL) and the migration runs again",
+            "or removed (HDEL) and the migration runs again"
+            if not args.dry_run
+            else f"a run would park them at {parked!r}, and the savers would refuse the keyspace "
+            "until they were repaired or removed (HDEL) and the migration ran again: repair or "
+            "remove them first (HDEL from the registry that holds them now)",
             file=sys.stderr,
         )
     return 1 if report.skipped else 0

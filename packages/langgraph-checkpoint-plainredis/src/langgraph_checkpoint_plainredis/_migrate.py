@@ -122,6 +122,9 @@ class MigrationReport:
     # False: no 0.1.0 registry under the prefix, none parked and no unfinished run's record
     # (a keyspace already migrated, an empty one, or a mistyped prefix).
     found: bool = True
+    # True: a dry run. Nothing was written; the counts are what the run would migrate and
+    # delete, `skipped` the entries it would skip and `gone` the timelines it would find gone.
+    dry_run: bool = False
 
 
 def _unwrap(raw: Any, key: str) -> tuple[str, bytes] | None:
@@ -577,6 +580,7 @@ def migrate_v010(
     serde: SerializerProtocol | None = None,
     keep_old: bool = False,
     progress: Callable[[str], None] | None = None,
+    dry_run: bool = False,
 ) -> MigrationReport:
     """Moves a 0.1.0 keyspace into the current layout, losslessly and idempotently.
 
@@ -597,9 +601,13 @@ def migrate_v010(
             read a thread by id but not list the threads (nor, in place, write).
         progress: Called with a line of text per migrated (thread, namespace), and per one
             skipped as gone (expired under 0.1.0's TTL).
+        dry_run: Write nothing: make every check the run makes before it writes, read and
+            decode everything it would migrate (a value it could not read is the error the
+            run would stop with), and count what it would migrate and delete. Takes no
+            lock; refused, as a run is, while a run from `prefix` holds it.
 
     Returns:
-        Counts of what was migrated.
+        Counts of what was migrated (with `dry_run`, of what would be).
 
     Raises:
         TypeError: `client` is no blocking client (a URL, or a `redis.asyncio` client).
@@ -620,6 +628,9 @@ def migrate_v010(
     _refuse_cluster(client)
     lock = _Lock(client, prefix)
     try:
+        if dry_run:
+            lock.refuse_if_held()
+            return _migrate(client, prefix, target, ttl, serde, keep_old, progress, None)
         lock.acquire()
         try:
             return _migrate(client, prefix, target, ttl, serde, keep_old, progress, lock)
@@ -663,15 +674,24 @@ class _Lock:
                 return
             left = self.client.pttl(self.key)
             if left != -2:
-                break
-        if left == -2:
-            raise PlainRedisError(
-                f"other migrations from prefix {self.prefix!r} took and let go of the lock "
-                f"{self.key!r} twice as this one started: run it again once they are done; "
-                "nothing was changed."
-            )
-        lapse = f"{max(left, 0) / 1000:.0f} s" if left >= 0 else "never: it has no expiry"
+                raise self._held(left)
         raise PlainRedisError(
+            f"other migrations from prefix {self.prefix!r} took and let go of the lock "
+            f"{self.key!r} twice as this one started: run it again once they are done; "
+            "nothing was changed."
+        )
+
+    def refuse_if_held(self) -> None:
+        """Raises `PlainRedisError` when a run holds the lock; reads only (a dry run)."""
+        left = self.client.pttl(self.key)
+        if left != -2:
+            raise self._held(left)
+
+    def _held(self, left: int) -> PlainRedisError:
+        """The refusal while another run holds the lock, which lapses in `left` ms (-1:
+        never)."""
+        lapse = f"{max(left, 0) / 1000:.0f} s" if left >= 0 else "never: it has no expiry"
+        return PlainRedisError(
             f"another migration from prefix {self.prefix!r} is running: it holds the lock "
             f"{self.key!r}, renewed every {_RENEW_S:g} s while it runs. Let it finish; if it "
             f"was killed, its lock lapses in {lapse} (after {_LOCK_MS // 1000} s unrenewed)"
@@ -716,8 +736,10 @@ def _migrate(
     serde: SerializerProtocol | None,
     keep_old: bool,
     progress: Callable[[str], None] | None,
-    lock: _Lock,
+    lock: _Lock | None,
 ) -> MigrationReport:
+    """The run, holding `lock`; without one, a dry run: the same checks and reads, no write."""
+    dry_run = lock is None
     legacy = LegacyKeys(prefix)
     # Parked where the savers of the target prefix look, so they refuse it until done.
     stash = LegacyKeys(target).stash
@@ -744,7 +766,10 @@ def _migrate(
     # 0.1.0 data to finish: a registry, a parked one, or the record of a run that stopped
     # after its last thread. Without any, `legacy.seq` is not 0.1.0's and is left alone.
     found = registry is not None or bool(parked) or bool(client.exists(legacy.parked_into))
-    if registry is not None or parked:
+    report = MigrationReport(found=found, dry_run=dry_run)
+    if dry_run:  # what parking would leave at `stash`: the registry over what was parked
+        raw = {**parked, **(registry or {})}
+    elif registry is not None or parked:
         # Park the old registry (the current layout keeps a zset under that name) and record
         # under the source where it went, together: a rerun into another target is refused.
         with client.pipeline(transaction=True) as pipe:
@@ -756,48 +781,67 @@ def _migrate(
             elif registry is not None:
                 pipe.rename(legacy.registry, stash)
             pipe.execute()
-    report = MigrationReport(found=found)
-    raw = _read(client, stash, "hash", partial(client.hgetall, stash))
+    if not dry_run:
+        raw = _read(client, stash, "hash", partial(client.hgetall, stash))
     entries = _entries(raw, stash, legacy, stash, target, report)
     saver = RedisSaver(client=client, prefix=target, ttl=ttl, serde=serde)
     saver._migrating = True  # it writes while 0.1.0's registry is parked: see _ready_plan
+    migrated, skipped = ("would migrate", "would skip") if dry_run else ("migrated", "skipped")
     for entry in entries:
         thread_id, ns = entry.thread_id, entry.ns
-        lock.renew()
+        if lock is not None:
+            lock.renew()
         old_keys = _migrate_timeline(
-            saver, client, legacy, entry.idx_key, thread_id, ns, report, lock=lock
+            saver, client, legacy, entry.idx_key, thread_id, ns, report, lock, dry_run
         )
         if old_keys is None:  # expired whole under 0.1.0's TTL: nothing to migrate
             report.gone.append((thread_id, ns))
-            client.hdel(stash, entry.idx_key)
+            if not dry_run:
+                client.hdel(stash, entry.idx_key)
             if progress:
                 progress(
-                    f"skipped thread {thread_id!r} namespace {ns!r}: gone (its 0.1.0 timeline "
-                    f"{_b(entry.idx_key).decode(errors='replace')!r} expired, say)"
+                    f"{skipped} thread {thread_id!r} namespace {ns!r}: gone (its 0.1.0 "
+                    f"timeline {_b(entry.idx_key).decode(errors='replace')!r} expired, say)"
                 )
             continue
         if progress:
-            progress(f"migrated thread {thread_id!r} namespace {ns!r}")
-        if keep_old:
+            progress(f"{migrated} thread {thread_id!r} namespace {ns!r}")
+        if lock is None:
+            if not keep_old:
+                report.old_keys_deleted += _existing(client, old_keys)
+        elif keep_old:
             client.hdel(stash, entry.idx_key)
         else:
             lock.renew()
             report.old_keys_deleted += _delete(client, old_keys, stash, entry.idx_key)
         report.threads += 1
-    if not report.skipped:
-        lock.renew()
-        if not keep_old:
-            report.old_keys_deleted += client.delete(stash)
-            # 0.1.0's counter is a string; a key of another type there is another program's.
-            if found and _s(client.type(legacy.seq)) == "string":
-                report.old_keys_deleted += client.delete(legacy.seq)
-        client.delete(legacy.parked_into)  # done: a run into any prefix finds nothing
+    if report.skipped:
+        return report
+    # 0.1.0's counter is a string; a key of another type there is another program's.
+    seq = not keep_old and found and _s(client.type(legacy.seq)) == "string"
+    if lock is None:  # the parked registry: emptied entry by entry, gone by then
+        report.old_keys_deleted += seq
+        return report
+    lock.renew()
+    if not keep_old:
+        report.old_keys_deleted += client.delete(stash)
+        if seq:
+            report.old_keys_deleted += client.delete(legacy.seq)
+    client.delete(legacy.parked_into)  # done: a run into any prefix finds nothing
     return report
 
 
 def _chunks(items: list[Any]) -> list[list[Any]]:
     """`items` in runs of at most `_CHUNK`, one command's arguments each."""
     return [items[i : i + _CHUNK] for i in range(0, len(items), _CHUNK)]
+
+
+def _existing(client: redis.Redis, keys: list[bytes | str]) -> int:
+    """How many of `keys` (distinct) exist: an EXISTS per `_CHUNK` keys, in one round trip."""
+    with client.pipeline(transaction=False) as pipe:
+        for part in _chunks(keys):
+            pipe.exists(*part)
+        return sum(pipe.execute())
 
 
 def _delete(client: redis.Redis, keys: list[bytes | str], stash: str, entry: bytes) -> int:
@@ -846,11 +890,13 @@ def _migrate_timeline(
     ns: str,
     report: MigrationReport,
     lock: _Lock | None = None,
+    dry_run: bool = False,
 ) -> list[bytes | str] | None:
     """Copies one (thread, namespace) in batches of checkpoints (`_BATCH`), each read back
     before the next is read, so that the run holds one batch however long the timeline is;
     returns the 0.1.0 keys it read, each once, or None when its timeline key is gone
-    (renewing `lock` as it goes)."""
+    (renewing `lock` as it goes). With `dry_run`, reads and decodes the batches and counts
+    them, but writes nothing."""
     tk = saver.keyspace.thread(thread_id)
     # A set in insertion order: every checkpoint names the blob of every channel, most of
     # them the blob its parent named.
@@ -875,8 +921,13 @@ def _migrate_timeline(
         # The blobs the previous batch's last checkpoint named are read already.
         blobs = {key: blobs[key] for key in named if key in blobs}
         blobs.update(_fetch(client, saver.serde, [key for key in named if key not in blobs]))
-        _write_batch(saver, tk, ns, batch, blobs, sent, report)
-        _verify(saver, tk, ns, batch, blobs)
+        if dry_run:
+            for checkpoint in batch:
+                _tally(checkpoint, blobs, sent, report)
+                report.checkpoints += 1
+        else:
+            _write_batch(saver, tk, ns, batch, blobs, sent, report)
+            _verify(saver, tk, ns, batch, blobs)
         size = _next_size(size, batch, blobs, named)
         blobs = {key: blobs[key] for key in batch[-1].blob_keys} if batch else {}
     return list(old_keys)
@@ -1034,21 +1085,33 @@ def _write_batch(
     ops: list[Generator[Any, Any, Any]] = []
     puts: list[_Checkpoint | None] = []
     for checkpoint in batch:
-        written: dict[str, bytes] = {}
-        for suffix, key in zip(checkpoint.refs, checkpoint.blob_keys, strict=True):
-            blob = blobs[key]
-            if blob is not None and suffix not in sent:
-                written[suffix] = blob.stored
-                report.blobs += blob.compared is not None  # not an empty channel
-        sent.update(written)
+        written = _tally(checkpoint, blobs, sent, report)
         writes = _put_writes(saver, tk, ns, checkpoint)
         ops += [_put(saver, tk, ns, checkpoint, written, blobs, sent, report), *writes]
         puts += [checkpoint, *[None] * len(writes)]
-        report.writes += sum(len(items) for _, items in checkpoint.writes)
     for put_of, resent in zip(puts, _run_together(saver, ops), strict=True):
         if put_of is not None and resent:
             for op in _put_writes(saver, tk, ns, put_of):
                 saver._drive(op)
+
+
+def _tally(
+    checkpoint: _Checkpoint,
+    blobs: dict[str, _Blob | None],
+    sent: set[str],
+    report: MigrationReport,
+) -> dict[str, bytes]:
+    """The blobs the put of `checkpoint` writes (those of its values no earlier put wrote,
+    `sent`, which they join), counted with its writes in `report`."""
+    written: dict[str, bytes] = {}
+    for suffix, key in zip(checkpoint.refs, checkpoint.blob_keys, strict=True):
+        blob = blobs[key]
+        if blob is not None and suffix not in sent:
+            written[suffix] = blob.stored
+            report.blobs += blob.compared is not None  # not an empty channel
+    sent.update(written)
+    report.writes += sum(len(items) for _, items in checkpoint.writes)
+    return written
 
 
 def _put(
