@@ -7,7 +7,8 @@ them into a LangGraph store under the run's memory namespace.
     REDIS_URL=redis://127.0.0.1:6379/0 python examples/demo.py   # your server
     python examples/demo.py                                       # a private, throwaway Redis
 
-Pass `--sync` to run the same conversation on the blocking `RedisSaver` with `invoke`.
+It then runs the same conversation on the blocking `RedisSaver` with `invoke`; `--sync` runs
+only that part.
 """
 
 from __future__ import annotations
@@ -97,7 +98,13 @@ def reachable(url: str) -> None:
     try:
         with redis.Redis.from_url(url, protocol=2, socket_connect_timeout=3) as client:
             client.ping()
-    except (redis.RedisError, OSError, ValueError) as error:
+    except ValueError as error:  # redis-py, or urllib, cannot parse it
+        raise Unreachable(
+            f"REDIS_URL is not a Redis URL ({error}): fix it "
+            "(redis://[user:password@]host:port/db), or unset REDIS_URL and the demo starts "
+            "a private Redis of its own"
+        ) from None
+    except (redis.RedisError, OSError) as error:
         raise Unreachable(
             f"REDIS_URL does not answer ({type(error).__name__}: {error}): fix the URL "
             "(redis://[user:password@]host:port/db), or unset REDIS_URL and the demo starts "

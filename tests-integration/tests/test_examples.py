@@ -50,20 +50,23 @@ def test_demo_starts_its_own_redis_without_redis_url() -> None:
 
 
 @pytest.mark.parametrize(
-    "url",
+    ("url", "said"),
     [
-        "redis://127.0.0.1:1/0",
-        "redis://user:s3cret@127.0.0.1:1/0",
-        "redis://127.0.0.1:1/0?password=s3cret",
-        "redis://[::1:6379/0?password=s3cret",  # not a URL urllib can split
+        ("redis://127.0.0.1:1/0", "does not answer"),
+        ("redis://user:s3cret@127.0.0.1:1/0", "does not answer"),
+        ("redis://127.0.0.1:1/0?password=s3cret", "does not answer"),
+        # not a URL urllib can split, and one without a scheme: the URL is what to fix
+        ("redis://[::1:6379/0?password=s3cret", "is not a Redis URL"),
+        ("localhost:6379", "is not a Redis URL"),
     ],
 )
-def test_demo_names_the_fix_when_redis_url_does_not_answer(url: str) -> None:
-    """An unreachable REDIS_URL printed a hundred lines of ConnectionError traceback."""
+def test_demo_names_the_fix_when_redis_url_does_not_answer(url: str, said: str) -> None:
+    """An unreachable REDIS_URL printed a hundred lines of ConnectionError traceback, and
+    a malformed one was said not to answer."""
     env = {**os.environ, "REDIS_URL": url}
     done = subprocess.run(
         [sys.executable, str(DEMO), "--sync"], env=env, capture_output=True, text=True, timeout=120
     )
     assert done.returncode == 2
     assert "Traceback" not in done.stderr and "s3cret" not in done.stderr
-    assert "does not answer" in done.stderr and "unset REDIS_URL" in done.stderr
+    assert said in done.stderr and "unset REDIS_URL" in done.stderr, done.stderr
