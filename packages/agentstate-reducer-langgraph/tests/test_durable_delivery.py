@@ -583,6 +583,49 @@ def test_a_batch_whose_checkpoint_never_appears_is_discarded_after_the_grace(
     assert runner.stats().backlog == 0
 
 
+class DrainsFirst(InMemorySaver):
+    """A put that takes longer than `grace`: a drain runs (through `outer`) before each put
+    of a step that prunes stores its checkpoint."""
+
+    outer: ReducingSaver | None = None
+    drained: list[Any]
+
+    def put(self, config: Any, checkpoint: Any, metadata: Any, new_versions: Any) -> Any:
+        if self.outer is not None:
+            self.drained.append(self.outer.drain())
+        return super().put(config, checkpoint, metadata, new_versions)
+
+
+def test_a_put_slower_than_the_grace_still_has_its_batch_delivered(
+    client: redis.Redis, prefix: str
+) -> None:
+    """A drain that met a batch whose put had not returned within `grace` deleted it; the
+    commit after the put found nothing, and the process, which took those messages as
+    pruned, staged them no more: lost (found by review). The discard now keeps the batch,
+    marked, and the commit makes it due again: each pruned message arrives once."""
+    ledger = RedisDeliveryLedger(client, prefix=prefix)
+    hook, inner = Plain(), DrainsFirst()
+    inner.drained = []
+    saver = ReducingSaver(
+        inner,
+        reducer(ledger, hook),
+        outbox=RedisOutbox(client, prefix=prefix),
+        delivery=Delivery("manual", grace=0),
+    )
+    inner.outer = saver
+    graph = chat_graph(saver)
+    for i in range(5):
+        turn(graph, "t", f"q{i}")
+    inner.drained.append(saver.drain())
+    assert sum(report.discarded for report in inner.drained) == 2  # during the pruning puts
+    assert sum(report.delivered for report in inner.drained) == 2  # by the drains after
+    assert sorted(hook.got) == ["t-q0-ai", "t-q1", "t-q1-ai", "t-q2", "t-q2-ai"]  # once each
+    window = graph.get_state({"configurable": {"thread_id": "t"}}).values["messages"]
+    assert [m.id for m in window] == ["t-q0", "t-q3", "t-q3-ai", "t-q4", "t-q4-ai"]
+    stats = saver.delivery_stats()
+    assert (stats.backlog, stats.discarded, stats.delivered) == (0, 0, 2)
+
+
 def forget(saver: ReducingSaver, thread: str, how: str) -> None:
     """Removes what `thread` stored: every checkpoint but its latest, or the whole thread."""
     if how == "prune":

@@ -3,7 +3,8 @@
 Layout (``P`` = prefix, ``B`` = batch id, ``NS`` = namespace tag, see `namespace_tag`)::
 
     P:outbox:{P}:due       zset    staged batches; score = ms when a drain may claim it
-    P:outbox:{P}:b:B       hash    one batch: payload, checkpoint, staged-at, failures
+    P:outbox:{P}:b:B       hash    one batch: payload, checkpoint, staged-at, failures; kept a
+                                   day once discarded (field "d"), out of the due set
     P:outbox:{P}:stats     hash    counters: staged, delivered, failures, discarded
     P:ledger:{NS}          hash    field "hook:message id" -> ms it was delivered
     P:<kind>:{NS}          any     a sink's data beside its namespace's ledger, e.g. P:mem:{NS}

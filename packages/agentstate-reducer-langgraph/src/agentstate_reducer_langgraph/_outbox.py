@@ -85,11 +85,13 @@ class Settlement:
     Attributes:
         batch_id: The batch.
         action: ``ack`` (delivered: remove it), ``retry`` (claim it again `delay` ms from
-            now), ``discard`` (its checkpoint was never stored: remove it, unless it was
-            staged again after `staged_at` or is committed) or ``commit`` (its put returned:
-            remember that its checkpoint was stored, whoever holds the batch, so that it is
-            delivered even once the checkpoint is pruned or its thread deleted; nothing
-            else changes, and a batch no longer in the outbox stays gone).
+            now), ``discard`` (its checkpoint was not stored within the grace period: take
+            it out of what is due, unless it was staged again after `staged_at` or is
+            committed) or ``commit`` (its put returned: remember that its checkpoint was
+            stored, whoever holds the batch, so that it is delivered even once the
+            checkpoint is pruned or its thread deleted; a batch no longer in the outbox
+            stays gone). An outbox should keep a discarded batch a while and make it due
+            again on its ``commit``: its put was only slow (`RedisOutbox` keeps it a day).
         delay: ``retry``: milliseconds from when the outbox applies the settlement, by its
             own clock, until the batch may be claimed again: a wait, not a time of day, so
             neither the time the delivery took nor a step of the deliverer's clock moves it.

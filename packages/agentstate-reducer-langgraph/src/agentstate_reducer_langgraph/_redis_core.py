@@ -78,9 +78,16 @@ end
 # pruned or its thread deleted. A retry or discard applies only while the batch's lease
 # token ('l': its claimer's or its delivering stager's, absent while no one holds it) is the
 # settlement's: one from a deliverer whose lease ran out and whose batch was taken over since
-# changes nothing. A discard never drops a committed batch.
+# changes nothing. A discard never drops a committed batch, and keeps the batch for
+# `TOMBSTONE_MS` marked discarded ('d', out of the due set): a put slower than the grace
+# period still returns, and its commit makes the batch due again (the process that staged it
+# took its messages as pruned, and stages them no more).
+TOMBSTONE_MS = 24 * 3600 * 1000
 _SETTLE = (
     _CLOCK
+    + f"""
+local TOMBSTONE_MS = {TOMBSTONE_MS}
+"""
     + """
 local function settle(first_arg, first_key, now)
   local k = first_key
@@ -90,19 +97,31 @@ local function settle(first_arg, first_key, now)
     k = k + 1
     if action == 'ack' then
       redis.call('ZREM', KEYS[1], id)
+      if redis.call('HDEL', batch, 'd') == 1 then  -- delivered after all, by a lease run out
+        redis.call('HINCRBY', KEYS[2], 'discarded', -1)
+      end
       if redis.call('DEL', batch) == 1 then redis.call('HINCRBY', KEYS[2], 'delivered', 1) end
     elseif action == 'commit' then  -- its put returned: stored, whoever holds it
-      if redis.call('EXISTS', batch) == 1 then redis.call('HSET', batch, 'c', '1') end
+      if redis.call('EXISTS', batch) == 1 then
+        redis.call('HSET', batch, 'c', '1')
+        if redis.call('HDEL', batch, 'd') == 1 then  -- discarded while its put ran: due now
+          redis.call('PERSIST', batch)
+          redis.call('ZADD', KEYS[1], ms(now), id)
+          redis.call('HINCRBY', KEYS[2], 'discarded', -1)
+        end
+      end
     else
-      local f = redis.call('HMGET', batch, 's', 'l', 'c')
-      if f[1] and (f[2] or '') == ARGV[i + 7] then
+      local f = redis.call('HMGET', batch, 's', 'l', 'c', 'd')
+      if f[1] and not f[4] and (f[2] or '') == ARGV[i + 7] then
         if action == 'discard' then
           if f[3] == '1' then  -- committed since the claim: never dropped; due again now
             redis.call('ZADD', KEYS[1], 'XX', ms(now), id)
             redis.call('HDEL', batch, 'l')
           elseif f[1] == staged then
             redis.call('ZREM', KEYS[1], id)
-            redis.call('DEL', batch)
+            redis.call('HDEL', batch, 'l')
+            redis.call('HSET', batch, 'd', '1')
+            redis.call('PEXPIRE', batch, TOMBSTONE_MS)
             redis.call('HINCRBY', KEYS[2], 'discarded', 1)
           end
         else
@@ -131,11 +150,16 @@ _STAGE = (
     _SETTLE
     + """
 local now, shift = clocks(ARGV[2])
-local was = redis.call('HMGET', KEYS[3], 's', 'l')  -- every batch has 's'; 'l': its holder
+-- every batch has 's'; 'l': its holder; 'd': discarded (staged anew now, by a put's retry)
+local was = redis.call('HMGET', KEYS[3], 's', 'l', 'd')
 local holder = was[2]
 redis.call('HSET', KEYS[3], 't', ARGV[4], 'p', ARGV[5], 's', ms(now), 'th', ARGV[6],
   'ns', ARGV[7], 'cp', ARGV[8], 'k', ARGV[9])
-if not was[1] then redis.call('HINCRBY', KEYS[2], 'staged', 1) end
+if was[3] then
+  redis.call('HDEL', KEYS[3], 'd')
+  redis.call('PERSIST', KEYS[3])
+end
+if not was[1] or was[3] then redis.call('HINCRBY', KEYS[2], 'staged', 1) end
 local at = tonumber(ARGV[3]) + shift
 local due = tonumber(redis.call('ZSCORE', KEYS[1], ARGV[1]))
 if not (holder and due and due > now and due > at) then  -- else leased past `at`: kept
