@@ -307,6 +307,18 @@ def test_the_helpers_name_a_wrong_argument_and_the_fix() -> None:
         apply_reducer(r.config, cp, config)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match=r"^apply_reducer needs a MessageReducer, got str 'x'"):
         apply_reducer("x", cp, config)  # type: ignore[arg-type]
+    # The class passed, and a config that hands the same messages over on every put, as
+    # ReducingSaver refuses them (both found by review: an AttributeError on the first put,
+    # and each message three times to the hook).
+    for where, build in (
+        ("apply_reducer", lambda r: apply_reducer(r, cp, config)),
+        ("ReducingSaver", lambda r: ReducingSaver(InMemorySaver(), r)),
+    ):
+        with pytest.raises(TypeError, match=rf"^{where} needs a MessageReducer, got the class "):
+            build(MessageReducer)
+        no_dedupe = MessageReducer(config=ReducerConfig(dedupe_on_prune=False))
+        with pytest.raises(ValueError, match=rf"^{where} needs .*dedupe_on_prune=True\), got F"):
+            build(no_dedupe)
     assert apply_reducer(r, cp, config) is cp and apply_reducer(None, cp, config) is cp
     assert memory_namespace(r, None) is None and memory_namespace(r, {"configurable": None}) is None
 
@@ -539,6 +551,29 @@ def test_each_cut_of_a_run_is_summarized_once() -> None:
     for turn in range(3):
         graph.invoke({"messages": [HumanMessage(f"q{turn}", id=f"h{turn}")]}, thread)
     assert len(calls) == 2 and len({tuple(c) for c in calls}) == 2
+
+
+def test_a_coroutine_summary_under_invoke_names_ainvoke() -> None:
+    """The error said to use aplan/areduce, which a ReducingSaver user never calls (found
+    by review); it names ainvoke, under which the wrapper awaits the summary."""
+
+    async def summarize(pruned: list[Any]) -> str:
+        return f"{len(pruned)} earlier"
+
+    config = ReducerConfig(
+        min_messages=4, max_messages=6, summarize_fn=summarize, inject_summary=True
+    )
+    graph = agent_loop(ReducingSaver(InMemorySaver(), MessageReducer(config=config)), 4)
+    thread = {"configurable": {"thread_id": "async-summary"}}
+    with pytest.raises(TypeError, match="run the graph with ainvoke or astream"):
+        for turn in range(3):
+            graph.invoke({"messages": [HumanMessage(f"q{turn}", id=f"h{turn}")]}, thread)
+
+    async def run() -> None:
+        for turn in range(3):
+            await graph.ainvoke({"messages": [HumanMessage(f"q{turn}", id=f"a{turn}")]}, thread)
+
+    asyncio.run(run())  # the same graph under ainvoke cuts and summarizes
 
 
 def test_a_summary_the_wrapper_does_not_store_is_named_in_a_warning() -> None:

@@ -15,7 +15,13 @@ from typing import Any
 import pytest
 
 import agentstate_reducer
-from agentstate_reducer import DEFAULT_NAMESPACE_KEY, MessageReducer, ReducerConfig, ReducerResult
+from agentstate_reducer import (
+    DEFAULT_NAMESPACE_KEY,
+    Background,
+    MessageReducer,
+    ReducerConfig,
+    ReducerResult,
+)
 
 NAMES_IN_0_5_0 = {
     "MessageReducer",
@@ -167,6 +173,11 @@ def test_the_langgraph_shim_re_exports_the_sibling(monkeypatch: pytest.MonkeyPat
         ({"min_messages": "10"}, "min_messages='10' must be an int"),
         ({"on_prune": print}, r"got the single callable print; use on_prune=\[print\]"),
         ({"on_prune": [42]}, r"on_prune\[0\]=42 is not callable"),
+        # a class is callable, and each call built an instance: every delivery "failed"
+        (
+            {"on_prune": [print, Background]},
+            r"on_prune\[1\] is the class Background, not a hook: .*Background\(remember\)",
+        ),
         ({"token_counter": 3}, "token_counter=3 is not callable"),
         (
             {"token_counter": len},

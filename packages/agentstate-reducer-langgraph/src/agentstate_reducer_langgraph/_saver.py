@@ -102,16 +102,24 @@ def _configurable(where: str, config: Any) -> Mapping[str, Any]:
 
 
 def _check_reducer(where: str, reducer: Any) -> None:
+    """Refuses what is no reducer instance, then what the reducer's config would make
+    deliver the same messages again (`_check_sinks`)."""
     if isinstance(reducer, ReducerConfig):
         raise TypeError(
             f"{where} needs a MessageReducer, got a ReducerConfig: pass "
             "MessageReducer(config=...) with it"
+        )
+    if isinstance(reducer, type):  # has `plan` and `deliver`, as functions of the class
+        raise TypeError(
+            f"{where} needs a MessageReducer, got the class {reducer.__name__}: pass an "
+            "instance, MessageReducer(config=ReducerConfig(...))"
         )
     if not hasattr(reducer, "plan") or not hasattr(reducer, "deliver"):
         raise TypeError(
             f"{where} needs a MessageReducer, got {type(reducer).__name__} "
             f"{shown(reducer)}: pass MessageReducer(config=ReducerConfig(...))"
         )
+    _check_sinks(where, reducer)
 
 
 def _check_checkpoint(where: str, checkpoint: Any, *, stored: bool = False) -> None:
@@ -467,15 +475,15 @@ class ReducingSaver(BaseCheckpointSaver[Any]):
                 "ReducingSaver needs a MessageReducer, got a ReducerConfig: pass "
                 "MessageReducer(config=...) with it"
             )
-        if reducer is None or not hasattr(reducer, "plan"):
+        if reducer is None:
             raise TypeError(
-                f"ReducingSaver needs a MessageReducer, got {reducer!r}; to store without "
-                "reducing, use the inner saver directly"
+                "ReducingSaver needs a MessageReducer, got None; to store without reducing, "
+                "use the inner saver directly"
             )
+        _check_reducer("ReducingSaver", reducer)
         if not isinstance(messages_key, str) or not messages_key:
             raise ValueError(f"messages_key must be a channel name, got {messages_key!r}")
         options = Delivery.of(delivery)
-        _check_sinks(reducer)
         _check_summary(reducer)
         if outbox is None and options != Delivery():
             raise ValueError(
@@ -775,13 +783,13 @@ def _adopt(inner: BaseCheckpointSaver[Any], reducer: MessageReducer) -> bool:
     )
 
 
-def _check_sinks(reducer: MessageReducer) -> None:
+def _check_sinks(where: str, reducer: MessageReducer) -> None:
     """The reducer dedupes what it hands over, and a `RedisSink` commits with its own
     ledger, so it must be the reducer's."""
     config = getattr(reducer, "config", None)
     if config is not None and not config.dedupe_on_prune:
         raise ValueError(
-            "ReducingSaver needs ReducerConfig(dedupe_on_prune=True), got False: LangGraph "
+            f"{where} needs ReducerConfig(dedupe_on_prune=True), got False: LangGraph "
             "keeps a run's whole message list in memory, so every put of the run cuts the "
             "same messages again (and an outbox redelivers after a crash); only the delivery "
             "ledger makes each reach the hooks once"

@@ -174,6 +174,12 @@ def _check_hooks(hooks: object) -> list[RememberFn]:
             f"ReducerConfig.on_prune={hooks!r} must be a list of (pruned, namespace) hooks"
         )
     for index, hook in enumerate(hooks):
+        if isinstance(hook, type):  # callable, and every call would build an instance
+            raise ValueError(
+                f"ReducerConfig.on_prune[{index}] is the class {hook.__name__}, not a hook: "
+                f"pass a function (pruned, namespace) -> Any, or an instance such as "
+                f"{hook.__name__}(remember)"
+            )
         if not callable(hook):
             raise ValueError(
                 f"ReducerConfig.on_prune[{index}]={hook!r} is not callable; pass a function "

@@ -129,7 +129,8 @@ class MessageReducer:
                 _discard(summary)
                 raise TypeError(
                     "ReducerConfig.summarize_fn returned an awaitable in a sync call; use "
-                    "aplan/areduce, or pass a plain function"
+                    "aplan/areduce (under a ReducingSaver: run the graph with ainvoke or "
+                    "astream, not invoke or stream), or pass a plain function"
                 )
             summary = _summary_text(summary)
             if key is not None:
