@@ -8,6 +8,7 @@ import sqlite3
 import subprocess
 import sys
 import uuid
+import warnings
 from collections.abc import AsyncIterator, Sequence
 from typing import Annotated, Any, TypedDict
 
@@ -574,6 +575,21 @@ def test_a_coroutine_summary_under_invoke_names_ainvoke() -> None:
             await graph.ainvoke({"messages": [HumanMessage(f"q{turn}", id=f"a{turn}")]}, thread)
 
     asyncio.run(run())  # the same graph under ainvoke cuts and summarizes
+
+
+def test_a_reducer_that_never_cuts_is_named_in_a_warning() -> None:
+    """`MessageReducer()` sets no bound (0.5.0's signature), so the wrapper stored every
+    message without a word (found by review)."""
+    for unbounded in (MessageReducer(), MessageReducer(config=ReducerConfig(max_messages=None))):
+        with pytest.warns(UserWarning, match="never cuts: .*neither max_messages nor max_tokens"):
+            ReducingSaver(InMemorySaver(), unbounded)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for bounded in (
+            MessageReducer(max_messages=20),
+            MessageReducer(config=ReducerConfig(max_messages=None, max_tokens=1000)),
+        ):
+            ReducingSaver(InMemorySaver(), bounded)
 
 
 def test_a_summary_the_wrapper_does_not_store_is_named_in_a_warning() -> None:

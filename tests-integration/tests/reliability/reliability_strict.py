@@ -157,7 +157,7 @@ def main(url: str, prefix: str, folder: str) -> dict[str, Any]:
         client.set(blob_key, encode_blob(("pickle", pickle.dumps(Planted(marker["blob"])))))
         out["pickle_blob"] = error_of(lambda: graph.get_state(config))
         out["pickle_blob_reducing"] = error_of(
-            lambda: ReducingSaver(saver, MessageReducer()).get_tuple(config)
+            lambda: ReducingSaver(saver, MessageReducer(max_messages=20)).get_tuple(config)
         )
         out["pickle_blob"]["expected_key"] = blob_key
 

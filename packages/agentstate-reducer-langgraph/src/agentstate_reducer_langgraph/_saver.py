@@ -485,6 +485,7 @@ class ReducingSaver(BaseCheckpointSaver[Any]):
             raise ValueError(f"messages_key must be a channel name, got {messages_key!r}")
         options = Delivery.of(delivery)
         _check_summary(reducer)
+        _check_bounds(reducer)
         if outbox is None and options != Delivery():
             raise ValueError(
                 f"delivery={delivery!r} needs an outbox: pass outbox=RedisOutbox(client) "
@@ -810,6 +811,20 @@ def _check_sinks(where: str, reducer: MessageReducer) -> None:
                 "the name is the hook's key in the delivery ledger"
             )
         names.add(hook.name)
+
+
+def _check_bounds(reducer: MessageReducer) -> None:
+    """A reducer without a bound never cuts: the wrapper would store every message."""
+    config = getattr(reducer, "config", None)
+    if config is None or config.max_messages is not None or config.max_tokens is not None:
+        return
+    warnings.warn(
+        "ReducingSaver's reducer never cuts: its ReducerConfig sets neither max_messages nor "
+        "max_tokens (MessageReducer() leaves both None), so every message is stored. Pass "
+        "e.g. MessageReducer(config=ReducerConfig(min_messages=10, max_messages=20))",
+        UserWarning,
+        stacklevel=3,
+    )
 
 
 def _check_summary(reducer: MessageReducer) -> None:
