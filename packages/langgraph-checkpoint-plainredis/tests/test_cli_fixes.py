@@ -495,3 +495,85 @@ def test_threads_shows_an_expiry_past_year_9999_instead_of_a_traceback(
     code, out, err = cli(capsys, "threads", "--url", redis_url, "--prefix", prefix)
     assert code == 0 and "Traceback" not in err
     assert "after 9999-12-31" in out and "a" in out.split()
+
+
+def test_show_prints_a_message_field_whose_equality_is_no_bool(
+    redis_url: str, prefix: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A ToolMessage whose artifact is a numpy array made `show` fail with a traceback
+    ("the truth value of an array ... is ambiguous"): it compared the field with `==`."""
+    numpy = pytest.importorskip("numpy")
+    from langchain_core.messages import ToolMessage
+
+    checkpoint = empty_checkpoint()
+    message = ToolMessage(content="r", tool_call_id="c1", artifact=numpy.arange(3), id="m")
+    checkpoint["channel_values"] = {"messages": [message]}
+    with RedisSaver(redis_url, prefix=prefix) as saver:
+        versions = {"messages": saver.get_next_version(None, None)}
+        checkpoint["channel_versions"] = versions
+        saver.put(
+            {"configurable": {"thread_id": "np", "checkpoint_ns": ""}}, checkpoint, {}, versions
+        )
+    code, out, err = cli(capsys, "show", "np", "--url", redis_url, "--prefix", prefix)
+    assert (code, err) == (0, ""), err
+    assert '"artifact"' in out and '"tool_call_id": "c1"' in out
+
+
+@pytest.mark.parametrize(
+    ("url", "secret"),
+    [
+        ("redis://admin:Xy/Z+9q==@127.0.0.1:{port}/3", "Xy/Z+9q=="),  # '/' ends the host early
+        ("redis://:p%40ss/w%25rd%3Ax@127.0.0.1:{port}/0", "p%40ss"),
+        ("redis://:p@ss/w%rd:x@127.0.0.1:{port}/0", "ss/w%rd"),
+        ("redis://:s3cr?et@127.0.0.1:{port}/0", "s3cr"),  # '?' starts a query early
+        ("redis://:s3cr#et@127.0.0.1:{port}/0", "s3cr"),  # '#' starts a fragment
+        ("redis://127.0.0.1:{port}/0?pasword=hunter2", "hunter2"),  # a misspelt option
+    ],
+)
+def test_a_malformed_url_is_shown_without_its_password(
+    url: str, secret: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`urlsplit` ends the user info at the first '/', '?' or '#', so the error for such a URL
+    (the one `check_database` exists to name) showed the password in full or in part; a
+    misspelt `pasword=` option was shown with its value too (found by review)."""
+    url = url.format(port=1)
+    with pytest.raises(SystemExit):
+        main(["threads", "--url", url])
+    err = capsys.readouterr().err
+    assert secret not in err and "***" in err, err
+    with pytest.raises((TypeError, ValueError)) as refused:
+        RedisSaver(url.replace("redis://", "http://"))
+    assert secret not in str(refused.value), refused.value
+
+
+def test_the_prefix_suggested_for_one_the_savers_refuse_is_one_migrate_takes(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """For `--prefix 'lg:*'` migrate suggested `--to-prefix lg`, which it then refused: the
+    keys under one prefix start with the other (found by review)."""
+    for prefix in ("lg:*", "lg:{}", "{agents}"):
+        with pytest.raises(SystemExit):
+            main(["migrate", "--url", "redis://127.0.0.1:1/0", "--prefix", prefix])
+        err = capsys.readouterr().err
+        found = re.search(r"accept with --to-prefix (\S+)", err)
+        assert found is not None, err
+        argv = ["--url", "redis://127.0.0.1:1/0", "--prefix", prefix, "--to-prefix"]
+        args = _parser().parse_args(["migrate", *argv, shlex.split(found.group(1))[0]])
+        from langgraph_checkpoint_plainredis._migrate import target_prefix
+
+        target_prefix(args.prefix, args.to_prefix)  # taken: no ValueError
+
+
+def test_a_bool_thread_id_is_refused_as_delete_thread_refuses_it(
+    redis_url: str, prefix: str
+) -> None:
+    """`put` stored thread_id=True as thread 'True', which `delete_thread(True)` refused."""
+    with RedisSaver(redis_url, prefix=prefix) as saver:
+        checkpoint = empty_checkpoint()
+        with pytest.raises(TypeError, match=r"\['thread_id'\] must be a str, got bool True"):
+            saver.put(
+                {"configurable": {"thread_id": True, "checkpoint_ns": ""}}, checkpoint, {}, {}
+            )
+        with pytest.raises(TypeError, match=r"\['thread_id'\] must be a str, got bool True"):
+            saver.get_tuple({"configurable": {"thread_id": True}})
+        assert saver.get_tuple({"configurable": {"thread_id": "True"}}) is None

@@ -12,7 +12,6 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from typing import TextIO
-from urllib.parse import unquote_plus, urlsplit
 
 import redis
 
@@ -21,7 +20,7 @@ from ._errors import LegacyKeyspaceError, PlainRedisError
 from ._inspect import Inspector, Usage, _without_protocol
 from ._keys import KeySpace, LegacyKeys
 from ._migrate import MIN_TTL, MigrationReport, migrate_v010, parked_source, target_prefix
-from ._shell import check_database, validate_client
+from ._shell import check_database, redacted, scrubbed, validate_client
 
 __all__ = ["main"]
 
@@ -278,38 +277,6 @@ def _expiry(expires_ms: float | None, now_ms: float) -> str:
     except (OverflowError, OSError, ValueError):  # past year 9999: a score no saver writes
         return f"after {datetime.datetime.max:%Y-%m-%d}"
     return at.strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-_HIDDEN_OPTIONS = ("password", "username")  # query options redis-py logs in with
-
-
-def _redact_query(url: str) -> str:
-    """`url` with the values of its query's `_HIDDEN_OPTIONS` masked; the rest as written."""
-    base, mark, rest = url.partition("?")
-    if not mark:
-        return url
-    query, hash_mark, fragment = rest.partition("#")
-    items = [
-        f"{item.partition('=')[0]}=***"
-        if unquote_plus(item.partition("=")[0]) in _HIDDEN_OPTIONS
-        else item
-        for item in query.split("&")
-    ]
-    return base + "?" + "&".join(items) + hash_mark + fragment
-
-
-def _redact(url: str) -> str:
-    """The URL without its password, nor the password and username of its query."""
-    url = _redact_query(url)
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        return url
-    if not parts.password:
-        return url
-    userinfo, _, host = parts.netloc.rpartition("@")
-    user = userinfo.split(":", 1)[0]
-    return parts._replace(netloc=f"{user}:***@{host}").geturl()
 
 
 class ProgressBar:
@@ -630,7 +597,7 @@ def _migrate(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         # override the argument (and Redis 5 knows no HELLO).
         client = redis.Redis.from_url(_without_protocol(args.url), protocol=2)
     except ValueError as exc:  # redis-py cannot parse the URL, a query option or a database
-        parser.error(f"--url {_redact(args.url)!r}: {exc}")
+        parser.error(f"--url {redacted(args.url)!r}: {scrubbed(str(exc), args.url)}")
     try:
         # What the migration's saver refuses (decode_responses=true in the query, say),
         # refused before anything is read or written.
@@ -640,7 +607,7 @@ def _migrate(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         client.ping()
     except ValueError as exc:
         client.close()
-        parser.error(f"--url {_redact(args.url)!r}: {_url_option_error(exc)}")
+        parser.error(f"--url {redacted(args.url)!r}: {_url_option_error(exc, args.url)}")
     except BaseException:  # a server down or a login refused: `main` says what to do
         client.close()
         raise
@@ -672,7 +639,7 @@ def _migrate(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         # The server answered the PING above: the run had started, and `main`'s "cannot
         # connect" would send the user to start a server that is running.
         return _fail(
-            f"lost the connection to {_redact(args.url)} during the migration ({exc}). "
+            f"lost the connection to {redacted(args.url)} during the migration ({exc}). "
             f"{_stopped_there(args)} (if the connection drops again at the same point, the "
             "server log says why)"
         )
@@ -713,14 +680,15 @@ def _read_only(url: str, command: str) -> str:
     )
 
 
-def _url_option_error(error: ValueError) -> str:
-    """The saver's refusal of a client option, in the command line's words."""
+def _url_option_error(error: ValueError, url: str) -> str:
+    """The saver's refusal of a client option, in the command line's words, without any
+    part of a credential in `url` (`scrubbed`)."""
     if "decode_responses" in str(error):
         return (
             "decode_responses=true in its query makes redis-py decode replies to text, and "
             "checkpoints are raw bytes: remove it from the URL"
         )
-    return str(error)
+    return scrubbed(str(error), url)
 
 
 def _migrate_refused(url: str, error: Exception) -> str:
@@ -751,7 +719,7 @@ def _run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     try:
         inspector = Inspector.connect(args.url, args.prefix, socket_connect_timeout=5)
     except ValueError as exc:  # redis-py cannot parse the URL, or a query option
-        parser.error(f"--url {_redact(args.url)!r}: {_url_option_error(exc)}")
+        parser.error(f"--url {redacted(args.url)!r}: {_url_option_error(exc, args.url)}")
     with inspector:
         try:
             return _COMMANDS[args.command](inspector, args)
@@ -860,7 +828,7 @@ def _main(argv: Sequence[str] | None) -> int:
     args = parser.parse_args(argv)
     if args.url is None:
         args.url = os.environ.get("REDIS_URL") or DEFAULT_URL
-    url = _redact(args.url)
+    url = redacted(args.url)
     try:
         return _run(args, parser)
     except redis.AuthenticationError as exc:

@@ -442,7 +442,8 @@ def _str_field(conf: Mapping[str, Any], name: str, default: str | None = None) -
         raise ValueError(f"config['configurable'][{name!r}] {state}: pass a str{root}")
     if isinstance(value, str):
         return _utf8(value, f"config['configurable'][{name!r}]")
-    if isinstance(value, (int,)) or type(value).__name__ == "UUID":
+    # Not a bool: `delete_thread(True)` refuses it, so such a thread could not be deleted.
+    if (isinstance(value, int) and not isinstance(value, bool)) or type(value).__name__ == "UUID":
         return str(value)
     raise TypeError(
         f"config['configurable'][{name!r}] must be a str, got {type(value).__name__} "

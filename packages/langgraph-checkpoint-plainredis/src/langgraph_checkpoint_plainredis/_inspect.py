@@ -31,7 +31,7 @@ from redis.exceptions import ResponseError
 from ._core import _s, info_refused, parked_check, refuse_parked
 from ._errors import LegacyKeyspaceError, WrongTypeError
 from ._keys import SEP, LegacyKeys, ThreadKeys, listed_namespace, listed_thread, member_text
-from ._shell import _parameters, check_database, is_cluster_client
+from ._shell import _parameters, check_database, is_cluster_client, shown_option
 from ._sync import RedisSaver, close_client
 
 __all__ = [
@@ -162,7 +162,11 @@ def _message(message: BaseMessage, seen: frozenset[int]) -> dict[str, Any]:
         "id": message.id,
     }
     for name, value in fields.items():
-        if name in out or value in (None, "", [], {}) or value is False:
+        # Not `value in (None, "", [], {})`: that compares with `==`, whose answer a field
+        # of any type (a numpy array artifact) need not give as a bool.
+        if name in out or value is None or value is False:
+            continue
+        if type(value) in (str, list, dict) and not value:
             continue
         out[name] = jsonable(value, seen)
     return out
@@ -278,7 +282,8 @@ class Inspector:
             known = _parameters(pool.connection_class, redis.ConnectionPool)
             close = difflib.get_close_matches(name, sorted(known), n=1)
             raise ValueError(
-                f"it has the option {name}={query[name]!r} in its query, which redis-py's "
+                f"it has the option {shown_option(name, query[name])} in its query, which "
+                "redis-py's "
                 f"{pool.connection_class.__name__} does not take"
                 + (f" (did you mean {close[0]}?)" if close else "")
                 + ": correct its spelling, or remove it from the URL"

@@ -332,8 +332,18 @@ def _named(name: str, value: str) -> str:
 
 
 def _suggested(prefix: str) -> str:
-    """A prefix the savers accept, made from the 0.1.0 `prefix`."""
-    return re.sub(r"[{}*?\[\]\\\x00-\x20\x7f]+", "-", prefix).strip("-:") or "lg"
+    """A prefix the savers accept, made from the 0.1.0 `prefix`, and one a run from it
+    takes: not one whose keys start with the other's (``lg`` for ``lg:*``)."""
+    base = re.sub(r"[{}*?\[\]\\\x00-\x20\x7f]+", "-", prefix).strip("-:") or "lg"
+    if _nested(prefix, base):
+        base += "-migrated"
+    return base
+
+
+def _nested(prefix: str, target: str) -> bool:
+    """Whether the keys under one of two different prefixes start with the other."""
+    old, new = prefix + SEP, target + SEP
+    return old != new and (old.startswith(new) or new.startswith(old))
 
 
 def target_prefix(
@@ -362,8 +372,7 @@ def target_prefix(
             f"{_named(names[1], _suggested(prefix))} (or another valid prefix), then give "
             "the savers that prefix"
         ) from None
-    old, new = prefix + SEP, target + SEP
-    if old != new and (old.startswith(new) or new.startswith(old)):
+    if _nested(prefix, target):
         raise ValueError(
             f"{_named(names[1], target)} and {_named(names[0], prefix)}: the keys under one "
             "prefix start with the other, so 0.1.0 keys and migrated keys could be the same "

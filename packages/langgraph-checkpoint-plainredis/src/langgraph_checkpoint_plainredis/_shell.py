@@ -10,7 +10,7 @@ import re
 import ssl
 from collections.abc import Awaitable, Callable
 from typing import Any, NoReturn, TypeVar
-from urllib.parse import parse_qs, unquote, urlsplit
+from urllib.parse import parse_qs, unquote, unquote_plus, urlsplit
 
 import redis
 import redis.asyncio as aioredis
@@ -147,8 +147,8 @@ def connect_options(
         )
     if not url.startswith(("redis://", "rediss://", "unix://")):
         raise ValueError(
-            f"{cls} url {url!r} is not a Redis URL: use redis://host:port/db, rediss:// for "
-            "TLS, or unix:///path/to.sock"
+            f"{cls} url {redacted(url)!r} is not a Redis URL: use redis://host:port/db, "
+            "rediss:// for TLS, or unix:///path/to.sock"
         )
     check_database(url, f"{cls} url")
     if isinstance(cluster, (str, bytes)):  # 'no' is true
@@ -172,6 +172,69 @@ def connect_options(
     connect = {"protocol": protocol, "retry": retry, "retry_on_error": listed, **options}
     _check_keywords(url, connect, query, cls, cluster)
     return connect
+
+
+_HIDDEN_OPTIONS = ("password", "username")  # query options redis-py logs in with
+
+
+def secret_option(name: str) -> bool:
+    """Whether the query option `name` may hold a credential: a login option, one named like
+    a secret, or a misspelling of a login option (``pasword``)."""
+    lowered = name.lower()
+    return any(part in lowered for part in ("pass", "pwd", "secret", "token", "user")) or bool(
+        difflib.get_close_matches(lowered, _HIDDEN_OPTIONS, n=1, cutoff=0.75)
+    )
+
+
+def shown_option(name: str, value: Any) -> str:
+    """``name=value`` of a query or keyword option for a message, the value masked when
+    `secret_option` says it may be a credential."""
+    return f"{name}=***" if secret_option(name) else f"{name}={value!r}"
+
+
+def redacted(url: str) -> str:
+    """`url` for a message: the password of its user info masked, and the values of query
+    options that may hold a credential (`secret_option`). The user info ends at the last
+    ``@`` of the URL: a password may hold ``/``, ``?`` or ``#``, which end the host part for
+    `urlsplit` (such a URL is an error to report, and its password must not be in it)."""
+    base, mark, rest = url.partition("?")
+    if mark:
+        query, hash_mark, fragment = rest.partition("#")
+        items = [
+            f"{item.partition('=')[0]}=***"
+            if secret_option(unquote_plus(item.partition("=")[0]))
+            else item
+            for item in query.split("&")
+        ]
+        url = base + "?" + "&".join(items) + hash_mark + fragment
+    scheme, sep, after = url.partition("://")
+    userinfo, at, host = after.rpartition("@")
+    if not sep or not at:
+        return url
+    user, colon, _ = userinfo.partition(":")
+    return f"{scheme}://{user}:***@{host}" if colon else url
+
+
+def scrubbed(text: str, url: str) -> str:
+    """`text`, an error about `url` (redis-py's, say, which quotes the part of the URL it
+    could not parse), with each quoted value that is part of a credential of `url` masked:
+    its password (see `redacted`) and the values of its secret query options."""
+    secrets: list[str] = []
+    scheme, sep, after = url.partition("://")
+    userinfo, at, _ = after.rpartition("@")
+    if sep and at and ":" in userinfo:
+        password = userinfo.partition(":")[2]
+        secrets += [password, unquote(password)]
+    for item in url.partition("?")[2].partition("#")[0].split("&"):
+        name, _, value = item.partition("=")
+        if value and secret_option(unquote_plus(name)):
+            secrets += [value, unquote_plus(value)]
+
+    def mask(quoted: re.Match[str]) -> str:
+        value = quoted.group(1)
+        return "'***'" if value and any(value in secret for secret in secrets) else quoted[0]
+
+    return re.sub(r"'([^']*)'", mask, text) if secrets else text
 
 
 def check_database(url: str, subject: str) -> None:
@@ -261,7 +324,9 @@ def _check_keywords(
                 return
             del left[name]  # the cluster client's own, not its connections'
             continue
-        where = f"{name}={left[name]!r}" if name in left else f"{name}={query[name]!r} in the url"
+        where = shown_option(name, left[name] if name in left else query[name]) + (
+            "" if name in left else " in the url"
+        )
         if name == "connection_pool":
             fix = "to use a pool of your own, pass client=redis.Redis(connection_pool=pool)"
         elif name in _parameters(side.Redis):
