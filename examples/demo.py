@@ -98,9 +98,9 @@ def reachable(url: str) -> None:
     try:
         with redis.Redis.from_url(url, protocol=2, socket_connect_timeout=3) as client:
             client.ping()
-    except ValueError as error:  # redis-py, or urllib, cannot parse it
+    except ValueError:  # redis-py, or urllib, cannot parse it (its words may quote the password)
         raise Unreachable(
-            f"REDIS_URL is not a Redis URL ({error}): fix it "
+            "REDIS_URL is not a Redis URL redis-py can parse: fix it "
             "(redis://[user:password@]host:port/db), or unset REDIS_URL and the demo starts "
             "a private Redis of its own"
         ) from None

@@ -581,6 +581,16 @@ def test_a_batch_whose_checkpoint_never_appears_is_discarded_after_the_grace(
     runner.stage(staged)  # the process died before its put
     assert runner.drain().discarded == 1 and hook.got == []
     assert runner.stats().backlog == 0
+    # Only slow: the commit after its put makes it due again, after a lease when its stager
+    # delivers it from memory (no other deliverer takes it meanwhile), at once otherwise.
+    outbox = runner.outbox
+    outbox.settle([Settlement(staged.id, "commit", delay=60_000)])
+    stats = runner.stats()
+    assert (stats.backlog, stats.discarded) == (1, 0)
+    assert runner.drain().claimed == 0  # leased to the stager's delivery from memory
+    runner.stage(staged)  # a retried put stages it anew, and a commit then marks it
+    outbox.settle([Settlement(staged.id, "commit")])
+    assert runner.drain().delivered == 1 and hook.got == ["x"]
 
 
 class DrainsFirst(InMemorySaver):

@@ -1951,6 +1951,16 @@ def test_migrate_dry_run_prints_what_the_run_would_do_and_changes_nothing(
     code, err = cli(capsys, *argv, "--dry-run")
     assert code == 1 and err.count("\n") == 1 and "another migration" in err, err
     client.delete(lock)
+    # A target whose registry is a foreign key: the run stopped at its first put, after it
+    # had parked 0.1.0's registry (found by review); both refuse it before anything.
+    target = f"{prefix}-new"
+    client.set(f"{target}:threads", "foreign")
+    for dry in (["--dry-run"], []):
+        code, err = cli(capsys, *argv, "--to-prefix", target, *dry)
+        assert code == 1 and err.count("\n") == 1, err
+        assert f"'{target}:threads' is a string" in err, err
+        assert everything(client, prefix) == before
+    client.delete(f"{target}:threads")
     blob = next(k for k in client.scan_iter(match=f"{prefix}:blob:t-fork:*"))
     good = client.get(blob)
     client.set(blob, json.dumps({"t": "pickle", "d": base64.b64encode(b"x").decode()}))

@@ -377,11 +377,15 @@ class DeliveryRunner:
         with self._lock:
             self._acks[:0] = settlements
 
-    @staticmethod
-    def _commits(own: Sequence[_Own]) -> list[Settlement]:
+    def _commits(self, own: Sequence[_Own]) -> list[Settlement]:
         """Marks the batches of `own` committed: their put returned, so their checkpoint was
-        stored, and a drain delivers them even once it is pruned or its thread deleted."""
-        return [Settlement(o.batch.id, "commit") for o in own]
+        stored, and a drain delivers them even once it is pruned or its thread deleted.
+
+        One a drain discarded meanwhile (its put took longer than `grace`) is due again: at
+        once in manual mode, and after a lease (`delay`) when this process delivers it from
+        memory, so that no other deliverer takes it while that delivery runs."""
+        delay = 0 if self.mode == "manual" else int(self.options.lease * 1000)
+        return [Settlement(o.batch.id, "commit", delay=delay) for o in own]
 
     def _defer(self, outcome: _Outcome) -> list[Settlement]:
         """Keeps an ack for the next outbox call; returns what must be settled now."""

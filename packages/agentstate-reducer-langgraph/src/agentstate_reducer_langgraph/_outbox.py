@@ -95,6 +95,8 @@ class Settlement:
         delay: ``retry``: milliseconds from when the outbox applies the settlement, by its
             own clock, until the batch may be claimed again: a wait, not a time of day, so
             neither the time the delivery took nor a step of the deliverer's clock moves it.
+            ``commit``: the same wait for a batch discarded meanwhile, which it makes due
+            again (a lease, when its stager delivers it from memory).
         staged_at: ``discard``: the staging this decision was about.
         failed: ``retry``: a hook raised; count it.
         committed: ``retry``: the checkpoint is stored; remember it.

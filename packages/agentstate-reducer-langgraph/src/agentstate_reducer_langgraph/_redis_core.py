@@ -104,9 +104,9 @@ local function settle(first_arg, first_key, now)
     elseif action == 'commit' then  -- its put returned: stored, whoever holds it
       if redis.call('EXISTS', batch) == 1 then
         redis.call('HSET', batch, 'c', '1')
-        if redis.call('HDEL', batch, 'd') == 1 then  -- discarded while its put ran: due now
+        if redis.call('HDEL', batch, 'd') == 1 then  -- discarded while its put ran: due again
           redis.call('PERSIST', batch)
-          redis.call('ZADD', KEYS[1], ms(now), id)
+          redis.call('ZADD', KEYS[1], ms(now + tonumber(delay)), id)
           redis.call('HINCRBY', KEYS[2], 'discarded', -1)
         end
       end

@@ -691,14 +691,19 @@ def _url_option_error(error: ValueError, url: str) -> str:
     return scrubbed(str(error), url)
 
 
-def _migrate_refused(url: str, error: Exception) -> str:
+def _migrate_refused(url: str, error: Exception, dry_run: bool = False) -> str:
     """What a `migrate` run by a Redis user that may not run one of its commands needs."""
     return (
         f"the Redis user of {url} may not run this ({error}); plainredis migrate needs the "
         "savers' commands plus RENAME, MULTI and EXEC, on the keys of --prefix and of "
         "--to-prefix (docs/operations/access.md, its note on plainredis migrate): run it as a "
-        "user that may. The run stopped there: threads migrated so far stay migrated, the "
-        "rest keep their 0.1.0 keys, and a rerun goes on where it stopped"
+        "user that may. "
+        + (
+            "Nothing was written (--dry-run)"
+            if dry_run
+            else "The run stopped there: threads migrated so far stay migrated, the rest keep "
+            "their 0.1.0 keys, and a rerun goes on where it stopped"
+        )
     )
 
 
@@ -846,7 +851,7 @@ def _main(argv: Sequence[str] | None) -> int:
         )
     except redis.exceptions.NoPermissionError as exc:
         if args.command == "migrate":
-            return _fail(_migrate_refused(url, exc))
+            return _fail(_migrate_refused(url, exc, args.dry_run))
         if any(reply in str(exc).lower() for reply in _KEY_REFUSED):
             pattern = KeySpace(args.prefix).pattern
             return _fail(
@@ -863,7 +868,7 @@ def _main(argv: Sequence[str] | None) -> int:
     except redis.RedisError as exc:
         # A refused EXEC discards the transaction: redis-py raises it as an EXECABORT.
         if args.command == "migrate" and "NOPERM" in str(exc):
-            return _fail(_migrate_refused(url, exc))
+            return _fail(_migrate_refused(url, exc, args.dry_run))
         if isinstance(exc, redis.exceptions.ReadOnlyError) or "READONLY" in str(exc):
             # A script's refusal, or a pipeline's, wraps the reply in its own words.
             return _fail(_read_only(url, args.command))

@@ -753,13 +753,17 @@ def _migrate(
     # Parked where the savers of the target prefix look, so they refuse it until done.
     stash = LegacyKeys(target).stash
     _refuse_another_target(client, prefix, target)
-    if target != prefix and client.type(LegacyKeys(target).registry) == b"hash":
+    target_registry = LegacyKeys(target).registry  # the current layout's registry there
+    kind = _s(client.type(target_registry)) if target != prefix else "none"
+    if kind == "hash":
         raise PlainRedisError(
             f"the target prefix {target!r} holds a keyspace 0.1.0 wrote (its registry "
-            f"{LegacyKeys(target).registry!r} is a hash): pick a target prefix that holds no "
+            f"{target_registry!r} is a hash): pick a target prefix that holds no "
             f"threads, or migrate {target!r} in place first (a run into it then refuses the "
             "thread ids both prefixes hold); nothing was changed."
         )
+    if kind not in ("none", "zset"):  # the first put would refuse it, half-way through
+        raise WrongTypeError(target_registry, kind, "zset")
     parked = _read(client, stash, "hash", partial(client.hgetall, stash))
     registry: dict[Any, Any] | None = (
         client.hgetall(legacy.registry) if client.type(legacy.registry) == b"hash" else None

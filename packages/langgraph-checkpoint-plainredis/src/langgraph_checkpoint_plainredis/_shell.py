@@ -170,7 +170,10 @@ def connect_options(
     # redis-py before 6 retries only the errors a connection lists here, whatever `retry`.
     listed = [RedisConnectionError, RedisTimeoutError]
     connect = {"protocol": protocol, "retry": retry, "retry_on_error": listed, **options}
-    _check_keywords(url, connect, query, cls, cluster)
+    try:
+        _check_keywords(url, connect, query, cls, cluster)
+    except ValueError as error:  # redis-py's parse of the URL, which may quote its password
+        raise ValueError(f"{cls} url {redacted(url)!r}: {scrubbed(str(error), url)}") from None
     return connect
 
 
@@ -181,9 +184,35 @@ def secret_option(name: str) -> bool:
     """Whether the query option `name` may hold a credential: a login option, one named like
     a secret, or a misspelling of a login option (``pasword``)."""
     lowered = name.lower()
-    return any(part in lowered for part in ("pass", "pwd", "secret", "token", "user")) or bool(
-        difflib.get_close_matches(lowered, _HIDDEN_OPTIONS, n=1, cutoff=0.75)
+    return (
+        lowered == "pw"
+        or any(part in lowered for part in ("pass", "pwd", "secret", "token", "user", "auth"))
+        or bool(difflib.get_close_matches(lowered, _HIDDEN_OPTIONS, n=1, cutoff=0.75))
     )
+
+
+_HOST = re.compile(r"[\w.\-\[\]:%]*")  # what may follow the user info: host[:port]
+
+
+def _user_info(url: str) -> tuple[str, str, str] | None:
+    """``(scheme, user info, the rest)`` of `url`, or None without user info. The user info
+    ends at the last ``@`` of the part `urlsplit` takes as the host's, when its path holds
+    no ``@``; otherwise at the last ``@`` followed by what can be a host. A password may
+    hold ``/``, ``?``, ``#`` or ``@``, which end that part early (such a URL is an error to
+    report, without its password), while an ``@`` in a query value (``?name=me@work&...``)
+    is no such."""
+    scheme, sep, after = url.partition("://")
+    if not sep:
+        return None
+    host_part = re.split(r"[/?#]", after, maxsplit=1)[0]
+    path = re.split(r"[?#]", after[len(host_part) :], maxsplit=1)[0]
+    if "@" in host_part and "@" not in path:
+        userinfo = host_part.rpartition("@")[0]
+        return scheme, userinfo, after[len(userinfo) + 1 :]
+    for at in reversed([i for i, c in enumerate(after) if c == "@"]):
+        if _HOST.fullmatch(re.split(r"[/?#]", after[at + 1 :], maxsplit=1)[0]):
+            return scheme, after[:at], after[at + 1 :]
+    return None
 
 
 def shown_option(name: str, value: Any) -> str:
@@ -207,34 +236,35 @@ def redacted(url: str) -> str:
             for item in query.split("&")
         ]
         url = base + "?" + "&".join(items) + hash_mark + fragment
-    scheme, sep, after = url.partition("://")
-    userinfo, at, host = after.rpartition("@")
-    if not sep or not at:
+    found = _user_info(url)
+    if found is None:
         return url
+    scheme, userinfo, rest = found
     user, colon, _ = userinfo.partition(":")
-    return f"{scheme}://{user}:***@{host}" if colon else url
+    return f"{scheme}://{user}:***@{rest}" if colon else url
 
 
 def scrubbed(text: str, url: str) -> str:
     """`text`, an error about `url` (redis-py's, say, which quotes the part of the URL it
-    could not parse), with each quoted value that is part of a credential of `url` masked:
-    its password (see `redacted`) and the values of its secret query options."""
-    secrets: list[str] = []
-    scheme, sep, after = url.partition("://")
-    userinfo, at, _ = after.rpartition("@")
-    if sep and at and ":" in userinfo:
-        password = userinfo.partition(":")[2]
-        secrets += [password, unquote(password)]
+    could not parse), with each quoted value that is a credential of `url`, or a piece of
+    its password that urlsplit cut at a ``/``, ``?``, ``#`` or ``:``, masked: its password
+    (see `_user_info`) and the values of its secret query options (`secret_option`)."""
+    secrets: set[str] = set()
+    found = _user_info(url)
+    if found is not None and ":" in found[1]:
+        password = found[1].partition(":")[2]
+        for whole in (password, unquote(password)):
+            secrets |= {whole, *re.split(r"[/?#:@]", whole)}
     for item in url.partition("?")[2].partition("#")[0].split("&"):
         name, _, value = item.partition("=")
         if value and secret_option(unquote_plus(name)):
-            secrets += [value, unquote_plus(value)]
+            secrets |= {value, unquote_plus(value)}
+    secrets.discard("")
 
     def mask(quoted: re.Match[str]) -> str:
-        value = quoted.group(1)
-        return "'***'" if value and any(value in secret for secret in secrets) else quoted[0]
+        return f"{quoted[1]}***{quoted[1]}" if quoted[2] in secrets else quoted[0]
 
-    return re.sub(r"'([^']*)'", mask, text) if secrets else text
+    return re.sub(r"""(['"])(.*?)\1""", mask, text) if secrets else text
 
 
 def check_database(url: str, subject: str) -> None:
