@@ -470,11 +470,6 @@ class ReducingSaver(BaseCheckpointSaver[Any]):
                 f"ReducingSaver wraps a LangGraph BaseCheckpointSaver, got "
                 f"{type(inner).__name__}: pass e.g. InMemorySaver(), PostgresSaver(...)"
             )
-        if isinstance(reducer, ReducerConfig):
-            raise TypeError(
-                "ReducingSaver needs a MessageReducer, got a ReducerConfig: pass "
-                "MessageReducer(config=...) with it"
-            )
         if reducer is None:
             raise TypeError(
                 "ReducingSaver needs a MessageReducer, got None; to store without reducing, "
