@@ -9,10 +9,12 @@ import subprocess
 import sys
 import threading
 from collections.abc import Awaitable, Sequence
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from reducer_helpers import Recorder, StallingLedger, conversation, eventually
+from pydantic import BaseModel
+from reducer_helpers import Recorder, StallingLedger, conversation, eventually, get
 
 from agentstate_reducer import (
     AsyncBackground,
@@ -1001,6 +1003,33 @@ async def test_a_message_list_of_the_wrong_type_is_refused_naming_the_argument(
             await reducer.adeliver(pruned, "ns")
     assert hook.calls == [] and reducer.pending == 0
     assert len(reducer.reduce(None, history).surviving) < len(history)  # None is still none
+
+
+class Look(BaseModel):
+    """A message look-alike that is no LangChain message; pydantic iterates it by field."""
+
+    role: str
+    content: str
+    id: str
+
+
+async def test_one_message_is_taken_as_a_list_of_it() -> None:
+    """`new` took a dict or a LangChain message alone but refused another message object
+    (a pydantic one was split into its fields); `deliver` took none of them: a dict went
+    in key by key, and the error said to pass the message it was given."""
+    hook = Recorder()
+    reducer = reducer_with(hook, min_messages=4, max_messages=6)
+    history = conversation(1, calls=0)
+    for one in (
+        SimpleNamespace(role="assistant", content="x", id="x"),
+        Look(role="assistant", content="y", id="y"),
+        {"role": "assistant", "content": "z", "id": "z"},
+    ):
+        assert get(reducer.plan(history, one).surviving[-1], "id") == get(one, "id")
+    reducer.deliver({"role": "user", "content": "d", "id": "d"}, "ns")
+    reducer.deliver(Look(role="user", content="e", id="e"), "ns")
+    await reducer.adeliver(SimpleNamespace(role="user", content="f", id="f"), "ns")
+    assert hook.ids == ["d", "e", "f"]
 
 
 def test_an_iterable_that_fails_while_read_keeps_its_own_error() -> None:

@@ -17,6 +17,7 @@ from langchain_core.messages import (
 from reducer_helpers import Recorder, conversation, get
 
 from agentstate_reducer import MessageReducer, ReducerConfig
+from agentstate_reducer._messages import role_of
 
 
 def ids(messages: list[Any]) -> list[str]:
@@ -98,6 +99,27 @@ def test_a_dict_with_an_unknown_role_is_read_like_the_chat_message() -> None:
     as_objects += [HumanMessage("q1", id="h1"), AIMessage("a1", id="a1")]
     same = MessageReducer(min_messages=2, max_messages=3).plan(as_objects)
     assert ids(same.surviving) == ids(result.surviving)
+
+
+def test_an_object_whose_type_is_no_role_is_read_by_its_role_like_a_dict() -> None:
+    """The OpenAI SDK's Responses-API items carry ``type="message"`` beside their role: as
+    objects they were all an unknown role, "message", so the system prompt was pruned and no
+    message counted as a human turn; the same fields as dicts were read by their role."""
+
+    def item(role: str, text: str, id_: str) -> SimpleNamespace:
+        return SimpleNamespace(type="message", role=role, content=text, id=id_)
+
+    fields = [("system", "s", "s"), ("user", "q0", "h0"), ("assistant", "a0", "a0")]
+    fields += [("user", "q1", "h1"), ("assistant", "a1", "a1"), ("user", "q2", "h2")]
+    fields += [("assistant", "a2", "a2")]
+    objects = [item(*f) for f in fields]
+    dicts = [{"type": "message", "role": r, "content": t, "id": i} for r, t, i in fields]
+    for messages in (objects, dicts):
+        result = MessageReducer(min_messages=3, max_messages=4).plan(messages)
+        assert ids(result.surviving) == ["s", "h2", "a2"]
+    # a type that names a role still wins, as a LangChain message's does
+    assert role_of(SimpleNamespace(type="human", role="critic", content="q")) == "human"
+    assert role_of(SimpleNamespace(type="critic", role="", content="q")) == "critic"
 
 
 # -- removal markers -------------------------------------------------------------------

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any
 
 import pytest
@@ -10,7 +11,13 @@ from hypothesis import strategies as st
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
 from reducer_helpers import conversation, get, is_injected, to_langchain
 
-from agentstate_reducer import MessageReducer, ReducerConfig, default_summary_messages_factory
+from agentstate_reducer import (
+    MessageReducer,
+    ReducerConfig,
+    default_summary_messages_factory,
+    message_identity,
+)
+from agentstate_reducer._tokens import heuristic_token_count
 
 # The key the reducer sets in each injected message's response_metadata (the README names it).
 SUMMARY_MARKER = "agentstate_reducer_summary"
@@ -199,7 +206,22 @@ def test_a_summarize_fn_returning_no_text_cuts_without_a_summary(
 ) -> None:
     result = injecting(summarize_fn=lambda pruned: 42).reduce(conversation(3, calls=0))
     assert result.summary is None and not any(is_injected(m) for m in result.surviving)
-    assert "summarize_fn returned int, not a str" in caplog.text
+    assert "summarize_fn returned int with no text content" in caplog.text
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        [{"type": "text", "text": "user likes "}, {"type": "text", "text": "tea"}],
+        ["user likes ", {"type": "reasoning", "reasoning": "hm"}, {"text": "tea"}],
+    ],
+)
+def test_a_reply_with_content_blocks_gives_their_text(content: list[Any]) -> None:
+    """Anthropic, Gemini and Responses-API replies carry their text in content blocks: the
+    summary was dropped (with advice to return `.content`, that same list)."""
+    for reply in (AIMessage(content=content), {"role": "assistant", "content": content}):
+        result = injecting(summarize_fn=lambda pruned, r=reply: r).reduce(conversation(3, calls=0))
+        assert result.summary == "user likes tea"
 
 
 def test_a_factory_that_builds_no_list_is_named() -> None:
@@ -243,31 +265,59 @@ def test_a_failed_summary_is_tried_again_on_the_next_cut() -> None:
     assert reducer.plan(conversation(3, calls=0)).summary == "later" and not outcomes
 
 
-def test_a_cut_whose_content_has_no_json_text_is_summarized_each_time() -> None:
+def test_a_cut_whose_content_holds_a_dict_with_mixed_keys_is_summarized_once() -> None:
     """A tool result holding a dict with int and str keys (an OpenAPI `responses` map) made
-    the summary cache's key raise, and every plan of the thread with it."""
+    the summary cache's key raise, and every plan of the thread with it; then it had no key,
+    and each plan summarized it again. Without an id, the message's identity (its delivery
+    and its summary ids) failed too: `reduce` and `inject_summary` raised."""
     calls: list[int] = []
 
     def summarize(pruned: list[Any]) -> str:
         calls.append(len(pruned))
         return "s"
 
-    reducer = MessageReducer(
-        config=ReducerConfig(min_messages=2, max_messages=4, summarize_fn=summarize)
-    )
-    mixed = {"responses": {200: "OK", "default": "error"}}
+    mixed = {"responses": {200: "OK", "default": {1: "a", "b": [{2: 3, "c": 4}]}}}
     for with_ids in (True, False):  # one without an id is known by its content, in JSON
-        calls.clear()
-        messages = [
-            {"role": "user", "content": "q0", "id": "h0"},
-            {"role": "assistant", "content": [{"type": "json", "json": mixed}]},
-            *({"role": "user", "content": f"q{i}", "id": f"h{i}"} for i in range(1, 5)),
+        for inject in (False, True):
+            calls.clear()
+            reducer = MessageReducer(
+                config=ReducerConfig(
+                    min_messages=2,
+                    max_messages=4,
+                    summarize_fn=summarize,
+                    inject_summary=inject,
+                    on_prune=[lambda pruned, ns: None],
+                )
+            )
+            messages = [
+                {"role": "user", "content": "q0", "id": "h0"},
+                {"role": "assistant", "content": [{"type": "json", "json": mixed}]},
+                *({"role": "user", "content": f"q{i}", "id": f"h{i}"} for i in range(1, 5)),
+            ]
+            if with_ids:
+                messages[1]["id"] = "a0"
+            for _ in range(2):
+                planned = reducer.plan(messages)
+                assert planned.summary == "s" and len(planned.pruned) == 4
+                assert reducer.reduce(messages).pruned == planned.pruned
+            assert len(calls) == 1
+
+
+def test_a_dict_with_mixed_keys_has_one_identity_and_one_token_count() -> None:
+    """Key order gives no other identity; every other message keeps the one it had."""
+    first = {"role": "tool", "content": [{"type": "json", "json": {200: "OK", "x": 1}}]}
+    second = {"role": "tool", "content": [{"type": "json", "json": {"x": 1, 200: "OK"}}]}
+    assert message_identity(first) == message_identity(second)
+    assert message_identity(first) != message_identity({**first, "tool_call_id": "c"})
+    assert heuristic_token_count(first) == heuristic_token_count(second) > 4
+    plain = {"role": "user", "content": [{"type": "json", "json": {"b": 1, "a": [2]}}]}
+    assert (
+        message_identity(plain)
+        == "sha256:"
+        + hashlib.sha256(b'["human",[{"json":{"a":[2],"b":1},"type":"json"}],[],null]').hexdigest()[
+            :32
         ]
-        if with_ids:
-            messages[1]["id"] = "a0"
-        for _ in range(2):
-            assert reducer.plan(messages).summary == "s"
-        assert len(calls) == 2
+    )
 
 
 # -- an agent loop's summary is no human turn -------------------------------------------

@@ -8,6 +8,8 @@ from collections import OrderedDict
 from collections.abc import Hashable, Sequence
 from typing import Any, Protocol, runtime_checkable
 
+from ._messages import json_key, mixed_key_order
+
 
 @runtime_checkable
 class DeliveryLedger(Protocol):
@@ -63,15 +65,6 @@ def _str_unless_set(value: Any) -> str:
     return str(value)
 
 
-def _json_key(key: Any) -> str:
-    """`key` as `json.dumps` writes a dict key (it takes str, int, float, bool and None)."""
-    if not isinstance(key, str):
-        if key is not None and not isinstance(key, (int, float)):
-            raise TypeError(f"keys must be str, int, float, bool or None, not {type(key).__name__}")
-        key = json.dumps(key)
-    return json.dumps(key)
-
-
 def namespace_json(namespace: Any) -> str:
     """The JSON text of `namespace`, the same in every process.
 
@@ -98,14 +91,8 @@ def namespace_json(namespace: Any) -> str:
     try:  # as `sort_keys` sorts them
         items = sorted(namespace.items(), key=lambda item: item[0])
     except TypeError:  # keys of types that do not compare (1 and "a"): by their JSON text
-        items = sorted(namespace.items(), key=lambda item: _mixed_key_order(item[0]))
-    return "{" + ",".join(f"{_json_key(k)}:{namespace_json(v)}" for k, v in items) + "}"
-
-
-def _mixed_key_order(key: Any) -> tuple[str, str]:
-    """Orders the keys of a dict whose keys `sorted` cannot compare: by the JSON text of the
-    key, then by its type's name (``1`` before ``"1"``, which have one text)."""
-    return _json_key(key), type(key).__name__
+        items = sorted(namespace.items(), key=lambda item: mixed_key_order(item[0]))
+    return "{" + ",".join(f"{json_key(k)}:{namespace_json(v)}" for k, v in items) + "}"
 
 
 def namespace_key(namespace: Any) -> Hashable:

@@ -38,6 +38,8 @@ _ROLES: dict[str, str] = {
     "remove": REMOVE,
 }
 
+_KNOWN = frozenset(_ROLES.values())
+
 _LANGCHAIN_CLASSES: dict[str, str] = {
     HUMAN: "HumanMessage",
     AI: "AIMessage",
@@ -59,15 +61,20 @@ def _normalize(raw: object) -> str:
 
 
 def role_of(message: Any) -> str:
-    """Return the normalized role: `human`, `ai`, `system`, `tool`, or the raw lowercase role."""
+    """Return the normalized role: `human`, `ai`, `system`, `tool`, or the raw lowercase role.
+
+    A dict's `role` wins over its `type`. So does an object's, unless its `type` names a
+    role itself: a LangChain message's `type` is its role (a `ChatMessage`'s is ``chat``,
+    its `role` the real one), where the OpenAI SDK's Responses-API items carry
+    ``type="message"`` beside the role.
+    """
     if is_mapping(message):
         return _normalize(message.get("role") or message.get("type"))
-    raw = getattr(message, "type", None)
-    if raw == "chat":  # LangChain ChatMessage carries its real role separately.
-        raw = getattr(message, "role", raw)
-    elif not isinstance(raw, str):
-        raw = getattr(message, "role", None)
-    return _normalize(raw)
+    typed = _normalize(getattr(message, "type", None))
+    if typed in _KNOWN:
+        return typed
+    role = getattr(message, "role", None)
+    return _normalize(role) if isinstance(role, str) and role else typed
 
 
 def _get(message: Any, key: str) -> Any:
@@ -110,6 +117,49 @@ def _jsonable(value: Any) -> Any:
     return str(value)
 
 
+def json_key(key: Any) -> str:
+    """`key` as `json.dumps` writes a dict key (it takes str, int, float, bool and None)."""
+    if not isinstance(key, str):
+        if key is not None and not isinstance(key, (int, float)):
+            raise TypeError(f"keys must be str, int, float, bool or None, not {type(key).__name__}")
+        key = json.dumps(key)
+    return json.dumps(key)
+
+
+def mixed_key_order(key: Any) -> tuple[str, str]:
+    """Orders the keys of a dict whose keys `sorted` cannot compare: by the JSON text of the
+    key, then by its type's name (``1`` before ``"1"``, which have one text)."""
+    return json_key(key), type(key).__name__
+
+
+def sorted_json(value: Any, **options: Any) -> str:
+    """`json.dumps(value, sort_keys=True, **options)`, also for a dict whose keys do not
+    compare (``1`` and ``"a"``, a tool's status-code map), at any depth: its keys are then
+    ordered by `mixed_key_order`. Any other value gets the text it always had."""
+    try:
+        return json.dumps(value, sort_keys=True, **options)
+    except TypeError:
+        pass
+    default = options.pop("default", None)
+    if default is not None:
+        options["default"] = lambda item: _ordered(default(item))
+    return json.dumps(_ordered(value), **options)
+
+
+def _ordered(value: Any) -> Any:
+    """`value` with each dict's items in the order `sort_keys` would give them, by
+    `mixed_key_order` where its keys do not compare; lists and tuples gone through."""
+    if isinstance(value, dict):
+        try:
+            items = sorted(value.items(), key=lambda item: item[0])
+        except TypeError:
+            items = sorted(value.items(), key=lambda item: mixed_key_order(item[0]))
+        return {key: _ordered(item) for key, item in items}
+    if isinstance(value, (list, tuple)):
+        return [_ordered(item) for item in value]
+    return value
+
+
 def message_identity(message: Any) -> str:
     """Return the identity used to deliver `message` to each hook once.
 
@@ -131,9 +181,7 @@ def message_identity(message: Any) -> str:
         tool_call_ids(message),
         tool_call_id_of(message),
     ]
-    text = json.dumps(
-        payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=_jsonable
-    )
+    text = sorted_json(payload, separators=(",", ":"), ensure_ascii=False, default=_jsonable)
     return "sha256:" + hashlib.sha256(text.encode("utf-8")).hexdigest()[:32]
 
 

@@ -176,7 +176,7 @@ class MessageReducer:
         before the loop ends: a task it cancels leaves them for the next delivery.
 
         Args:
-            pruned: Messages that left the window; `[]` only retries.
+            pruned: Messages that left the window (or one message); `[]` only retries.
             namespace: Passed to every hook as given (a failed batch it joins for a retry keeps
                 that batch's: a list and a tuple of the same items are one namespace), and
                 part of the ledger key.
@@ -572,14 +572,28 @@ def _check_ledger(ledger: object) -> None:
 def _listify(value: Any, name: str) -> list[Any]:
     if value is None:
         return []
-    if isinstance(value, Mapping) or is_langchain_message(value):
+    if _one_message(value):
         return [value]
     return _as_list(value, name, "a list of messages, one message or None")
 
 
+def _one_message(value: Any) -> bool:
+    """Whether `value` is one message rather than a list of them: a dict, a LangChain
+    message, or another object with a `type`, `role` or `content` (which a pydantic model
+    also iterates, field by field)."""
+    if isinstance(value, Mapping) or is_langchain_message(value):
+        return True
+    if isinstance(value, (list, tuple, str, bytes)):
+        return False
+    return any(hasattr(value, name) for name in ("type", "role", "content"))
+
+
 def _checked(pruned: Iterable[Any]) -> list[Any]:
-    """`pruned` as a list, checked to hold only messages (`check_messages`)."""
-    items = _as_list(pruned, "pruned", "a list of messages ([] only retries)")
+    """`pruned` as a list (one message is a list of it), checked to hold only messages
+    (`check_messages`)."""
+    if _one_message(pruned):
+        return [pruned]
+    items = _as_list(pruned, "pruned", "a list of messages (or one message; [] only retries)")
     check_messages(items, "pruned message")
     return items
 
@@ -611,18 +625,31 @@ async def _await(awaitable: Any) -> Any:
 
 
 def _summary_text(summary: Any) -> str | None:
-    """The text `summarize_fn` returned: a string, or the string content of a message it
-    returned instead (a chat model's reply, say); None, logged, for anything else."""
+    """The text `summarize_fn` returned: a string, or the text content of a message it
+    returned instead (a chat model's reply, say: a string, or content blocks, whose text
+    blocks are joined); None, logged, for anything else."""
     if summary is None or isinstance(summary, str):
         return summary
-    content = (
-        summary.get("content") if isinstance(summary, dict) else getattr(summary, "content", None)
-    )
+    if isinstance(summary, Mapping):
+        content = summary.get("content")
+    else:
+        content = getattr(summary, "content", None)
     if isinstance(content, str):
         return content
+    if isinstance(content, list):
+        texts: list[str] = []
+        for block in content:
+            if isinstance(block, str):
+                texts.append(block)
+            elif isinstance(block, Mapping) and block.get("type", "text") == "text":
+                text = block.get("text")
+                if isinstance(text, str):
+                    texts.append(text)
+        if texts:
+            return "".join(texts)
     logger.warning(
-        "summarize_fn returned %s, not a str: cutting without a summary. Return the "
-        "summary's text (for a chat model's reply, its .content)",
+        "summarize_fn returned %s with no text content: cutting without a summary. Return "
+        "the summary's text (for a chat model's reply, the text of its content)",
         type(summary).__name__,
     )
     return None

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import copy
 import hashlib
-import json
 import re
 import threading
 from collections import OrderedDict
@@ -21,6 +20,7 @@ from ._messages import (
     kind_of,
     message_identity,
     role_of,
+    sorted_json,
     to_langchain_message,
     with_id,
 )
@@ -57,13 +57,13 @@ class Summaries:
     @staticmethod
     def key(pruned: Sequence[Any]) -> str | None:
         """The key of a cut pruning `pruned`; None when its content has no JSON text (a
-        dict with keys of mixed types, say): such a cut is summarized every time."""
+        circular structure, say): such a cut is summarized every time."""
         try:  # a message without an id is known by its content, in JSON text too
             payload = [
                 [message_identity(m), role_of(m), _get(m, "content"), _get(m, "tool_calls")]
                 for m in pruned
             ]
-            text = json.dumps(payload, sort_keys=True, ensure_ascii=False, default=_jsonable)
+            text = sorted_json(payload, ensure_ascii=False, default=_jsonable)
         except (TypeError, ValueError, RecursionError):
             return None
         return hashlib.sha256(text.encode("utf-8")).hexdigest()

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import json
 import logging
 import os
 import tempfile
@@ -12,7 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ._config import TokenCounter
-from ._messages import is_mapping
+from ._messages import is_mapping, sorted_json
 
 logger = logging.getLogger("agentstate_reducer")
 
@@ -43,7 +42,7 @@ def message_text(message: Any) -> str:
             elif isinstance(block, Mapping) and isinstance(block.get("text"), str):
                 parts.append(block["text"])
             else:
-                parts.append(json.dumps(block, sort_keys=True, default=str))
+                parts.append(sorted_json(block, default=str))
     elif content is not None:
         parts.append(str(content))
     for call in calls or ():
@@ -51,7 +50,7 @@ def message_text(message: Any) -> str:
             payload = {k: call.get(k) for k in ("name", "args", "function")}
         else:
             payload = {"name": getattr(call, "name", None), "args": getattr(call, "args", None)}
-        parts.append(json.dumps(payload, sort_keys=True, default=str))
+        parts.append(sorted_json(payload, default=str))
     return "\n".join(parts)
 
 
