@@ -1451,6 +1451,57 @@ def test_reading_patched_into_the_connection_class_later_is_called_from_then_on(
 
 
 @pytest.mark.standalone
+async def test_connection_methods_wrapped_in_place_see_every_script_call(
+    monkeypatch: pytest.MonkeyPatch, redis_url: str, prefix: str
+) -> None:
+    """APM agents patch redis-py's connection methods in place with `wrapt`, whose wrapper
+    keeps the wrapped method's module and name (and adds `__wrapped__`, as `functools.wraps`
+    does): the saver judged them redis-py's own, sent and read every call itself, and the
+    traces had none of its traffic."""
+    seen: list[str] = []
+
+    def wrap(cls: Any, name: str) -> None:
+        original = getattr(cls, name)
+        if asyncio.iscoroutinefunction(original):
+
+            @functools.wraps(original)
+            async def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
+                seen.append(name)
+                return await original(self, *args, **kwargs)
+
+        else:
+
+            @functools.wraps(original)
+            def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:  # type: ignore[misc]
+                seen.append(name)
+                return original(self, *args, **kwargs)
+
+        assert wrapper.__module__ == original.__module__ and wrapper.__qualname__ == (
+            original.__qualname__
+        )
+        monkeypatch.setattr(cls, name, wrapper)
+
+    for one in ("send_packed_command", "read_response"):
+        wrap(Connection, one)
+        wrap(aioredis.connection.Connection, one)
+    with RedisSaver(redis_url, prefix=prefix, cluster=False) as saver:
+        saver.put(cfg("wrapped"), checkpoint("x"), {}, {"m": 1})
+        seen.clear()
+        assert saver.get_tuple(cfg("wrapped")) is not None
+        assert "send_packed_command" in seen and "read_response" in seen
+    async with AsyncRedisSaver(redis_url, prefix=prefix, cluster=False) as asaver:
+        seen.clear()
+        assert await asaver.aget_tuple(cfg("wrapped")) is not None
+        assert "send_packed_command" in seen and "read_response" in seen
+    monkeypatch.undo()
+    for one in ("send_command", "pack_command"):  # the direct path's own check
+        wrap(Connection, one)
+        assert direct_pool(redis.Redis.from_url(redis_url), redis.Redis) is None
+        monkeypatch.undo()
+    assert direct_pool(redis.Redis.from_url(redis_url), redis.Redis) is not None
+
+
+@pytest.mark.standalone
 def test_a_kept_connection_read_by_redis_py_times_out_with_its_timeout(
     monkeypatch: pytest.MonkeyPatch, redis_url: str, prefix: str
 ) -> None:

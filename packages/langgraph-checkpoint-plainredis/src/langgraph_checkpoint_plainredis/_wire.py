@@ -256,15 +256,22 @@ def plain_io(conn: Any) -> bool:
         or known[0][2] is not methods[2]
         or known[0][3] is not methods[3]
     ):
-        plain = all(
-            getattr(m, "__module__", None) in _IO_MODULES
-            and (getattr(m, "__qualname__", None) or "").startswith("AbstractConnection.")
-            for m in methods
-        )
+        plain = all(_redis_own(m) for m in methods)
         if len(_PLAIN_IO) >= _PLAIN_IO_CLASSES:
             _PLAIN_IO.clear()
         known = _PLAIN_IO[cls] = (methods, plain)
     return known[1] and getattr(conn, "protocol", 2) in (2, "2")
+
+
+def _redis_own(method: Any) -> bool:
+    """Whether `method` is redis-py's own I/O method of a plain connection: defined on its
+    `AbstractConnection`, not wrapped (`wrapt`, which APM agents patch redis-py with, keeps
+    the wrapped method's module and name but adds `__wrapped__`)."""
+    return (
+        getattr(method, "__module__", None) in _IO_MODULES
+        and (getattr(method, "__qualname__", None) or "").startswith("AbstractConnection.")
+        and not hasattr(method, "__wrapped__")
+    )
 
 
 def read_reply(conn: Any) -> Any:
@@ -516,10 +523,11 @@ def direct_pool(client: Any, plain: type) -> Any | None:
     if pool is None or getattr(pool, "cache", None) is not None:
         return None
     connection = getattr(pool, "connection_class", None)
-    for method in ("send_command", "pack_command"):  # overridden: it watches commands
-        module = getattr(getattr(connection, method, None), "__module__", None) or ""
-        if not module.startswith("redis."):  # unknown counts as overridden
-            return None
+    for name in ("send_command", "pack_command"):  # overridden or wrapped: it watches commands
+        method = getattr(connection, name, None)
+        module = getattr(method, "__module__", None) or ""
+        if not module.startswith("redis.") or hasattr(method, "__wrapped__"):
+            return None  # unknown counts as overridden
     options = getattr(pool, "connection_kwargs", {})
     if codecs.lookup(options.get("encoding", "utf-8")).name != "utf-8":
         return None
