@@ -1170,6 +1170,24 @@ async def test_the_wrong_side_of_an_outbox_names_the_savers_own_twin(
     with pytest.raises(TypeError, match=r"call saver\.delivery_stats\(\) instead"):
         await on_blocking.adelivery_stats()
     assert on_blocking.delivery_stats().backlog == 0
+    # A graph run on the other side failed only at its first put that pruned, naming the
+    # outbox's internal stage()/astage(); it fails at its first put, naming what to run.
+    with pytest.raises(
+        TypeError,
+        match=r"^ReducingSaver\.put\(\) needs an outbox with a blocking client, but its "
+        r"RedisOutbox has redis\.asyncio\.client\.Redis: run the graph with ainvoke/astream, "
+        r"or build the outbox with a blocking client",
+    ):
+        turn(chat_graph(on_async), "wrong-side", "hi")
+    with pytest.raises(
+        TypeError,
+        match=r"^ReducingSaver\.aput\(\) needs an outbox with a redis\.asyncio client, .*"
+        r"run the graph with invoke/stream, or build the outbox with an asyncio client",
+    ):
+        await chat_graph(on_blocking).ainvoke(
+            {"messages": [HumanMessage("hi", id="h")]}, {"configurable": {"thread_id": "w2"}}
+        )
+    assert on_async.get_tuple({"configurable": {"thread_id": "wrong-side"}}) is None
     await aclient.aclose()
     blocking.close()
 
@@ -1248,6 +1266,19 @@ def test_a_delivery_timing_that_is_not_a_finite_number_of_seconds_is_refused(
     ):
         Delivery("manual", **{name: value})
     assert getattr(Delivery("manual", **{name: 10**9}), name) == 10**9  # the longest taken
+
+
+@pytest.mark.parametrize("value", [0, 0.0, 0.009])
+def test_a_poll_interval_under_ten_milliseconds_is_refused(value: float) -> None:
+    """`Delivery(poll_interval=0)` was taken: the background worker then polled the outbox
+    some 20,000 times a second while there was nothing to deliver."""
+    with pytest.raises(
+        ValueError,
+        match=rf"^Delivery\(poll_interval={value!r}\) must be at least 0\.01 seconds: .*"
+        r"pass e\.g\. poll_interval=1\.0$",
+    ):
+        Delivery("background", poll_interval=value)
+    assert Delivery("background", poll_interval=0.01).poll_interval == 0.01
 
 
 @pytest.mark.parametrize(

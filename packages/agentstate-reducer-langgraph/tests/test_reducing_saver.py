@@ -112,6 +112,35 @@ def test_optional_methods_follow_the_inner_saver() -> None:
     assert type(wrapped).aprune is BaseCheckpointSaver.aprune
 
 
+async def test_setup_is_delegated_when_the_inner_saver_has_it(tmp_path: Any) -> None:
+    """`ReducingSaver(PostgresSaver(conn), ...).setup()`, LangGraph's documented first call
+    on a Postgres checkpointer, raised AttributeError: the README said "everything else is
+    delegated"."""
+    assert not hasattr(ReducingSaver(InMemorySaver(), reducer()), "setup")
+    with SqliteSaver.from_conn_string(str(tmp_path / "s.db")) as inner:
+        wrapped = ReducingSaver(inner, reducer())
+        wrapped.setup()
+        assert inner.is_setup
+    async with AsyncSqliteSaver.from_conn_string(str(tmp_path / "a.db")) as ainner:
+        awrapped = ReducingSaver(ainner, reducer())
+        await awrapped.setup()  # AsyncSqliteSaver's setup is a coroutine function
+        assert ainner.is_setup and not hasattr(awrapped, "asetup")
+
+    class Both(InMemorySaver):
+        calls: list[str] = []
+
+        def setup(self) -> None:
+            self.calls.append("setup")
+
+        async def asetup(self) -> None:
+            self.calls.append("asetup")
+
+    both = ReducingSaver(Both(), reducer())
+    both.setup()
+    await both.asetup()
+    assert Both.calls == ["setup", "asetup"]
+
+
 # -- the four constructor cases -----------------------------------------------------------
 
 

@@ -34,13 +34,9 @@ async def test_capabilities(combo: Combo, place: Place) -> None:
             assert sync_capabilities(saver) == sync_capabilities(saver.inner)
 
 
-# Known bug, reported with the matrix: `ReducingSaver` always defines `aput`, `aput_writes`,
-# `aget_tuple`, `alist` and `adelete_thread`, so around a saver without them (`PostgresSaver`,
-# `SqliteSaver`) LangGraph's probe sees async capabilities that the inner saver lacks.
-# (`RedisSaver` defines them all, to raise an error naming `AsyncRedisSaver`.)
-SYNC_ONLY = {"postgres-sync", "sqlite-sync"}
-
-
+# `ReducingSaver` used to define `aput`, `aput_writes`, `aget_tuple`, `alist` and
+# `adelete_thread` always, so around a sync-only saver (`PostgresSaver`, `SqliteSaver`)
+# LangGraph's probe saw async capabilities the inner saver lacks: it now probes the same.
 async def test_wrapper_is_probed_exactly_like_its_inner_saver(
     wrapped_combo: Combo, place: Place
 ) -> None:

@@ -24,6 +24,7 @@ __all__ = [
 # The longest timing a `Delivery` takes, in seconds (about 31 years): infinity, or a value
 # whose milliseconds overflow a float or a Redis score, failed every put that prunes.
 MAX_SECONDS = 10**9
+MIN_POLL = 0.01  # the shortest poll_interval: a worker polling more often only spins
 
 DeliveryMode = Literal["inline", "background", "manual"]
 _MODES = ("inline", "background", "manual")
@@ -243,7 +244,8 @@ class Delivery:
             that a batch whose checkpoint is absent is discarded (its put failed).
         retry_after: Seconds before a failed batch is retried; doubles with each failure.
         max_retry_after: The longest wait between retries.
-        poll_interval: Seconds between polls of the outbox by the background worker.
+        poll_interval: Seconds between polls of the outbox by the background worker, at
+            least `MIN_POLL` (0.01); batches this process staged are delivered at once.
         batch_size: Most batches one drain claims.
 
     Every timing is a finite number of seconds from 0 to `MAX_SECONDS` (10**9, about 31
@@ -283,6 +285,15 @@ class Delivery:
                     f"31 years), the longest timing Delivery takes: pass e.g. "
                     f"{name}={getattr(Delivery, name)!r}"
                 )
+        if self.poll_interval < MIN_POLL:
+            # The background worker polls again after it, also when there is nothing to
+            # deliver: 0 made it call the server some 20,000 times a second.
+            raise ValueError(
+                f"Delivery(poll_interval={self.poll_interval!r}) must be at least {MIN_POLL} "
+                "seconds: the background worker polls the outbox that often even when there "
+                "is nothing to deliver (a batch it staged itself is delivered at once anyway); "
+                "pass e.g. poll_interval=1.0"
+            )
         if self.lease < 0.001:
             raise ValueError(
                 f"Delivery(lease={self.lease!r}) must be at least 0.001 seconds (leases are "

@@ -58,6 +58,10 @@ OPTIONAL_METHODS = (
     "aget_delta_channel_history",
 )
 
+# Not BaseCheckpointSaver's, but what a user calls on the saver they pass to `compile`
+# (PostgresSaver's tables, a Redis saver's readiness): delegated when the inner saver has them.
+SETUP_METHODS = ("setup", "asetup")
+
 
 def memory_namespace(reducer: Any, config: RunnableConfig | None) -> Any:
     """The long-term-memory namespace for a run.
@@ -397,6 +401,17 @@ def apply_reducer(
     return reduced
 
 
+# What to do when a graph's side does not match its outbox's client (see _check_outbox_side).
+_SYNC_SIDE = (
+    "run the graph with ainvoke/astream, or build the outbox with a blocking client "
+    "(RedisOutbox(redis.Redis(...)))"
+)
+_ASYNC_SIDE = (
+    "run the graph with invoke/stream, or build the outbox with an asyncio client "
+    "(RedisOutbox(redis.asyncio.Redis(...)))"
+)
+
+
 class ReducingSaver(BaseCheckpointSaver[Any]):
     """Wraps any `BaseCheckpointSaver` so every checkpoint holds a bounded message window.
 
@@ -595,6 +610,8 @@ class ReducingSaver(BaseCheckpointSaver[Any]):
         if self.passthrough:
             return self.inner.put(config, checkpoint, metadata, new_versions)
         _check_put("ReducingSaver.put", config, checkpoint, new_versions)
+        if self.delivery is not None:  # refused at the first put, not the first that prunes
+            self._check_outbox_side("put", _SYNC_SIDE)
         if self.messages_key not in new_versions:
             _warn_other_messages(self.reducer, checkpoint["channel_values"], self.messages_key)
             same = self._windows.same(config, checkpoint, self.messages_key)
@@ -626,6 +643,8 @@ class ReducingSaver(BaseCheckpointSaver[Any]):
         if self.passthrough:
             return await self.inner.aput(config, checkpoint, metadata, new_versions)
         _check_put("ReducingSaver.aput", config, checkpoint, new_versions)
+        if self.delivery is not None:
+            self._check_outbox_side("aput", _ASYNC_SIDE)
         if self.messages_key not in new_versions:
             _warn_other_messages(self.reducer, checkpoint["channel_values"], self.messages_key)
             same = self._windows.same(config, checkpoint, self.messages_key)
@@ -715,18 +734,25 @@ class ReducingSaver(BaseCheckpointSaver[Any]):
                 f"ReducingSaver.{method}() needs an outbox: build the saver with "
                 "outbox=RedisOutbox(...) (without one, hooks run inline after each put)"
             )
-        if isinstance(self.outbox, RedisOutbox):
-            asked_async, has_async = method.startswith("a"), _is_async(self.outbox.client)
-            if asked_async != has_async:
-                twin = method[1:] if asked_async else f"a{method}"
-                raise TypeError(
-                    f"ReducingSaver.{method}() needs an outbox with a "
-                    f"{'redis.asyncio' if asked_async else 'blocking'} client, but its "
-                    f"RedisOutbox has {type(self.outbox.client).__module__}."
-                    f"{type(self.outbox.client).__name__}: call "
-                    f"{'saver.' if asked_async else 'await saver.'}{twin}() instead"
-                )
+        twin = method[1:] if method.startswith("a") else f"a{method}"
+        self._check_outbox_side(
+            method, f"call {'saver.' if method.startswith('a') else 'await saver.'}{twin}() instead"
+        )
         return self.delivery
+
+    def _check_outbox_side(self, method: str, fix: str) -> None:
+        """A `TypeError` naming `fix` when `method` (``a...``: the asyncio side) cannot use
+        the client of the saver's `RedisOutbox`."""
+        if not isinstance(self.outbox, RedisOutbox):
+            return
+        asked_async, has_async = method.startswith("a"), _is_async(self.outbox.client)
+        if asked_async != has_async:
+            client = self.outbox.client
+            raise TypeError(
+                f"ReducingSaver.{method}() needs an outbox with a "
+                f"{'redis.asyncio' if asked_async else 'blocking'} client, but its "
+                f"RedisOutbox has {type(client).__module__}.{type(client).__name__}: {fix}"
+            )
 
     # -- the rest --------------------------------------------------------------------------
 
@@ -929,8 +955,8 @@ def _class_for(base: type, inner_type: type) -> type:
         return base  # already a capability class
     names = frozenset(
         n
-        for n in OPTIONAL_METHODS
-        if getattr(inner_type, n, None) is not getattr(BaseCheckpointSaver, n)
+        for n in (*OPTIONAL_METHODS, *SETUP_METHODS)
+        if getattr(inner_type, n, None) is not getattr(BaseCheckpointSaver, n, None)
     )
     # The base methods the wrapper defines but the inner saver lacks (a sync-only saver
     # has no aput_writes, say) go back to the base class's, so probes see them missing.
