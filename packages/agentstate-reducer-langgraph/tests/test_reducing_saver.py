@@ -573,14 +573,37 @@ def test_each_cut_of_a_run_is_summarized_once() -> None:
         calls.append([m.id for m in pruned])
         return f"{len(pruned)} earlier"
 
+    # Each turn (10 messages) fits max_messages whole, so a cut falls between turns: the
+    # puts of a turn all prune the same messages.
     config = ReducerConfig(
-        min_messages=4, max_messages=6, summarize_fn=summarize, inject_summary=True
+        min_messages=11, max_messages=14, summarize_fn=summarize, inject_summary=True
     )
     graph = agent_loop(ReducingSaver(InMemorySaver(), MessageReducer(config=config)), 4)
     thread = {"configurable": {"thread_id": "summaries"}}
     for turn in range(3):
         graph.invoke({"messages": [HumanMessage(f"q{turn}", id=f"h{turn}")]}, thread)
     assert len(calls) == 2 and len({tuple(c) for c in calls}) == 2
+
+
+def test_one_long_turn_is_stored_within_the_window_and_each_step_delivered_once() -> None:
+    """One question answered by 30 tool steps: the turn, kept whole, was never cut, and
+    each of its 60 checkpoints stored the whole run (the last 62 messages). The question
+    stays, with the newest steps that fit; a step leaves with its call and result."""
+    delivered: list[str] = []
+    inner = InMemorySaver()
+    saver = ReducingSaver(
+        inner, reducer(lambda pruned, ns: delivered.extend(m.id for m in pruned), window=8, keep=4)
+    )
+    graph = agent_loop(saver, 30)
+    thread = {"configurable": {"thread_id": "long-turn"}}
+    final = graph.invoke({"messages": [HumanMessage("task", id="h")]}, thread)
+    assert len(final["messages"]) == 62  # LangGraph's own list, in memory, is whole
+    stored = [t.checkpoint["channel_values"].get("messages") for t in inner.list(thread)]
+    assert len(stored) > 60 and max(len(m) for m in stored if m is not None) <= 8
+    window = graph.get_state(thread).values["messages"]
+    assert [m.id for m in window] == ["h", "aih-29", "tch-29", "finh"]
+    steps = [i for n in range(29) for i in (f"aih-{n}", f"tch-{n}")]
+    assert sorted(delivered) == sorted(steps) and len(delivered) == len(set(delivered))
 
 
 def test_a_coroutine_summary_under_invoke_names_ainvoke() -> None:

@@ -81,11 +81,32 @@ def test_the_newest_human_turn_is_kept_even_over_the_token_budget() -> None:
     assert ids(result.pruned) == ["h0", "a0"]
 
 
-def test_the_newest_human_turn_is_kept_in_count_mode() -> None:
+def test_the_newest_human_turn_is_kept_whole_while_it_fits_the_limit() -> None:
     messages = [{"role": "system", "content": "s", "id": "s"}, *turn(0), *turn(1, calls=5)]
-    result = MessageReducer(min_messages=2, max_messages=4).reduce(messages)
+    result = MessageReducer(min_messages=2, max_messages=9).reduce(messages)
     assert ids(result.surviving)[:2] == ["s", "h1"]
     assert len(result.surviving) == 1 + 8
+
+
+def test_a_newest_turn_over_the_limit_keeps_its_human_message_and_newest_steps() -> None:
+    """One request answered by a long run of tool calls (`create_react_agent`): kept whole,
+    the turn was never cut, and every checkpoint grew without bound. Its human message stays,
+    and the newest steps that fit, cut as an agent loop's: never inside a call's results."""
+    messages = [{"role": "system", "content": "s", "id": "s"}, *turn(0), *turn(1, calls=5)]
+    result = MessageReducer(min_messages=2, max_messages=4).reduce(messages)
+    assert ids(result.surviving) == ["s", "h1", "b1"]
+    assert ids(result.pruned) == ["h0", "b0", "a1", "tc1_0", "tc1_1", "tc1_2", "tc1_3", "tc1_4"]
+    task: list[dict[str, Any]] = [{"role": "system", "content": "s", "id": "s"}]
+    task += [{"role": "user", "content": "task", "id": "task"}]
+    for n in range(30):
+        task += [
+            {"role": "assistant", "content": "", "id": f"a{n}", "tool_calls": [{"id": f"c{n}"}]},
+            {"role": "tool", "content": "r", "id": f"t{n}", "tool_call_id": f"c{n}"},
+        ]
+    window = MessageReducer(min_messages=6, max_messages=10).reduce(task).surviving
+    assert ids(window) == ["s", "task", "a28", "t28", "a29", "t29"]
+    config = ReducerConfig(max_tokens=50, target_tokens=30, token_counter=lambda m: 5)
+    assert ids(MessageReducer(config=config).reduce(task).surviving) == ids(window)
 
 
 def test_token_mode_keeps_newest_whole_turns_within_target() -> None:
@@ -122,7 +143,28 @@ def test_preserve_first_keeps_only_a_message_that_can_open_a_conversation(first:
     assert ids(result.surviving) == ["h2", "b2"]
 
 
-def test_a_preserved_human_first_message_makes_the_whole_list_the_newest_turn() -> None:
+def test_a_summary_of_a_cut_inside_the_turn_goes_before_its_human_message() -> None:
+    task: list[dict[str, Any]] = [{"role": "system", "content": "s", "id": "s"}]
+    task += [*turn(0), {"role": "user", "content": "task", "id": "task"}]
+    for n in range(30):
+        task += [
+            {"role": "assistant", "content": "", "id": f"a{n}", "tool_calls": [{"id": f"c{n}"}]},
+            {"role": "tool", "content": "r", "id": f"t{n}", "tool_call_id": f"c{n}"},
+        ]
+    config = ReducerConfig(
+        min_messages=6, max_messages=10, summarize_fn=lambda pruned: "done", inject_summary=True
+    )
+    result = MessageReducer(config=config).reduce(task)
+    assert [m["content"] for m in result.surviving[1:3]] == [
+        "Summary of the 60 earlier messages: done",
+        "OK",
+    ]
+    assert ids(result.surviving[3:]) == ["task", "a29", "t29"]
+    assert ids(result.pruned)[:3] == ["h0", "b0", "a0"] and len(result.pruned) == 2 + 58
+
+
+def test_a_preserved_human_first_message_opens_a_turn_cut_as_an_agent_loop() -> None:
+    """The request alone, no system prompt: the whole list was its turn, never cut."""
     messages: list[dict[str, Any]] = [{"role": "user", "content": "task", "id": "task"}]
     for n in range(10):
         messages += [
@@ -130,7 +172,11 @@ def test_a_preserved_human_first_message_makes_the_whole_list_the_newest_turn() 
             {"role": "tool", "content": "r", "id": f"t{n}", "tool_call_id": f"c{n}"},
         ]
     result = MessageReducer(min_messages=2, max_messages=4).reduce(messages)
-    assert result.pruned == [] and result.surviving == messages
+    assert ids(result.surviving) == ["task", "a9", "t9"]
+    result = MessageReducer(min_messages=3, max_messages=6).reduce(messages)
+    assert ids(result.surviving) == ["task", "a9", "t9"]
+    result = MessageReducer(min_messages=5, max_messages=6).reduce(messages)
+    assert ids(result.surviving) == ["task", "a8", "t8", "a9", "t9"]
 
 
 def test_without_any_human_message_the_cut_falls_between_steps() -> None:
@@ -173,6 +219,9 @@ def test_require_human_first_off_cuts_anywhere_that_splits_no_call() -> None:
     assert ids(result.surviving) == ["s", "b0", "h1", "b1"]
     config = ReducerConfig(min_messages=3, max_messages=5, require_human_first=False)
     messages = [{"role": "system", "content": "s", "id": "s"}, *turn(0), *turn(1, calls=2)]
+    result = MessageReducer(config=config).reduce(messages)
+    assert ids(result.surviving) == ["s", "h1", "b1"]  # the turn alone is over max_messages
+    config = ReducerConfig(min_messages=3, max_messages=6, require_human_first=False)
     result = MessageReducer(config=config).reduce(messages)
     assert ids(result.surviving) == ["s", "h1", "a1", "tc1_0", "tc1_1", "b1"]
 

@@ -68,23 +68,20 @@ def check_cut(source: list[Any], config: ReducerConfig) -> None:
         source,
         result.surviving,
         preserved=preserved,
-        human_first=config.require_human_first and newest >= 0,
+        # a preserved human message alone opens the only turn, whose steps are cut as an
+        # agent loop's
+        human_first=config.require_human_first and newest >= preserved,
     )
     if newest >= 0:
-        assert any(m is source[newest] for m in result.surviving), "newest human turn pruned"
+        assert any(m is source[newest] for m in result.surviving), "newest human message pruned"
     call = newest_call(source)
-    if newest < 0 and call is not None:
+    step = newest_step(source, max(preserved, newest + 1))
+    if call is not None and call > newest:
         assert any(m is source[call] for m in result.surviving), "newest call pruned"
-    step = newest_step(source, preserved)
-    if newest < 0 and step is not None and call is None and role(source[step]) != "tool":
+    if step is not None and (call is None or call < newest) and role(source[step]) != "tool":
         assert any(m is source[step] for m in result.surviving), "newest step pruned"
     kept = [m for m in result.surviving if any(m is s for s in source)]
-    protected: list[Any] = []
-    start = newest if newest >= preserved else call if call is not None else step
-    if start is not None:
-        if not config.require_human_first or newest < 0:  # may begin earlier, at a clean split
-            start = max(i for i in range(preserved, start + 1) if splits_no_call(source, i))
-        protected = source[start:]
+    protected = protected_part(source, config, preserved, newest, call, step)
     if config.max_tokens is None:
         assert len(kept) <= max(config.min_messages, preserved + len(protected))
         assert len(result.surviving) <= max(config.max_messages or 0, preserved + len(protected))
@@ -92,6 +89,39 @@ def check_cut(source: list[Any], config: ReducerConfig) -> None:
         target = config.target_tokens if config.target_tokens is not None else config.max_tokens
         floor = sum(map(tokens, source[:preserved] + protected))
         assert sum(map(tokens, kept)) <= max(target, floor)
+
+
+def protected_part(
+    source: list[Any],
+    config: ReducerConfig,
+    preserved: int,
+    newest: int,
+    call: int | None,
+    step: int | None,
+) -> list[Any]:
+    """What no cut prunes, the preserved message aside: the newest human turn, unless kept
+    whole it leaves the list over its limit; then, as in an agent loop (a list whose only
+    human message, if any, is the preserved one), the newest step (the newest call with its
+    results, or the newest message that is neither a system message nor a result) and what
+    follows it, from the clean split before it; after the newest human message, if any."""
+    if newest >= preserved:
+        turn = source[:preserved] + source[newest:]
+        over = (
+            len(turn) > (config.max_messages or 0)
+            if config.max_tokens is None
+            else sum(map(tokens, turn)) > config.max_tokens
+        )
+        if not over:
+            start = newest
+            if not config.require_human_first:  # may begin earlier, at a clean split
+                start = max(i for i in range(preserved, start + 1) if splits_no_call(source, i))
+            return source[start:]
+    inside = newest + 1 if newest >= preserved else preserved
+    start = call if call is not None and call >= inside else step
+    if start is None:
+        return source[inside - 1 if newest >= preserved else inside :]
+    start = max(i for i in range(inside, start + 1) if splits_no_call(source, i))
+    return ([source[newest]] if newest >= preserved else []) + source[start:]
 
 
 def newest_step(messages: list[Any], preserved: int) -> int | None:

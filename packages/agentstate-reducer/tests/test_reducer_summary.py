@@ -139,6 +139,9 @@ async def test_an_async_summarizer_needs_the_async_path() -> None:
     reducer = injecting(summarize_fn=summarize_later)
     with pytest.raises(TypeError, match="use aplan/areduce"):
         reducer.plan(conversation(3, calls=0))
+    merge = reducer.as_langgraph_reducer()  # the bridge has no async path
+    with pytest.raises(TypeError, match=r"as_langgraph_reducer, always calls it synchronously"):
+        merge(conversation(3, calls=0), [])
     result = await reducer.aplan(conversation(3, calls=0))
     assert result.summary == "later"
     assert (await reducer.areduce(conversation(3, calls=0))).summary == "later"

@@ -48,7 +48,9 @@ class ReducerConfig:
     `min_messages` messages. Token mode (`max_tokens` set; it wins over count mode): a list
     over `max_tokens` is cut to the newest whole messages within `target_tokens`. Both
     budgets include the preserved first message. Cuts fall between conversation turns, so
-    the newest human turn is always kept, even when it alone exceeds the budget.
+    the newest human turn is kept whole, even when it alone exceeds the budget, as long as
+    it fits the limit (`max_messages`, `max_tokens`); a longer one keeps its human message
+    and its newest steps that fit the budget.
 
     Attributes:
         min_messages: Most messages a cut keeps in count mode.

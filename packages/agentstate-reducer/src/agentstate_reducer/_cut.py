@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from itertools import accumulate, compress
 from typing import Any
 
@@ -40,16 +40,31 @@ class Cut:
             or that answer no call in the list.
         kept_tokens: In token mode, the tokens of the messages the cut keeps (counted once,
             here); None in count mode.
+        anchor: The newest human message, kept ahead of `start` when its turn alone is over
+            the budget (a cut inside the turn: `[anchor + 1:start]` is pruned too); else None.
     """
 
     preserved: int
     start: int
     orphans: tuple[int, ...]
     kept_tokens: int | None = None
+    anchor: int | None = None
 
     def pruned_indices(self) -> list[int]:
         """Return every pruned index, ascending."""
-        return [*range(self.preserved, self.start), *self.orphans]
+        if self.anchor is None:
+            return [*range(self.preserved, self.start), *self.orphans]
+        return [
+            *range(self.preserved, self.anchor),
+            *range(self.anchor + 1, self.start),
+            *self.orphans,
+        ]
+
+    def kept_indices(self, n: int) -> list[int]:
+        """Return every index a cut of `n` messages keeps, ascending."""
+        gone = set(self.orphans)
+        head = [] if self.anchor is None else [self.anchor]
+        return [*range(self.preserved), *head, *(i for i in range(self.start, n) if i not in gone)]
 
 
 def plan_cut(
@@ -71,9 +86,11 @@ def plan_cut(
         None when the list does not exceed `max_messages` or `max_tokens`. Otherwise the cut
         keeping the most recent messages within budget such that the kept tail starts a
         human turn (or, with `require_human_first` off, splits no tool call from its
-        results), never starting after the newest human message. With no human message
-        after the preserved one (an agent loop) the kept tail starts where it splits no
-        tool call, never after the newest AI message when that calls tools (a graph paused
+        results), never starting after the newest human message while the preserved one
+        and that turn fit the limit. A longer newest turn is cut inside: its human message
+        is kept (`Cut.anchor`), and after it the steps an agent loop's cut keeps. With no
+        human message after the preserved one (an agent loop) the kept tail starts where it
+        splits no tool call, never after the newest AI message when that calls tools (a graph paused
         before its tools, or just after them, resumes from that message) nor after the
         newest message that is neither a system message nor a tool result, however many
         tokens it holds. A tool result that arrived late (after a newer AI or human message
@@ -153,9 +170,9 @@ def plan_cut(
     preserved = (
         1 if config.preserve_first and n and roles[0] in _PRESERVABLE and not summary(0) else 0
     )
-    last_human = humans[-1] if humans else -1
-    if 0 <= last_human < preserved:
-        return None  # The newest human turn is the whole list: it is never pruned.
+    # A preserved first human message opens the only turn: the steps after it are cut as an
+    # agent loop's (`create_react_agent` asked once, then calling tools for ever).
+    last_human = humans[-1] if humans and humans[-1] >= preserved else -1
     clean = _clean(n, parent, late)
     # No cut falls right before a tool or function result: the kept part would open with it
     # (a result listed just before its call), which a provider rejects. Before an orphan
@@ -187,13 +204,43 @@ def plan_cut(
         assert target is not None
         budget = target - (tokens[0] if preserved else 0)
 
-    start = _choose(candidates, n, tokens, budget, limit, preserved)
+    anchor = None
+    if human_turns and _over_limit(config, tokens, preserved, last_human, n):
+        # Kept whole, the newest turn would leave the list over its limit: it keeps its human
+        # message and, after it, the newest steps that fit the budget, cut as an agent
+        # loop's (never after its newest step).
+        anchor = last_human
+        newest = next((i for i in range(n - 1, anchor, -1) if roles[i] not in (SYSTEM, TOOL)), n)
+        inside = [i for i in range(anchor + 1, n) if clean[i]]
+        start = _choose(
+            [*inside, n],
+            n,
+            tokens,
+            budget - (1 if tokens is None else tokens[anchor]),
+            min(newest_call, newest),
+            anchor + 1,
+        )
+        if start == anchor + 1:  # nothing inside the turn to cut: keep it whole
+            anchor, start = None, last_human
+    else:
+        start = _choose(candidates, n, tokens, budget, limit, preserved)
     orphans = tuple(i for i in range(start, n) if parent.get(i, start) < start)
-    kept = None
-    if tokens is not None:
-        gone = set(orphans)
-        kept = sum(tokens[:preserved]) + sum(tokens[i] for i in range(start, n) if i not in gone)
-    return Cut(preserved=preserved, start=start, orphans=orphans, kept_tokens=kept)
+    cut = Cut(preserved=preserved, start=start, orphans=orphans, anchor=anchor)
+    if tokens is None:
+        return cut
+    return replace(cut, kept_tokens=sum(tokens[i] for i in cut.kept_indices(n)))
+
+
+def _over_limit(
+    config: ReducerConfig, tokens: list[int] | None, preserved: int, first: int, n: int
+) -> bool:
+    """Whether the preserved message and `[first:n]` alone exceed `max_messages` (count
+    mode) or `max_tokens` (token mode)."""
+    if tokens is None:
+        assert config.max_messages is not None
+        return preserved + n - first > config.max_messages
+    assert config.max_tokens is not None
+    return sum(tokens[:preserved]) + sum(tokens[first:]) > config.max_tokens
 
 
 def checked_count(count_tokens: TokenCounter, message: Any, index: int) -> int:

@@ -130,7 +130,8 @@ class MessageReducer:
                 raise TypeError(
                     "ReducerConfig.summarize_fn returned an awaitable in a sync call; use "
                     "aplan/areduce (under a ReducingSaver: run the graph with ainvoke or "
-                    "astream, not invoke or stream), or pass a plain function"
+                    "astream, not invoke or stream), or pass a plain function (the "
+                    "LangGraph bridge, as_langgraph_reducer, always calls it synchronously)"
                 )
             summary = _summary_text(summary)
             if key is not None:
@@ -390,12 +391,13 @@ class MessageReducer:
         self, messages: list[Any], cut: Cut, pruned: list[Any], summary: Any
     ) -> ReducerResult:
         summary = _summary_text(summary)
-        orphans = set(cut.orphans)
-        tail = [messages[i] for i in range(cut.start, len(messages)) if i not in orphans]
-        surviving = [*messages[: cut.preserved], *tail]
+        # The summary goes where the pruned messages were: after the preserved first
+        # message, before the newest human message of a cut inside its turn.
+        kept = [messages[i] for i in cut.kept_indices(len(messages))]
+        surviving = kept
         if summary is not None and self.config.inject_summary:
             block = summary_block(summary, pruned, messages, self.config.summary_message_factory)
-            window = [*messages[: cut.preserved], *block, *tail]
+            window = [*kept[: cut.preserved], *block, *kept[cut.preserved :]]
             if self._fits(window, block, cut):
                 surviving = window
         logger.debug("cut %d messages to %d", len(messages), len(surviving))
@@ -406,7 +408,7 @@ class MessageReducer:
         (count mode) or `max_tokens` (token mode); else the block is not injected (logged).
 
         In count mode the cut left room for the block within `min_messages`, so it only does
-        not fit when the newest turn, which is never pruned, overflows that room. In token
+        not fit when the newest turn, kept whole, overflows that room. In token
         mode the block's size is known only now (the cut counted the rest): injected over
         `max_tokens`, it would make the next call cut again (and summarize again) with
         nothing added."""
@@ -429,7 +431,7 @@ class MessageReducer:
             return True
         logger.info(
             "summary not injected: with it the window would hold %d messages, over "
-            "max_messages=%s, as the newest turn, never pruned, fills the window",
+            "max_messages=%s, as the newest turn, kept whole, fills the window",
             len(window),
             c.max_messages,
         )
