@@ -143,6 +143,30 @@ def test_preserve_first_keeps_only_a_message_that_can_open_a_conversation(first:
     assert ids(result.surviving) == ["h2", "b2"]
 
 
+@pytest.mark.parametrize("tokens", [False, True])
+def test_a_turn_after_one_that_ended_on_a_call_is_cut_inside_too(tokens: bool) -> None:
+    """The newest turn held no AI message, and the turn before ended on a tool call (a
+    `return_direct` tool): the limit of the cut inside fell on that call, before the turn,
+    which was kept whole over the limit (found by review)."""
+    call = [{"id": "c1", "name": "lookup", "args": {}}]
+    messages: list[dict[str, Any]] = [
+        {"role": "system", "content": "s", "id": "s"},
+        {"role": "human", "content": "q1", "id": "h1"},
+        {"role": "ai", "content": "", "tool_calls": call, "id": "a1"},
+        {"role": "tool", "content": "r", "tool_call_id": "c1", "id": "t1"},
+        {"role": "human", "content": "q2", "id": "h2"},
+        *({"role": "critic", "content": f"review {i}", "id": f"k{i}"} for i in range(30)),
+    ]
+    if tokens:
+        config = ReducerConfig(max_tokens=60, token_counter=lambda m: 5)
+    else:
+        config = ReducerConfig(min_messages=5, max_messages=10)
+    result = MessageReducer(config=config).plan(messages)
+    kept = ids(result.surviving)
+    assert kept[:2] == ["s", "h2"] and kept[-1] == "k29"
+    assert len(kept) <= (12 if tokens else 10)
+
+
 def test_a_summary_of_a_cut_inside_the_turn_goes_before_its_human_message() -> None:
     task: list[dict[str, Any]] = [{"role": "system", "content": "s", "id": "s"}]
     task += [*turn(0), {"role": "user", "content": "task", "id": "task"}]

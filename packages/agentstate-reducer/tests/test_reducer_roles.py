@@ -2,6 +2,7 @@
 LangChain's removal marker."""
 
 # No `from __future__ import annotations`: LangGraph reads a State's annotations at runtime.
+import hashlib
 from types import SimpleNamespace
 from typing import Annotated, Any, TypedDict
 
@@ -16,7 +17,7 @@ from langchain_core.messages import (
 )
 from reducer_helpers import Recorder, conversation, get
 
-from agentstate_reducer import MessageReducer, ReducerConfig
+from agentstate_reducer import MessageReducer, ReducerConfig, message_identity
 from agentstate_reducer._messages import role_of
 
 
@@ -117,6 +118,11 @@ def test_an_object_whose_type_is_no_role_is_read_by_its_role_like_a_dict() -> No
     for messages in (objects, dicts):
         result = MessageReducer(min_messages=3, max_messages=4).plan(messages)
         assert ids(result.surviving) == ["s", "h2", "a2"]
+    # an id-less one keeps the identity it had (a durable ledger stores identities)
+    text = '["message","hi",[],null]'
+    assert message_identity(SimpleNamespace(type="message", role="user", content="hi")) == (
+        "sha256:" + hashlib.sha256(text.encode()).hexdigest()[:32]
+    )
     # a type that names a role still wins, as a LangChain message's does
     assert role_of(SimpleNamespace(type="human", role="critic", content="q")) == "human"
     assert role_of(SimpleNamespace(type="critic", role="", content="q")) == "critic"

@@ -40,8 +40,9 @@ class Cut:
             or that answer no call in the list.
         kept_tokens: In token mode, the tokens of the messages the cut keeps (counted once,
             here); None in count mode.
-        anchor: The newest human message, kept ahead of `start` when its turn alone is over
-            the budget (a cut inside the turn: `[anchor + 1:start]` is pruned too); else None.
+        anchor: The newest human message, kept ahead of `start` when the preserved message
+            and its turn are over the limit (`max_messages`, `max_tokens`): a cut inside the
+            turn, which prunes `[anchor + 1:start]` too; else None.
     """
 
     preserved: int
@@ -217,7 +218,8 @@ def plan_cut(
             n,
             tokens,
             budget - (1 if tokens is None else tokens[anchor]),
-            min(newest_call, newest),
+            # a call before the turn (its last step ended on one) is pruned with that turn
+            min(newest_call if newest_call > anchor else n, newest),
             anchor + 1,
         )
         if start == anchor + 1:  # nothing inside the turn to cut: keep it whole

@@ -77,6 +77,20 @@ def role_of(message: Any) -> str:
     return _normalize(role) if isinstance(role, str) and role else typed
 
 
+def _identity_role(message: Any) -> str:
+    """The role an id-less message's identity is hashed with: read as before `role_of`
+    preferred an object's `role` to a `type` that names no role, so that identities (which
+    durable ledgers and staged batches store) stay the same across upgrades."""
+    if is_mapping(message):
+        return _normalize(message.get("role") or message.get("type"))
+    raw = getattr(message, "type", None)
+    if raw == "chat":
+        raw = getattr(message, "role", raw)
+    elif not isinstance(raw, str):
+        raw = getattr(message, "role", None)
+    return _normalize(raw)
+
+
 def _get(message: Any, key: str) -> Any:
     if is_mapping(message):
         return message.get(key)
@@ -176,7 +190,7 @@ def message_identity(message: Any) -> str:
     if found is not None:
         return found
     payload = [
-        role_of(message),
+        _identity_role(message),
         _get(message, "content"),
         tool_call_ids(message),
         tool_call_id_of(message),
