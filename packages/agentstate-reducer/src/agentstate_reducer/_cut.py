@@ -188,10 +188,7 @@ def plan_cut(
         # A tool result is left out: one that answers the newest call limits the cut at
         # that call (`newest_call`), and an orphan, or one that arrived late, leaves with
         # any cut after its call, so a cut before it would protect only what follows it.
-        newest = next(
-            (i for i in range(n - 1, preserved - 1, -1) if roles[i] not in (SYSTEM, TOOL)), n
-        )
-        limit = min(newest_call, newest)
+        limit = min(newest_call, _newest_step(roles, preserved - 1))
     if human_turns and config.require_human_first:
         candidates = [i for i in humans if i >= preserved and clean[i]]
     else:
@@ -211,7 +208,6 @@ def plan_cut(
         # message and, after it, the newest steps that fit the budget, cut as an agent
         # loop's (never after its newest step).
         anchor = last_human
-        newest = next((i for i in range(n - 1, anchor, -1) if roles[i] not in (SYSTEM, TOOL)), n)
         inside = [i for i in range(anchor + 1, n) if clean[i]]
         start = _choose(
             [*inside, n],
@@ -219,7 +215,7 @@ def plan_cut(
             tokens,
             budget - (1 if tokens is None else tokens[anchor]),
             # a call before the turn (its last step ended on one) is pruned with that turn
-            min(newest_call if newest_call > anchor else n, newest),
+            min(newest_call if newest_call > anchor else n, _newest_step(roles, anchor)),
             anchor + 1,
         )
         if start == anchor + 1:  # nothing inside the turn to cut: keep it whole
@@ -231,6 +227,15 @@ def plan_cut(
     if tokens is None:
         return cut
     return replace(cut, kept_tokens=sum(tokens[i] for i in cut.kept_indices(n)))
+
+
+def _newest_step(roles: list[str], after: int) -> int:
+    """The newest index after `after` whose message is neither a system message nor a tool
+    result (an agent loop's newest step), else ``len(roles)``."""
+    return next(
+        (i for i in range(len(roles) - 1, after, -1) if roles[i] not in (SYSTEM, TOOL)),
+        len(roles),
+    )
 
 
 def _over_limit(

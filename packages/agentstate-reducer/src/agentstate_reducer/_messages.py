@@ -199,6 +199,14 @@ def message_identity(message: Any) -> str:
     return "sha256:" + hashlib.sha256(text.encode("utf-8")).hexdigest()[:32]
 
 
+def is_message(item: Any) -> bool:
+    """Whether `item` is a message: a mapping, or an object with a `type`, `role` or
+    `content` attribute (a LangChain message, a look-alike); not a str, a tuple or a list."""
+    if is_mapping(item) or is_langchain_message(item):
+        return True
+    return any(hasattr(item, name) for name in ("type", "role", "content"))
+
+
 def check_messages(messages: Sequence[Any], what: str = "message") -> None:
     """Raise `TypeError` for an item that is no message: not a mapping, and no object with a
     `type`, `role` or `content` attribute (a str, an int, None, a tuple).
@@ -210,9 +218,7 @@ def check_messages(messages: Sequence[Any], what: str = "message") -> None:
         what: What the items are, for the error (`message`, `pruned message`).
     """
     for index, message in enumerate(messages):
-        if is_mapping(message) or is_langchain_message(message):
-            continue
-        if any(hasattr(message, name) for name in ("type", "role", "content")):
+        if is_message(message):
             continue
         raise TypeError(
             f"{what} {index} is a {type(message).__name__} ({shown(message, 60)}), not a message; "

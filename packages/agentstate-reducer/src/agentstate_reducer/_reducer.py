@@ -16,7 +16,7 @@ from ._cut import Cut, checked_count, plan_cut
 from ._delivery import Dispatcher, Job, ReportBuilder, caller_cancelled, hook_keys
 from ._ledger import AsyncDeliveryLedger, DeliveryLedger, InMemoryLedger
 from ._merge import CutIds, merge_messages
-from ._messages import check_messages, is_langchain_message, message_identity, shown
+from ._messages import check_messages, is_message, message_identity, shown
 from ._report import DeliveryReport
 from ._summary import Summaries, summary_block, summary_size
 from ._tokens import resolve_token_counter
@@ -574,26 +574,15 @@ def _check_ledger(ledger: object) -> None:
 def _listify(value: Any, name: str) -> list[Any]:
     if value is None:
         return []
-    if _one_message(value):
+    if is_message(value):  # one message (a pydantic one would iterate field by field)
         return [value]
     return _as_list(value, name, "a list of messages, one message or None")
-
-
-def _one_message(value: Any) -> bool:
-    """Whether `value` is one message rather than a list of them: a dict, a LangChain
-    message, or another object with a `type`, `role` or `content` (which a pydantic model
-    also iterates, field by field)."""
-    if isinstance(value, Mapping) or is_langchain_message(value):
-        return True
-    if isinstance(value, (list, tuple, str, bytes)):
-        return False
-    return any(hasattr(value, name) for name in ("type", "role", "content"))
 
 
 def _checked(pruned: Iterable[Any]) -> list[Any]:
     """`pruned` as a list (one message is a list of it), checked to hold only messages
     (`check_messages`)."""
-    if _one_message(pruned):
+    if is_message(pruned):
         return [pruned]
     items = _as_list(pruned, "pruned", "a list of messages (or one message; [] only retries)")
     check_messages(items, "pruned message")
