@@ -21,7 +21,7 @@ def test_demo_runs_against_a_given_redis(redis_url: str, args: list[str]) -> Non
     assert done.returncode == 0, done.stderr
     out = done.stdout
     assert "every key the demo wrote was deleted again" in out
-    assert "21 memories" in out
+    assert "19 memories" in out
     if not args:
         assert "Long-term memory" in out and "State history" in out
         assert "with ReducingSaver + prune(latest)" in out

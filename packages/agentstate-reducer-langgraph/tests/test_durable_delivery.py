@@ -593,6 +593,11 @@ def test_a_batch_whose_checkpoint_never_appears_is_discarded_after_the_grace(
     assert runner.drain().delivered == 1 and hook.got == ["x"]
 
 
+# What the puts of turns q0-q4 of `chat_graph` (window 6, keep 4) prune: at step 9 (turn
+# q3's input, 7 messages) and at step 13 (turn q4's reply: the window then, and the reply).
+PRUNED_BY_Q4 = ["t-q0-ai", "t-q1", "t-q1-ai", "t-q2", "t-q2-ai", "t-q3", "t-q3-ai"]
+
+
 class DrainsFirst(InMemorySaver):
     """A put that takes longer than `grace`: a drain runs (through `outer`) before each put
     of a step that prunes stores its checkpoint."""
@@ -629,9 +634,9 @@ def test_a_put_slower_than_the_grace_still_has_its_batch_delivered(
     inner.drained.append(saver.drain())
     assert sum(report.discarded for report in inner.drained) == 2  # during the pruning puts
     assert sum(report.delivered for report in inner.drained) == 2  # by the drains after
-    assert sorted(hook.got) == ["t-q0-ai", "t-q1", "t-q1-ai", "t-q2", "t-q2-ai"]  # once each
+    assert sorted(hook.got) == PRUNED_BY_Q4  # once each
     window = graph.get_state({"configurable": {"thread_id": "t"}}).values["messages"]
-    assert [m.id for m in window] == ["t-q0", "t-q3", "t-q3-ai", "t-q4", "t-q4-ai"]
+    assert [m.id for m in window] == ["t-q0", "t-q4", "t-q4-ai"]
     stats = saver.delivery_stats()
     assert (stats.backlog, stats.discarded, stats.delivered) == (0, 0, 2)
 
@@ -700,16 +705,16 @@ def test_manual_delivery_keeps_what_a_prune_or_delete_removed_before_the_drain(
     batches of stored checkpoints gone since, once each; a failed put's batch is dropped."""
     saver, inner, hook = failing_manual(client, client, prefix)
     graph = chat_graph(saver)
-    for i in range(5):
-        turn(graph, "t", f"q{i}")  # two of these puts prune
-    inner.fail_step = 16  # the last put of the next turn prunes, stages and fails
+    for i in range(6):
+        turn(graph, "t", f"q{i}")  # two of these puts prune (steps 9 and 13)
+    inner.fail_step = 19  # the last put of the next turn prunes, stages and fails
     with pytest.raises(ConnectionError):
-        turn(graph, "t", "q5")
+        turn(graph, "t", "q6")
     assert saver.delivery_stats().backlog == 3
     forget(saver, "t", how)
     report = saver.drain()
     assert (report.delivered, report.discarded) == (2, 1)
-    assert sorted(hook.got) == ["t-q0-ai", "t-q1", "t-q1-ai", "t-q2", "t-q2-ai"]  # once each
+    assert sorted(hook.got) == PRUNED_BY_Q4  # once each
     assert saver.drain().claimed == 0 and saver.delivery_stats().backlog == 0
 
 
@@ -722,15 +727,15 @@ async def test_manual_adelivery_keeps_what_a_prune_or_delete_removed_before_the_
     saver, inner, hook = failing_manual(sync_client, async_client, prefix)
     graph = chat_graph(saver)
     config = {"configurable": {"thread_id": "t"}}
-    inner.fail_step = 16  # the last put of turn q5 prunes, stages and fails
-    for i in range(6):
-        with pytest.raises(ConnectionError) if i == 5 else contextlib.nullcontext():
+    inner.fail_step = 19  # the last put of turn q6 prunes, stages and fails
+    for i in range(7):
+        with pytest.raises(ConnectionError) if i == 6 else contextlib.nullcontext():
             await graph.ainvoke({"messages": [HumanMessage(f"q{i}", id=f"t-q{i}")]}, config)
     assert (await saver.adelivery_stats()).backlog == 3
     await aforget(saver, "t", how)
     report = await saver.adrain()
     assert (report.delivered, report.discarded) == (2, 1)
-    assert sorted(hook.got) == ["t-q0-ai", "t-q1", "t-q1-ai", "t-q2", "t-q2-ai"]
+    assert sorted(hook.got) == PRUNED_BY_Q4
     assert (await saver.adrain()).claimed == 0
     assert (await saver.adelivery_stats()).backlog == 0
     await async_client.aclose()

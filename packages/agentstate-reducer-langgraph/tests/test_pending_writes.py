@@ -114,7 +114,14 @@ def test_a_retry_after_a_failed_sibling_replays_a_remove_of_a_cut_message(
     with pytest.raises(RuntimeError, match="transient"):
         graph.invoke({"messages": [HumanMessage(f"m{i}") for i in range(7)]}, CFG)
     graph.invoke(None, CFG)
-    assert [m.content for m in graph.get_state(CFG).values["messages"]] == ["m5", "m6", "answer"]
+    # the window holds the four trim kept: the run's first put cut the input to four, and
+    # the answer joined them
+    assert [m.content for m in graph.get_state(CFG).values["messages"]] == [
+        "m4",
+        "m5",
+        "m6",
+        "answer",
+    ]
 
 
 def test_a_rewrite_of_a_cut_tool_result_is_not_appended_to_the_window(
@@ -150,7 +157,8 @@ def test_a_rewrite_of_a_cut_tool_result_is_not_appended_to_the_window(
     resumed.invoke(Command(resume=True), CFG)
     after = resumed.get_state(CFG).values["messages"]
     assert valid(after), [m.type for m in after]
-    assert [m.content for m in after] == ["h0", "h2", "answer"]  # h0: the preserved first
+    # h0: the preserved first; the answer joined the window the input was cut to
+    assert [m.content for m in after] == ["h0", "h1", "a2", "h2", "answer"]
 
 
 def test_a_read_drops_removes_and_results_the_window_cannot_replay(

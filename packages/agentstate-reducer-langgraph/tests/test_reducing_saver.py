@@ -13,13 +13,13 @@ from collections.abc import AsyncIterator, Sequence
 from typing import Annotated, Any, TypedDict
 
 import pytest
-from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+from langchain_core.messages import AIMessage, HumanMessage, RemoveMessage, ToolMessage
 from langgraph.checkpoint.base import BaseCheckpointSaver, empty_checkpoint
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 from langgraph.graph import END, START, StateGraph
-from langgraph.graph.message import add_messages
+from langgraph.graph.message import REMOVE_ALL_MESSAGES, add_messages
 
 from agentstate_reducer import InMemoryLedger, MessageReducer, ReducerConfig
 from agentstate_reducer_langgraph import ReducingSaver, apply_reducer, memory_namespace
@@ -600,10 +600,274 @@ def test_one_long_turn_is_stored_within_the_window_and_each_step_delivered_once(
     assert len(final["messages"]) == 62  # LangGraph's own list, in memory, is whole
     stored = [t.checkpoint["channel_values"].get("messages") for t in inner.list(thread)]
     assert len(stored) > 60 and max(len(m) for m in stored if m is not None) <= 8
-    window = graph.get_state(thread).values["messages"]
-    assert [m.id for m in window] == ["h", "aih-29", "tch-29", "finh"]
-    steps = [i for n in range(29) for i in (f"aih-{n}", f"tch-{n}")]
-    assert sorted(delivered) == sorted(steps) and len(delivered) == len(set(delivered))
+    window = [m.id for m in graph.get_state(thread).values["messages"]]
+    assert window[0] == "h" and window[-1] == "finh" and len(window) <= 8
+    steps = [i for n in range(30) for i in (f"aih-{n}", f"tch-{n}")]
+    kept = steps[len(steps) - len(window) + 2 :]  # the newest steps, whole
+    assert window[1:-1] == kept and len(kept) % 2 == 0
+    assert sorted(delivered) == sorted(steps[: len(steps) - len(kept)])
+    assert len(delivered) == len(set(delivered))
+
+
+@pytest.mark.parametrize("style", ["sync", "async"])
+async def test_a_long_run_is_summarized_once_per_cut_not_at_every_step(style: str) -> None:
+    """Each put of one long run cut the whole list LangGraph holds in memory, back to the
+    window's lower bound: from the run's first cut on, every step summarized again, and
+    each summary read everything the run had cut (91 summaries of up to 194 messages for
+    100 steps). A put now cuts what the run's last put stored plus what came since, as a
+    new run would: a cut falls once the window is over its limit again."""
+    calls: list[list[str]] = []
+
+    def summarize(pruned: list[Any]) -> str:
+        calls.append([m.id for m in pruned])
+        return f"{len(pruned)} earlier"
+
+    config = ReducerConfig(
+        min_messages=10, max_messages=20, summarize_fn=summarize, inject_summary=True
+    )
+    inner = InMemorySaver()
+    graph = agent_loop(ReducingSaver(inner, MessageReducer(config=config)), 100)
+    thread = {"configurable": {"thread_id": "long-run"}, "recursion_limit": 1000}
+    task = {"messages": [HumanMessage("task", id="h")]}
+    if style == "sync":
+        graph.invoke(task, thread)
+    else:
+        await graph.ainvoke(task, thread)
+    stored = [t.checkpoint["channel_values"].get("messages") for t in inner.list(thread)]
+    assert max(len(m) for m in stored if m is not None) <= 20
+    # 202 messages, cut by at least max - min - 2 (a step leaves whole, a summary comes in)
+    assert len(calls) <= 202 // (20 - 10 - 2) + 1
+    assert max(len(c) for c in calls) <= 20
+    # each message is summarized once, the previous summary rolled into the next
+    summarized = [i for c in calls for i in c if not i.startswith("summary")]
+    assert len(summarized) == len(set(summarized))
+
+
+def scripted_loop(
+    schema: Any, steps: int, edits: Any, checkpointer: Any, count: bool = False
+) -> Any:
+    """An agent loop of `steps` tool calls (ids ``ai-N``, ``t-cN``, then ``fin``); at agent
+    step N, `edits(messages, N)` adds writes before the call; with `count`, a node writing
+    another channel (``n``) only runs between the tools and the agent."""
+    done = [0]
+
+    def agent(state: Any) -> dict[str, Any]:
+        step = done[0]
+        done[0] += 1
+        out: list[Any] = list(edits(state["messages"], step))
+        if step < steps:
+            call = {"name": "t", "args": {}, "id": f"c{step}"}
+            out.append(AIMessage("", id=f"ai-{step}", tool_calls=[call]))
+        else:
+            out.append(AIMessage("final", id="fin"))
+        return {"messages": out}
+
+    def tools(state: Any) -> dict[str, Any]:
+        call = state["messages"][-1].tool_calls[0]
+        return {"messages": [ToolMessage("r", tool_call_id=call["id"], id=f"t-{call['id']}")]}
+
+    def route(state: Any) -> str:
+        return "tools" if state["messages"][-1].tool_calls else END
+
+    graph = StateGraph(schema).add_node("agent", agent).add_node("tools", tools)
+    graph.add_edge(START, "agent").add_conditional_edges("agent", route, ["tools", END])
+    if count:
+        graph.add_node("count", lambda state: {"n": state.get("n", 0) + 1})
+        graph.add_edge("tools", "count").add_edge("count", "agent")
+    else:
+        graph.add_edge("tools", "agent")
+    return graph.compile(checkpointer=checkpointer)
+
+
+class Counted(TypedDict):
+    messages: Annotated[list[Any], add_messages]
+    n: int
+
+
+@pytest.mark.parametrize("change", ["edit", "remove", "none"])
+def test_an_edit_or_remove_in_the_window_mid_run_cuts_no_message_twice(change: str) -> None:
+    """A node that rewrites (compacts) the newest tool result under its id, or removes a
+    step still in the window: the list no longer went on from the last put's, and the put
+    cut the run's whole list again. Everything the run had cut reached the hooks a second
+    time once the ledger had forgotten it (a small in-memory ledger, or one that other
+    threads filled), and one summary read it all again (found by review). So did every put
+    after a step that wrote another channel only (`count` here), which moved the run on
+    without the wrapper seeing it (found by a second review)."""
+    got: list[str] = []
+    summaries: list[int] = []
+
+    def summarize(pruned: list[Any]) -> str:
+        summaries.append(len(pruned))
+        return f"{len(pruned)} earlier"
+
+    def edits(messages: list[Any], step: int) -> list[Any]:
+        if step != 30 or change == "none":
+            return []
+        if change == "edit":
+            last = messages[-1]
+            return [ToolMessage("[compacted]", tool_call_id=last.tool_call_id, id=last.id)]
+        return [RemoveMessage(id=m.id) for m in messages[-4:-2]]  # a step in the window
+
+    config = ReducerConfig(
+        min_messages=4,
+        max_messages=8,
+        on_prune=[lambda pruned, ns: got.extend(m.id for m in pruned)],
+        summarize_fn=summarize,
+        inject_summary=True,
+    )
+    inner = InMemorySaver()
+    saver = ReducingSaver(inner, MessageReducer(config=config, ledger=InMemoryLedger(12)))
+    graph = scripted_loop(Counted, 40, edits, saver, count=True)
+    thread = {"configurable": {"thread_id": change}, "recursion_limit": 500}
+    graph.invoke({"messages": [HumanMessage("task", id="h")]}, thread)
+    assert len(got) == len(set(got))  # none twice
+    assert max(summaries) <= 8  # no summary of the run's whole list
+    assert len(summaries) <= 84 // (8 - 4 - 2) + 1
+    window = [m.id for m in graph.get_state(thread).values["messages"]]
+    made = {i for n in range(40) for i in (f"ai-{n}", f"t-c{n}")}
+    removed = {"ai-28", "t-c28"} if change == "remove" else set()
+    assert made - removed <= set(got) | set(window)  # each one kept or handed over
+    if change == "remove":
+        assert not removed & set(window)
+    stored = [t.checkpoint["channel_values"].get("messages") for t in inner.list(thread)]
+    assert max(len(m) for m in stored if m is not None) <= 8
+
+
+def test_a_remove_all_mid_run_takes_the_runs_summary_with_it() -> None:
+    """A node removing every message (REMOVE_ALL_MESSAGES) but its last step: the summary a
+    cut of the run had injected, which the list in memory never held, stayed at the head of
+    the next window, standing for messages the graph had dropped (found by review)."""
+
+    def edits(messages: list[Any], step: int) -> list[Any]:
+        return [RemoveMessage(id=REMOVE_ALL_MESSAGES), *messages[-2:]] if step == 12 else []
+
+    config = ReducerConfig(
+        min_messages=4, max_messages=8, summarize_fn=lambda p: "earlier", inject_summary=True
+    )
+    saver = ReducingSaver(InMemorySaver(), MessageReducer(config=config))
+    graph = scripted_loop(Agent, 14, edits, saver)
+    thread = {"configurable": {"thread_id": "remove-all"}, "recursion_limit": 500}
+    graph.invoke({"messages": [HumanMessage("task", id="h")]}, thread)
+    after = [
+        [m.id for m in t.values["messages"]]
+        for t in graph.get_state_history(thread)
+        if t.values["messages"] and t.values["messages"][-1].id == "ai-12"
+    ]
+    assert after == [["ai-11", "t-c11", "ai-12"]]
+
+
+def _rewrite_last(left: list[Any], right: list[Any]) -> list[Any]:
+    """A list channel of id-less dicts whose writes may rewrite the newest message."""
+    out = list(left)
+    for message in right:
+        if message.get("rewrite_last"):
+            out[-1] = {**out[-1], "content": out[-1]["content"] + " (edited)"}
+        else:
+            out.append(message)
+    return out
+
+
+class Dicts(TypedDict):
+    messages: Annotated[list[Any], _rewrite_last]
+
+
+def test_an_edit_among_messages_alike_cuts_the_list_it_was_given() -> None:
+    """Id-less messages with the same content share an identity: followed by identity after
+    an edit, the put dropped the step's new answer (its identity was in the window already)
+    and kept the message the edit replaced beside its edited copy (found by review)."""
+    turns = [0]
+
+    def user(state: Dicts) -> dict[str, Any]:
+        turns[0] += 1
+        return {"messages": [{"role": "user", "content": "continue"}]}
+
+    def bot(state: Dicts) -> dict[str, Any]:
+        edit = [{"rewrite_last": True}] if turns[0] == 12 else []
+        return {"messages": [*edit, {"role": "assistant", "content": "sure"}]}
+
+    def route(state: Dicts) -> str:
+        return "user" if turns[0] < 14 else END
+
+    graph = (
+        StateGraph(Dicts)
+        .add_node("user", user)
+        .add_node("bot", bot)
+        .add_edge(START, "user")
+        .add_edge("user", "bot")
+        .add_conditional_edges("bot", route, ["user", END])
+        .compile(checkpointer=ReducingSaver(InMemorySaver(), reducer(lambda p, ns: None, 8, 4)))
+    )
+    thread = {"configurable": {"thread_id": "dicts"}, "recursion_limit": 500}
+    graph.invoke({"messages": [{"role": "system", "content": "sys"}]}, thread)
+    edited = next(t for t in graph.get_state_history(thread) if t.metadata["step"] == 24)
+    assert [m["content"] for m in edited.values["messages"]] == [
+        "sys",
+        "continue (edited)",
+        "sure",
+    ]
+
+
+def _rewrite_at(left: list[Any], right: list[Any]) -> list[Any]:
+    """A list channel of id-less dicts whose writes may replace an item in place."""
+    out = list(left)
+    for message in right:
+        if isinstance(message, tuple):  # ("rewrite", index, message)
+            out[message[1]] = message[2]
+        else:
+            out.append(message)
+    return out
+
+
+class Rewritten(TypedDict):
+    messages: Annotated[list[Any], _rewrite_at]
+
+
+def test_an_edit_of_an_id_less_message_mid_run_stays_in_place() -> None:
+    """An edit gives an id-less message another identity: followed by identity, the edited
+    tool result went to the end of the window, after the next call (found by review)."""
+    steps = [0]
+
+    def agent(state: Rewritten) -> dict[str, Any]:
+        done = steps[0]
+        steps[0] += 1
+        out: list[Any] = []
+        if done == 8:  # compact the tool result of two steps ago, still in the window
+            at = len(state["messages"]) - 3
+            old = state["messages"][at]
+            out.append(("rewrite", at, {**old, "content": "[compacted]"}))
+        if done < 10:
+            call = {"name": "t", "args": {}, "id": f"c{done}"}
+            out.append({"role": "assistant", "content": f"a{done}", "tool_calls": [call]})
+        else:
+            out.append({"role": "assistant", "content": "fin"})
+        return {"messages": out}
+
+    def tools(state: Rewritten) -> dict[str, Any]:
+        call = state["messages"][-1]["tool_calls"][0]
+        result = {"role": "tool", "content": f"r-{call['id']}", "tool_call_id": call["id"]}
+        return {"messages": [result]}
+
+    def route(state: Rewritten) -> str:
+        return "tools" if state["messages"][-1].get("tool_calls") else END
+
+    inner = InMemorySaver()
+    graph = (
+        StateGraph(Rewritten)
+        .add_node("agent", agent)
+        .add_node("tools", tools)
+        .add_edge(START, "agent")
+        .add_conditional_edges("agent", route, ["tools", END])
+        .add_edge("tools", "agent")
+        .compile(checkpointer=ReducingSaver(inner, reducer(None, 8, 4)))
+    )
+    thread = {"configurable": {"thread_id": "rewrite"}, "recursion_limit": 100}
+    graph.invoke({"messages": [{"role": "user", "content": "task"}]}, thread)
+    for stored in inner.list(thread):
+        window = stored.checkpoint["channel_values"].get("messages") or []
+        for before, message in zip(window, window[1:], strict=False):
+            if message["role"] == "tool":  # right after the call it answers
+                calls = [call["id"] for call in before.get("tool_calls") or []]
+                assert message["tool_call_id"] in calls, window
 
 
 def test_a_coroutine_summary_under_invoke_names_ainvoke() -> None:

@@ -7,7 +7,7 @@ import threading
 import warnings
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Collection, Iterator, Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
@@ -29,7 +29,7 @@ from agentstate_reducer import (
     message_identity,
     namespace_json,
 )
-from agentstate_reducer._messages import shown  # the reducer's own (pinned <0.7)
+from agentstate_reducer._messages import id_of, shown  # the reducer's own (pinned <0.7)
 
 from ._delivery import DeliveryRunner
 from ._outbox import Delivery, DeliveryMode, DrainReport, Outbox, OutboxStats
@@ -241,13 +241,38 @@ def _holding(checkpoint: Checkpoint, messages_key: str, messages: list[Any]) -> 
 
 
 _Messages = list[Any]  # `list` is a method's name inside ReducingSaver
+_Where = list[int | None]  # where each message of a list to cut sits in the list given
 
 # How many (thread, namespace) windows a wrapper remembers (see `_Windows`).
 WINDOWS = 4096
 
 
+class _Run(NamedTuple):
+    """What the last put of a slot stored, for the next put of its run."""
+
+    checkpoint_id: Any  # the checkpoint it stored: the next put of the run names it parent
+    given: int  # the length of the list it was handed
+    kept: list[tuple[int | None, Any]]  # the window it stored, each message with its index
+    # in that list (None: not from it, a summary the cut injected)
+    namespace: str | None  # the memory namespace of its cut, as text
+    cut: frozenset[str]  # the identities its run cut so far (in memory, since it loaded)
+
+
+class _Resumed(NamedTuple):
+    """The list a put cuts (`_Windows.resumed`)."""
+
+    messages: list[Any]
+    where: _Where  # where each sits in the list given (None: a summary of the window)
+    cut: frozenset[str]  # what the slot's last run cut (handed over): not handed over again
+    namespace: str | None  # the memory namespace of that cut, as text
+    goes_on: bool  # whether the put goes on from the slot's last put, in memory
+
+
+_NOTHING: frozenset[str] = frozenset()
+
+
 class _Windows:
-    """The window each put of this process stored last, and what it cut, per (thread,
+    """The window each put of this process stored last, and what its run cut, per (thread,
     namespace).
 
     LangGraph keeps the whole message list in memory for the rest of a run, and a later
@@ -255,27 +280,152 @@ class _Windows:
     that stores values per channel version (InMemorySaver, PostgresSaver, plainredis)
     stores only the channels in ``new_versions``, but one that stores the whole checkpoint
     on every put (SqliteSaver) would store the list uncut: those puts store the window
-    stored for that version instead.
+    stored for that version instead (`same`).
 
-    Each put of a run also cuts again what the run's earlier puts cut (and handed over):
-    `unseen` leaves those out, so they never reach the reducer's ledger again. Else the
-    ledger alone kept them from hooks a second time, and an in-memory ledger forgets (its
-    `dedupe_window` of messages, which other threads' cuts may fill between two puts).
+    A put that changes the list is handed that whole list too. It cuts the window the
+    run's last put stored and the messages added since (`resumed`), what the next invoke
+    would load: cutting the whole list at every put kept each window near `min_messages`
+    and ran `summarize_fn` at every step, on everything the run had cut. A put goes on
+    from the last one when it names that one's checkpoint as its parent (LangGraph's
+    config); a fork from an older checkpoint, or another thread's, cuts the list it was
+    given, a window loaded from storage and what came since. What the slot's last run cut
+    (and handed over) is not handed over again when a put repeated right after it cuts it
+    again (`unseen`); after a fork only the reducer's ledger keeps what earlier cuts handed
+    over from the hooks.
 
-    The oldest entries beyond `WINDOWS` are forgotten; a list loaded from storage is
-    already a window, and what was cut from it is left to the ledger.
+    The oldest entries beyond `WINDOWS` are forgotten: those threads' next puts cut the
+    list they are given.
     """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._last: OrderedDict[tuple[Any, Any], tuple[Any, list[Any]]] = OrderedDict()
-        # per slot: the namespace's text and the identities the last put cut
-        self._cut: OrderedDict[tuple[Any, Any], tuple[str, frozenset[str]]] = OrderedDict()
+        self._runs: OrderedDict[tuple[Any, Any], _Run] = OrderedDict()
 
     @staticmethod
     def _slot(config: RunnableConfig) -> tuple[Any, Any]:
         conf = config.get("configurable") or {}
         return conf.get("thread_id"), conf.get("checkpoint_ns", "")
+
+    def _last_run(self, config: RunnableConfig) -> tuple[_Run | None, bool]:
+        """The slot's last put, and whether the put of `config` goes on from its
+        checkpoint."""
+        with self._lock:
+            run = self._runs.get(self._slot(config))
+        parent = (config.get("configurable") or {}).get("checkpoint_id")
+        return run, run is not None and parent == run.checkpoint_id
+
+    def resumed(self, config: RunnableConfig, messages: list[Any]) -> _Resumed:
+        """The list a put handed `messages` cuts.
+
+        When the put goes on from the slot's last put and its list from that put's list:
+        the window stored then and the messages added since. Found by object where the
+        window's messages still sit at their places (the run only added messages), else by
+        identity (a node edited or removed a message by id: the window holds the edited one,
+        drops the removed one, and what the run cut before stays out, edited or not). A list
+        none of the window's messages are in was loaded from storage (a new run, after an
+        interrupt, say): the stored window and what came since, cut as it is. So is a list
+        with messages an edit cannot be followed in (id-less ones), and one that does not go
+        on from the last put's (the same put again, a fork: LangGraph's first put of a fork
+        does not go on from the last put, and after it only the ledger keeps what earlier
+        cuts handed over from the hooks). `cut` is what the slot's last run cut, which a
+        put repeated right after it does not hand over again."""
+        run, chained = self._last_run(config)
+        if run is None:
+            return _Resumed(messages, list(range(len(messages))), _NOTHING, None, False)
+        whole = _Resumed(messages, list(range(len(messages))), run.cut, run.namespace, False)
+        if not chained:
+            return whole
+        size, kept = run.given, run.kept
+        placed = [(i, m) for i, m in kept if i is not None]
+        if (
+            placed
+            and len(messages) >= size
+            and all(i < size and messages[i] is m for i, m in placed)
+        ):
+            where: _Where = [i for i, _ in kept]
+            where += range(size, len(messages))
+            kept_then = [m for _, m in kept]
+            return _Resumed(kept_then + messages[size:], where, run.cut, run.namespace, True)
+        here = {id(m) for m in messages}
+        if not any(id(m) in here for _, m in placed):
+            return whole
+        # An edit gives an id-less message another identity: it cannot be followed in place.
+        if any(id_of(m) is None for m in messages):
+            return whole
+        try:
+            at = {message_identity(m): k for k, m in enumerate(messages)}
+            windowed = {message_identity(m) for _, m in placed}
+        except (TypeError, ValueError):  # not messages: the reducer names what is wrong
+            return whole
+        if len(at) < len(messages):  # two messages under one id: not followed
+            return whole
+        # a summary the run's cuts injected stays while what it stands for is in the list
+        summarized = any(identity in at for identity in run.cut)
+        out: list[Any] = []
+        where = []
+        for i, m in kept:
+            k = i if i is None else at.get(message_identity(m))
+            if (i is None and summarized) or k is not None:
+                out.append(m if k is None else messages[k])
+                where.append(k)
+        left_out = windowed | run.cut
+        for identity, k in at.items():
+            if identity not in left_out:
+                out.append(messages[k])
+                where.append(k)
+        return _Resumed(out, where, run.cut, run.namespace, True)  # what came since follows
+
+    def ran(
+        self,
+        config: RunnableConfig,
+        checkpoint_id: Any,
+        given: int,
+        resumed: _Resumed | None,
+        stored: Any,
+        pruned: list[Any],
+        namespace: Any,
+    ) -> None:
+        """Remembers, after a put stored checkpoint `checkpoint_id`, the window `stored`
+        holds, cut from `resumed` (None: the put cut no list) for a list of `given`
+        messages, with what it `pruned` for `namespace` and its run pruned before. A put
+        that stored no value of the channel (a `DeltaChannel` between snapshots) only moves
+        the run on to its checkpoint."""
+        slot = self._slot(config)
+        run, chained = self._last_run(config)
+        if resumed is None or not isinstance(stored, list):
+            with self._lock:
+                if run is not None and chained and resumed is None and stored is None:
+                    self._runs[slot] = run._replace(checkpoint_id=checkpoint_id)
+                else:
+                    self._runs.pop(slot, None)
+            return
+        text = _namespace_text(namespace)
+        going_on = resumed.goes_on and resumed.namespace == text
+        before = resumed.cut if going_on else _NOTHING
+        cut = before | frozenset(map(message_identity, pruned)) if text is not None else before
+        at = {id(m): i for m, i in zip(resumed.messages, resumed.where, strict=True)}
+        entry = _Run(checkpoint_id, given, [(at.get(id(m)), m) for m in stored], text, cut)
+        with self._lock:
+            self._runs[slot] = entry
+            self._runs.move_to_end(slot)
+            while len(self._runs) > WINDOWS:
+                self._runs.popitem(last=False)
+
+    @staticmethod
+    def unseen(resumed: _Resumed | None, pruned: list[Any], namespace: Any) -> list[Any]:
+        """The messages of `pruned` that the slot's last run did not cut for the same
+        namespace (when it did, it handed them over)."""
+        if resumed is None or not (resumed.cut and pruned):
+            return pruned
+        if resumed.namespace is None or resumed.namespace != _namespace_text(namespace):
+            return pruned
+        return [message for message in pruned if message_identity(message) not in resumed.cut]
+
+    def passed(self, config: RunnableConfig, checkpoint_id: Any) -> None:
+        """After a put that left the channel as it was (a step writing other channels):
+        the run goes on from its checkpoint, whose list is the last put's."""
+        self.ran(config, checkpoint_id, 0, None, None, [], None)
 
     def stored(
         self, config: RunnableConfig, stored: Checkpoint, given: Checkpoint, key: str
@@ -301,33 +451,6 @@ class _Windows:
         if last is None or last[0] != checkpoint["channel_versions"].get(key):
             return checkpoint
         return _holding(checkpoint, key, last[1])
-
-    def unseen(self, config: RunnableConfig, pruned: list[Any], namespace: Any) -> list[Any]:
-        """The messages of `pruned` that the last put of this slot did not cut for the same
-        namespace (when it did, it handed them over)."""
-        if not pruned:
-            return pruned
-        with self._lock:
-            last = self._cut.get(self._slot(config))
-        if last is None or last[0] != _namespace_text(namespace):
-            return pruned
-        return [message for message in pruned if message_identity(message) not in last[1]]
-
-    def cut(self, config: RunnableConfig, pruned: list[Any], namespace: Any) -> None:
-        """Remembers what a put that stored its checkpoint (and handed over what it cut
-        anew) cut from the list: `pruned`, for `namespace`. What a hook failed on waits in
-        the reducer's retries, which each later delivery runs first (`_delivers`)."""
-        slot = self._slot(config)
-        text = _namespace_text(namespace) if pruned else None
-        identities = frozenset(map(message_identity, pruned)) if text is not None else None
-        with self._lock:
-            if identities is None or text is None:
-                self._cut.pop(slot, None)
-                return
-            self._cut[slot] = (text, identities)
-            self._cut.move_to_end(slot)
-            while len(self._cut) > WINDOWS:
-                self._cut.popitem(last=False)
 
 
 def _context_manager(value: Any) -> bool:
@@ -615,12 +738,14 @@ class ReducingSaver(BaseCheckpointSaver[Any]):
         if self.messages_key not in new_versions:
             _warn_other_messages(self.reducer, checkpoint["channel_values"], self.messages_key)
             same = self._windows.same(config, checkpoint, self.messages_key)
-            return self.inner.put(config, same, metadata, new_versions)
-        reduced, result, namespace = plan_reduction(
-            self.reducer, checkpoint, config, self.messages_key
-        )
+            stored = self.inner.put(config, same, metadata, new_versions)
+            self._windows.passed(config, checkpoint["id"])
+            return stored
+        cut, resumed = self._resumed(config, checkpoint)
+        reduced, result, namespace = plan_reduction(self.reducer, cut, config, self.messages_key)
         self._windows.stored(config, reduced, checkpoint, self.messages_key)
-        pruned, fresh = self._pruned(config, result, namespace)
+        pruned = list(result.pruned) if result is not None else []
+        fresh = self._windows.unseen(resumed, pruned, namespace)
         if self.delivery is not None and fresh:
             batch = self.delivery.batch(config, checkpoint["id"], fresh, namespace)
             due = self.delivery.stage(batch)
@@ -628,9 +753,9 @@ class ReducingSaver(BaseCheckpointSaver[Any]):
             self.delivery.stored(batch, fresh, namespace, due)
         else:
             stored = self.inner.put(config, reduced, metadata, new_versions)
-            if self._delivers(pruned, fresh):
+            if self._delivers(fresh):
                 self.reducer.deliver(fresh, namespace)
-        self._windows.cut(config, pruned, namespace)
+        self._ran(config, checkpoint, resumed, reduced, pruned, namespace)
         return stored
 
     async def aput(
@@ -648,12 +773,16 @@ class ReducingSaver(BaseCheckpointSaver[Any]):
         if self.messages_key not in new_versions:
             _warn_other_messages(self.reducer, checkpoint["channel_values"], self.messages_key)
             same = self._windows.same(config, checkpoint, self.messages_key)
-            return await self.inner.aput(config, same, metadata, new_versions)
+            stored = await self.inner.aput(config, same, metadata, new_versions)
+            self._windows.passed(config, checkpoint["id"])
+            return stored
+        cut, resumed = self._resumed(config, checkpoint)
         reduced, result, namespace = await aplan_reduction(
-            self.reducer, checkpoint, config, self.messages_key
+            self.reducer, cut, config, self.messages_key
         )
         self._windows.stored(config, reduced, checkpoint, self.messages_key)
-        pruned, fresh = self._pruned(config, result, namespace)
+        pruned = list(result.pruned) if result is not None else []
+        fresh = self._windows.unseen(resumed, pruned, namespace)
         if self.delivery is not None and fresh:
             batch = self.delivery.batch(config, checkpoint["id"], fresh, namespace)
             due = await self.delivery.astage(batch)
@@ -661,26 +790,52 @@ class ReducingSaver(BaseCheckpointSaver[Any]):
             await self.delivery.astored(batch, fresh, namespace, due)
         else:
             stored = await self.inner.aput(config, reduced, metadata, new_versions)
-            if self._delivers(pruned, fresh):
+            if self._delivers(fresh):
                 await self.reducer.adeliver(fresh, namespace)
-        self._windows.cut(config, pruned, namespace)
+        self._ran(config, checkpoint, resumed, reduced, pruned, namespace)
         return stored
 
-    def _pruned(
-        self, config: RunnableConfig, result: ReducerResult | None, namespace: Any
-    ) -> tuple[_Messages, _Messages]:
-        """What a put cut, and the part of it to hand over: not what the slot's last put
-        cut already (see `_Windows`; the wrapper's reducer dedupes on prune)."""
-        pruned = list(result.pruned) if result is not None else []
-        return pruned, self._windows.unseen(config, pruned, namespace)
+    def _resumed(
+        self, config: RunnableConfig, checkpoint: Checkpoint
+    ) -> tuple[Checkpoint, _Resumed | None]:
+        """The checkpoint a put cuts, holding the list `_Windows.resumed` makes of its
+        messages (a `DeltaChannel` snapshot stays one), and that; None when the channel
+        holds no list (between a `DeltaChannel`'s snapshots, say)."""
+        value = checkpoint["channel_values"].get(self.messages_key)
+        snapshot = isinstance(value, _DeltaSnapshot)
+        messages = value.value if isinstance(value, _DeltaSnapshot) else value
+        if type(messages) is not list:
+            return checkpoint, None
+        resumed = self._windows.resumed(config, messages)
+        if resumed.messages is messages:
+            return checkpoint, resumed
+        kept: Any = _DeltaSnapshot(resumed.messages) if snapshot else resumed.messages
+        return _holding(checkpoint, self.messages_key, kept), resumed
 
-    def _delivers(self, pruned: _Messages, fresh: _Messages) -> bool:
+    def _ran(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        resumed: _Resumed | None,
+        reduced: Checkpoint,
+        pruned: _Messages,
+        namespace: Any,
+    ) -> None:
+        """After the put stored `reduced` (for `checkpoint`): remembers its window for the
+        run's next put (see `_Windows.ran`)."""
+        key = self.messages_key
+        given, stored = (
+            value.value if isinstance(value, _DeltaSnapshot) else value
+            for value in (checkpoint["channel_values"].get(key), reduced["channel_values"].get(key))
+        )
+        size = len(given) if type(given) is list else 0
+        self._windows.ran(config, checkpoint["id"], size, resumed, stored, pruned, namespace)
+
+    def _delivers(self, fresh: _Messages) -> bool:
         """Whether a put without an outbox batch calls the reducer's delivery: for what it
         cut anew, and, when nothing is new, to retry what failed earlier (the reducer
-        retries at each delivery; every put that cut did so before `_Windows` left out
-        what was cut already, and a run's later puts cut nothing new while its human turn
-        lasts)."""
-        return self.delivery is None and bool(fresh or (pruned and self.reducer.pending))
+        retries at each delivery; most puts of a run cut nothing, see `_Windows.resumed`)."""
+        return self.delivery is None and bool(fresh or self.reducer.pending)
 
     def put_writes(
         self,
@@ -812,9 +967,10 @@ def _check_sinks(where: str, reducer: MessageReducer) -> None:
     if config is not None and not config.dedupe_on_prune:
         raise ValueError(
             f"{where} needs ReducerConfig(dedupe_on_prune=True), got False: LangGraph "
-            "keeps a run's whole message list in memory, so every put of the run cuts the "
-            "same messages again (and an outbox redelivers after a crash); only the delivery "
-            "ledger makes each reach the hooks once"
+            "keeps a run's whole message list in memory, so a put that cannot go on from the "
+            "run's last one (a fork, a retry in another process) cuts messages handed over "
+            "before again (and an outbox redelivers after a crash); only the delivery ledger "
+            "makes each reach the hooks once"
         )
     names: set[str] = set()
     for hook in getattr(getattr(reducer, "config", None), "on_prune", ()):

@@ -44,8 +44,8 @@ SUMMARIES = 64
 class Summaries:
     """The summary text of the last `SUMMARIES` cuts, by what they pruned.
 
-    A caller that plans the same list again (each put of a LangGraph run cuts the run's
-    whole list in memory, so every put after a cut prunes the same messages) gets the text
+    A caller that plans the same list again (a `reduce` at every step of a LangGraph run,
+    on the run's whole list in memory, prunes the same messages after a cut) gets the text
     `summarize_fn` returned for those messages instead of a new call. The key is each
     pruned message's identity and content, so an edit under the same id summarizes again.
     """
