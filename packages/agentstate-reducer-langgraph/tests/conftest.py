@@ -9,9 +9,11 @@ from typing import Any
 
 import pytest
 import redis
+from langchain_core.messages import AIMessage, ToolMessage
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.sqlite import SqliteSaver
+from langgraph.graph import END, START, StateGraph
 from redis.cluster import RedisCluster
 
 from agentstate_testkit import ServerPool
@@ -87,3 +89,45 @@ class CountingHook:
 @pytest.fixture
 def hook() -> CountingHook:
     return CountingHook()
+
+
+def _scripted_loop(
+    schema: Any, steps: int, edits: Any, checkpointer: Any, count: bool = False
+) -> Any:
+    """An agent loop of `steps` tool calls (ids ``ai-N``, ``t-cN``, then ``fin``); at agent
+    step N, `edits(messages, N)` adds writes before the call; with `count`, a node writing
+    another channel (``n``) only runs between the tools and the agent."""
+    done = [0]
+
+    def agent(state: Any) -> dict[str, Any]:
+        step = done[0]
+        done[0] += 1
+        out: list[Any] = list(edits(state["messages"], step))
+        if step < steps:
+            call = {"name": "t", "args": {}, "id": f"c{step}"}
+            out.append(AIMessage("", id=f"ai-{step}", tool_calls=[call]))
+        else:
+            out.append(AIMessage("final", id="fin"))
+        return {"messages": out}
+
+    def tools(state: Any) -> dict[str, Any]:
+        call = state["messages"][-1].tool_calls[0]
+        return {"messages": [ToolMessage("r", tool_call_id=call["id"], id=f"t-{call['id']}")]}
+
+    def route(state: Any) -> str:
+        return "tools" if state["messages"][-1].tool_calls else END
+
+    graph = StateGraph(schema).add_node("agent", agent).add_node("tools", tools)
+    graph.add_edge(START, "agent").add_conditional_edges("agent", route, ["tools", END])
+    if count:
+        graph.add_node("count", lambda state: {"n": state.get("n", 0) + 1})
+        graph.add_edge("tools", "count").add_edge("count", "agent")
+    else:
+        graph.add_edge("tools", "agent")
+    return graph.compile(checkpointer=checkpointer)
+
+
+@pytest.fixture(name="scripted_loop")
+def scripted_loop_fixture() -> Any:
+    """`_scripted_loop`, for the tests of long runs."""
+    return _scripted_loop

@@ -182,7 +182,9 @@ _LOOPS_HANG = tuple(int(p) for p in version("langgraph").split(".")[:3]) < (1, 2
 
 @pytest.mark.skipif(_LOOPS_HANG, reason="this LangGraph hangs long DeltaChannel agent loops")
 @pytest.mark.parametrize("frequency", [1, 5])
-def test_a_long_run_summarizes_once_per_cut_at_its_snapshots(frequency: int) -> None:
+def test_a_long_run_summarizes_once_per_cut_at_its_snapshots(
+    frequency: int, scripted_loop: Any
+) -> None:
     """Each snapshot of one long run cut the run's whole list: with a snapshot at every
     step, 91 summaries of up to 194 messages for 100 steps (found by review). A snapshot
     now cuts the window its run's last snapshot stored and what came since, as a plain
@@ -193,34 +195,11 @@ def test_a_long_run_summarizes_once_per_cut_at_its_snapshots(frequency: int) -> 
         sizes.append(len(pruned))
         return f"{len(pruned)} earlier"
 
-    State = schema(_messages_delta_reducer, frequency)
-
-    def agent(state: Any) -> dict[str, Any]:
-        done = sum(m.type == "tool" for m in state["messages"])
-        if done < 100:
-            call = {"name": "t", "args": {}, "id": f"c{done}"}
-            return {"messages": [AIMessage("", id=f"ai-{done}", tool_calls=[call])]}
-        return {"messages": [AIMessage("final", id="fin")]}
-
-    def tools(state: Any) -> dict[str, Any]:
-        call = state["messages"][-1].tool_calls[0]
-        return {"messages": [ToolMessage("r", tool_call_id=call["id"], id=f"t-{call['id']}")]}
-
-    def route(state: Any) -> str:
-        return "tools" if state["messages"][-1].tool_calls else END
-
     config = ReducerConfig(
         min_messages=10, max_messages=20, summarize_fn=summarize, inject_summary=True
     )
-    graph = (
-        StateGraph(State)
-        .add_node("agent", agent)
-        .add_node("tools", tools)
-        .add_edge(START, "agent")
-        .add_conditional_edges("agent", route, ["tools", END])
-        .add_edge("tools", "agent")
-        .compile(checkpointer=ReducingSaver(InMemorySaver(), MessageReducer(config=config)))
-    )
+    saver = ReducingSaver(InMemorySaver(), MessageReducer(config=config))
+    graph = scripted_loop(schema(_messages_delta_reducer, frequency), 100, lambda m, n: [], saver)
     thread = {"configurable": {"thread_id": "long"}, "recursion_limit": 1000}
     graph.invoke({"messages": [HumanMessage("task", id="h")]}, thread)
     # a snapshot cuts at most its window (20) and what came since the last one (2 per step)

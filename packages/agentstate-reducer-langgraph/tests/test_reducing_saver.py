@@ -643,49 +643,15 @@ async def test_a_long_run_is_summarized_once_per_cut_not_at_every_step(style: st
     assert len(summarized) == len(set(summarized))
 
 
-def scripted_loop(
-    schema: Any, steps: int, edits: Any, checkpointer: Any, count: bool = False
-) -> Any:
-    """An agent loop of `steps` tool calls (ids ``ai-N``, ``t-cN``, then ``fin``); at agent
-    step N, `edits(messages, N)` adds writes before the call; with `count`, a node writing
-    another channel (``n``) only runs between the tools and the agent."""
-    done = [0]
-
-    def agent(state: Any) -> dict[str, Any]:
-        step = done[0]
-        done[0] += 1
-        out: list[Any] = list(edits(state["messages"], step))
-        if step < steps:
-            call = {"name": "t", "args": {}, "id": f"c{step}"}
-            out.append(AIMessage("", id=f"ai-{step}", tool_calls=[call]))
-        else:
-            out.append(AIMessage("final", id="fin"))
-        return {"messages": out}
-
-    def tools(state: Any) -> dict[str, Any]:
-        call = state["messages"][-1].tool_calls[0]
-        return {"messages": [ToolMessage("r", tool_call_id=call["id"], id=f"t-{call['id']}")]}
-
-    def route(state: Any) -> str:
-        return "tools" if state["messages"][-1].tool_calls else END
-
-    graph = StateGraph(schema).add_node("agent", agent).add_node("tools", tools)
-    graph.add_edge(START, "agent").add_conditional_edges("agent", route, ["tools", END])
-    if count:
-        graph.add_node("count", lambda state: {"n": state.get("n", 0) + 1})
-        graph.add_edge("tools", "count").add_edge("count", "agent")
-    else:
-        graph.add_edge("tools", "agent")
-    return graph.compile(checkpointer=checkpointer)
-
-
 class Counted(TypedDict):
     messages: Annotated[list[Any], add_messages]
     n: int
 
 
 @pytest.mark.parametrize("change", ["edit", "remove", "none"])
-def test_an_edit_or_remove_in_the_window_mid_run_cuts_no_message_twice(change: str) -> None:
+def test_an_edit_or_remove_in_the_window_mid_run_cuts_no_message_twice(
+    change: str, scripted_loop: Any
+) -> None:
     """A node that rewrites (compacts) the newest tool result under its id, or removes a
     step still in the window: the list no longer went on from the last put's, and the put
     cut the run's whole list again. Everything the run had cut reached the hooks a second
@@ -733,7 +699,7 @@ def test_an_edit_or_remove_in_the_window_mid_run_cuts_no_message_twice(change: s
     assert max(len(m) for m in stored if m is not None) <= 8
 
 
-def test_a_remove_all_mid_run_takes_the_runs_summary_with_it() -> None:
+def test_a_remove_all_mid_run_takes_the_runs_summary_with_it(scripted_loop: Any) -> None:
     """A node removing every message (REMOVE_ALL_MESSAGES) but its last step: the summary a
     cut of the run had injected, which the list in memory never held, stayed at the head of
     the next window, standing for messages the graph had dropped (found by review)."""
@@ -756,19 +722,19 @@ def test_a_remove_all_mid_run_takes_the_runs_summary_with_it() -> None:
     assert after == [["ai-11", "t-c11", "ai-12"]]
 
 
-def _rewrite_last(left: list[Any], right: list[Any]) -> list[Any]:
-    """A list channel of id-less dicts whose writes may rewrite the newest message."""
+def _rewrite_at(left: list[Any], right: list[Any]) -> list[Any]:
+    """A list channel of id-less dicts whose writes may replace an item in place."""
     out = list(left)
     for message in right:
-        if message.get("rewrite_last"):
-            out[-1] = {**out[-1], "content": out[-1]["content"] + " (edited)"}
+        if isinstance(message, tuple):  # ("rewrite", index, message)
+            out[message[1]] = message[2]
         else:
             out.append(message)
     return out
 
 
-class Dicts(TypedDict):
-    messages: Annotated[list[Any], _rewrite_last]
+class Rewritten(TypedDict):
+    messages: Annotated[list[Any], _rewrite_at]
 
 
 def test_an_edit_among_messages_alike_cuts_the_list_it_was_given() -> None:
@@ -777,19 +743,23 @@ def test_an_edit_among_messages_alike_cuts_the_list_it_was_given() -> None:
     and kept the message the edit replaced beside its edited copy (found by review)."""
     turns = [0]
 
-    def user(state: Dicts) -> dict[str, Any]:
+    def user(state: Rewritten) -> dict[str, Any]:
         turns[0] += 1
         return {"messages": [{"role": "user", "content": "continue"}]}
 
-    def bot(state: Dicts) -> dict[str, Any]:
-        edit = [{"rewrite_last": True}] if turns[0] == 12 else []
+    def bot(state: Rewritten) -> dict[str, Any]:
+        edit: list[Any] = []
+        if turns[0] == 12:  # the user's message, edited
+            at = len(state["messages"]) - 1
+            last = state["messages"][at]
+            edit.append(("rewrite", at, {**last, "content": last["content"] + " (edited)"}))
         return {"messages": [*edit, {"role": "assistant", "content": "sure"}]}
 
-    def route(state: Dicts) -> str:
+    def route(state: Rewritten) -> str:
         return "user" if turns[0] < 14 else END
 
     graph = (
-        StateGraph(Dicts)
+        StateGraph(Rewritten)
         .add_node("user", user)
         .add_node("bot", bot)
         .add_edge(START, "user")
@@ -805,21 +775,6 @@ def test_an_edit_among_messages_alike_cuts_the_list_it_was_given() -> None:
         "continue (edited)",
         "sure",
     ]
-
-
-def _rewrite_at(left: list[Any], right: list[Any]) -> list[Any]:
-    """A list channel of id-less dicts whose writes may replace an item in place."""
-    out = list(left)
-    for message in right:
-        if isinstance(message, tuple):  # ("rewrite", index, message)
-            out[message[1]] = message[2]
-        else:
-            out.append(message)
-    return out
-
-
-class Rewritten(TypedDict):
-    messages: Annotated[list[Any], _rewrite_at]
 
 
 def test_an_edit_of_an_id_less_message_mid_run_stays_in_place() -> None:

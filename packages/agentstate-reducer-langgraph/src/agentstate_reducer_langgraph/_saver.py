@@ -183,10 +183,13 @@ def _messages_to_cut(
     """The message list a put stores, and the namespace. A `DeltaChannel` stores one only
     at its snapshots (a `_DeltaSnapshot`, which the cut keeps wrapped); between them its
     checkpoints hold no value, the writes since the snapshot rebuild it on a read."""
-    messages = checkpoint["channel_values"].get(messages_key)
-    if isinstance(messages, _DeltaSnapshot):
-        messages = messages.value
+    messages = _listed(checkpoint["channel_values"].get(messages_key))
     return (messages if isinstance(messages, list) else None), memory_namespace(reducer, config)
+
+
+def _listed(value: Any) -> Any:
+    """A channel's stored value, a `DeltaChannel` snapshot unwrapped to the list it holds."""
+    return value.value if isinstance(value, _DeltaSnapshot) else value
 
 
 _WARNED_KEYS: set[tuple[str, str]] = set()  # (messages_key, channel) pairs warned about
@@ -355,7 +358,7 @@ class _Windows:
             return whole
         try:
             at = {message_identity(m): k for k, m in enumerate(messages)}
-            windowed = {message_identity(m) for _, m in placed}
+            windowed = [None if i is None else message_identity(m) for i, m in kept]
         except (TypeError, ValueError):  # not messages: the reducer names what is wrong
             return whole
         if len(at) < len(messages):  # two messages under one id: not followed
@@ -364,12 +367,12 @@ class _Windows:
         summarized = any(identity in at for identity in run.cut)
         out: list[Any] = []
         where = []
-        for i, m in kept:
-            k = i if i is None else at.get(message_identity(m))
+        for (i, m), identity in zip(kept, windowed, strict=True):
+            k = None if identity is None else at.get(identity)
             if (i is None and summarized) or k is not None:
                 out.append(m if k is None else messages[k])
                 where.append(k)
-        left_out = windowed | run.cut
+        left_out = run.cut.union(windowed)
         for identity, k in at.items():
             if identity not in left_out:
                 out.append(messages[k])
@@ -802,13 +805,13 @@ class ReducingSaver(BaseCheckpointSaver[Any]):
         messages (a `DeltaChannel` snapshot stays one), and that; None when the channel
         holds no list (between a `DeltaChannel`'s snapshots, say)."""
         value = checkpoint["channel_values"].get(self.messages_key)
-        snapshot = isinstance(value, _DeltaSnapshot)
-        messages = value.value if isinstance(value, _DeltaSnapshot) else value
+        messages = _listed(value)
         if type(messages) is not list:
             return checkpoint, None
         resumed = self._windows.resumed(config, messages)
         if resumed.messages is messages:
             return checkpoint, resumed
+        snapshot = value is not messages  # a DeltaChannel's, unwrapped
         kept: Any = _DeltaSnapshot(resumed.messages) if snapshot else resumed.messages
         return _holding(checkpoint, self.messages_key, kept), resumed
 
@@ -824,10 +827,8 @@ class ReducingSaver(BaseCheckpointSaver[Any]):
         """After the put stored `reduced` (for `checkpoint`): remembers its window for the
         run's next put (see `_Windows.ran`)."""
         key = self.messages_key
-        given, stored = (
-            value.value if isinstance(value, _DeltaSnapshot) else value
-            for value in (checkpoint["channel_values"].get(key), reduced["channel_values"].get(key))
-        )
+        given = _listed(checkpoint["channel_values"].get(key))
+        stored = _listed(reduced["channel_values"].get(key))
         size = len(given) if type(given) is list else 0
         self._windows.ran(config, checkpoint["id"], size, resumed, stored, pruned, namespace)
 
