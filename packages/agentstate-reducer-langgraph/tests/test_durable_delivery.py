@@ -104,7 +104,11 @@ class Plain:
 
 
 def reducer(ledger: Any, *hooks: Any, window: int = 6, keep: int = 4) -> MessageReducer:
-    config = ReducerConfig(min_messages=keep, max_messages=window, on_prune=list(hooks))
+    """A reducer that calls a hook that raised again at the next delivery (no rest): these
+    tests retry by the outbox's schedule. The rest has tests of its own (test_hook_rest.py)."""
+    config = ReducerConfig(
+        min_messages=keep, max_messages=window, on_prune=list(hooks), retry_after=0
+    )
     return MessageReducer(config=config, ledger=ledger)
 
 

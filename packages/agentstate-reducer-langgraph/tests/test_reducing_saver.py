@@ -986,7 +986,8 @@ async def test_what_a_hook_failed_on_is_retried_within_the_run(style: str) -> No
             raise ConnectionError("memory store blip")
         got.extend(m.id for m in pruned)
 
-    r = MessageReducer(config=ReducerConfig(min_messages=2, max_messages=8, on_prune=[hook]))
+    config = ReducerConfig(min_messages=2, max_messages=8, on_prune=[hook], retry_after=0)
+    r = MessageReducer(config=config)  # no rest after a failure: the next put retries
     graph = steps_graph(ReducingSaver(InMemorySaver(), r))
     history: list[Any] = []
     for t in range(4):
@@ -1021,8 +1022,10 @@ async def test_a_hook_that_fails_leaves_the_other_hooks_alone(style: str) -> Non
         if namespace == ("memories", "t"):
             got["b"].extend(m.id for m in pruned)
 
-    r = MessageReducer(
-        config=ReducerConfig(min_messages=4, max_messages=8, on_prune=[a, b], dedupe_window=100)
+    r = MessageReducer(  # no rest after a failure: the next put retries
+        config=ReducerConfig(
+            min_messages=4, max_messages=8, on_prune=[a, b], dedupe_window=100, retry_after=0
+        )
     )
     saver = ReducingSaver(InMemorySaver(), r)
     other = chat_graph(saver)

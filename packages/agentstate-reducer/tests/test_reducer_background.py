@@ -25,7 +25,9 @@ from agentstate_reducer import (
 
 
 def reducer_with(*hooks: Any) -> MessageReducer:
-    return MessageReducer(config=ReducerConfig(min_messages=3, max_messages=5, on_prune=[*hooks]))
+    """A reducer whose failed hooks are retried at the next delivery (see test_reducer_backoff)."""
+    config = ReducerConfig(min_messages=3, max_messages=5, on_prune=[*hooks], retry_after=0)
+    return MessageReducer(config=config)
 
 
 def test_a_batch_is_marked_delivered_only_when_the_worker_finishes() -> None:

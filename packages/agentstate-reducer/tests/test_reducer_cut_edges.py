@@ -5,7 +5,7 @@ import uuid
 from typing import Annotated, Any, TypedDict
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from langchain_core.messages import (
     AIMessage,
@@ -392,8 +392,32 @@ def late_loops(draw: st.DrawFn) -> list[Any]:
     return messages
 
 
+def _step(n: int, *, call: bool = False) -> dict[str, Any]:
+    message: dict[str, Any] = {"role": "ai", "content": f"a{n}", "id": f"a{n}"}
+    if call:
+        message["tool_calls"] = [{"id": f"c{n}_0", "name": "f", "args": {}}]
+    return message
+
+
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(late_loops(), st.integers(0, 8), st.integers(0, 6), st.booleans(), st.booleans())
+# The newest step's result listed before it, after an older step's result: the part kept
+# opens at that older step's call (found by a random run of this test: it bounded the part at
+# the older result, which it then kept without its call).
+@example(
+    [
+        *map(_step, range(10)),
+        _step(10, call=True),
+        {"role": "system", "content": "note", "id": "s11"},
+        {"role": "tool", "content": "r", "tool_call_id": "c10_0", "id": "tc10_0"},
+        {"role": "tool", "content": "r", "tool_call_id": "c13_0", "id": "tc13_0"},
+        _step(13, call=True),
+    ],
+    0,
+    0,
+    False,
+    False,
+)
 def test_late_and_misordered_results_keep_cuts_bounded_and_whole(
     messages: list[Any], min_messages: int, extra: int, human_first: bool, preserve: bool
 ) -> None:
@@ -421,7 +445,7 @@ def test_late_and_misordered_results_keep_cuts_bounded_and_whole(
             assert id(messages[caller]) not in alive, "a call kept without its result"
     # bounded: more than min_messages only for the newest turn or step (with the results
     # of its calls listed before them, and what precedes those, as no kept part opens with
-    # a result)
+    # a result, and the call of each result kept so)
     preserved = preserved_count(messages, preserve)
     newest = last_human(messages)
     if newest < preserved:
@@ -435,6 +459,12 @@ def test_late_and_misordered_results_keep_cuts_bounded_and_whole(
             i for i in range(start) if callers.get(messages[i].get("tool_call_id"), -1) >= start
         ]:
             start = min(early)
+        elif called := [
+            caller
+            for m in messages[start:]
+            if role(m) == "tool" and 0 <= (caller := callers.get(m.get("tool_call_id"), -1)) < start
+        ]:
+            start = min(called)
         elif preserved < start < len(messages) and role(messages[start]) == "tool":
             start -= 1  # no kept part opens with a result: it keeps what precedes one
         else:

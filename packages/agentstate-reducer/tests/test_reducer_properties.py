@@ -183,6 +183,7 @@ def test_overlapping_reduces_deliver_each_message_exactly_once(
         on_prune=[hook],
         summarize_fn=(lambda pruned: "s") if summarize else None,
         inject_summary=summarize,
+        retry_after=0,  # each delivery retries: the loop below drains
     )
     reducer = MessageReducer(config=config)
     state: list[Any] = []

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -74,6 +75,11 @@ class ReducerConfig:
         dedupe_on_prune: Deliver each message to each hook once per namespace.
         dedupe_window: Size of the in-memory delivery ledger and of the retry buffer.
         require_human_first: Make the first message after the preserved one a human one.
+        retry_after: Seconds a hook that raised rests before it is called again; its
+            messages, and those cut meanwhile, wait in the retry buffer. Doubles with each
+            failure in a row, up to `max_retry_after`; a success resets it. 0 retries at
+            the next delivery.
+        max_retry_after: The longest rest.
     """
 
     min_messages: int = 10
@@ -91,6 +97,8 @@ class ReducerConfig:
     dedupe_on_prune: bool = True
     dedupe_window: int = 10_000
     require_human_first: bool = True
+    retry_after: float = 1.0
+    max_retry_after: float = 300.0
 
     def __post_init__(self) -> None:
         _check_int("min_messages", self.min_messages, minimum=0)
@@ -98,6 +106,14 @@ class ReducerConfig:
         _check_int("max_tokens", self.max_tokens, minimum=1, optional=True)
         _check_int("target_tokens", self.target_tokens, minimum=0, optional=True)
         _check_int("dedupe_window", self.dedupe_window, minimum=1)
+        for name in ("retry_after", "max_retry_after"):
+            _check_seconds(name, getattr(self, name))
+        if self.max_retry_after < self.retry_after:
+            raise ValueError(
+                f"ReducerConfig.max_retry_after={self.max_retry_after!r} is shorter than "
+                f"retry_after={self.retry_after!r}; set max_retry_after >= retry_after (the "
+                "rest after a failure doubles from retry_after up to max_retry_after)"
+            )
         if self.max_tokens is None:
             if self.target_tokens is not None:
                 raise ValueError(
@@ -162,6 +178,20 @@ def _check_int(name: str, value: object, *, minimum: int, optional: bool = False
         raise ValueError(f"ReducerConfig.{name}={value!r} must be {allowed}")
     if value < minimum:
         raise ValueError(f"ReducerConfig.{name}={value} is below {minimum}; use {minimum} or more")
+
+
+def _check_seconds(name: str, value: object) -> None:
+    default = getattr(ReducerConfig, name)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(
+            f"ReducerConfig.{name}={value!r} must be a number of seconds (int or float); "
+            f"pass e.g. {name}={default!r}"
+        )
+    if not math.isfinite(value) or value < 0:
+        raise ValueError(
+            f"ReducerConfig.{name}={value!r} must be a finite number of seconds >= 0; "
+            f"pass e.g. {name}={default!r}"
+        )
 
 
 def _check_hooks(hooks: object) -> list[RememberFn]:

@@ -10,8 +10,9 @@ import asyncio
 import functools
 import logging
 import threading
+import time
 from collections import OrderedDict
-from collections.abc import Generator, Hashable, Sequence
+from collections.abc import Callable, Generator, Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -137,17 +138,33 @@ class ReportBuilder:
 class Dispatcher:
     """Decides what each hook still needs and records what it got.
 
+    A hook that raised rests: until its rest is over no job calls it, and what is cut
+    meanwhile waits for it with what it failed on. The rest is `retry_after` seconds,
+    doubled with each failure in a row up to `max_retry_after`; a success ends it.
+
     Args:
         ledger: Where delivered identities are recorded.
         retry_limit: Most failed (hook, message) deliveries kept for retry; the oldest
             beyond it are dropped with an error log. Kept messages no hook failed on
             (`defer`, a cancelled `aprepare`'s) are never dropped and count apart.
+        retry_after: The first rest of a hook that raised, in seconds (0: none).
+        max_retry_after: The longest rest.
     """
 
-    def __init__(self, ledger: DeliveryLedger, retry_limit: int) -> None:
+    def __init__(
+        self,
+        ledger: DeliveryLedger,
+        retry_limit: int,
+        retry_after: float = 0.0,
+        max_retry_after: float = 0.0,
+    ) -> None:
         self.ledger = ledger
         self.retry_limit = retry_limit
+        self.retry_after, self.max_retry_after = retry_after, max_retry_after
+        self.clock: Callable[[], float] = time.monotonic  # tests set another
         self.lost = 0
+        # hook key -> (its failures in a row, when its rest ends on `clock`)
+        self._down: dict[str, tuple[int, float]] = {}
         self._lock = threading.Lock()
         self._in_flight: set[tuple[str, Hashable, str]] = set()
         self._retry: dict[str, OrderedDict[Hashable, _Batch]] = {}
@@ -160,6 +177,16 @@ class Dispatcher:
     def pending(self) -> int:
         """How many (hook, message) deliveries wait for a retry."""
         return self._pending
+
+    def resting(self, key: str) -> bool:
+        """Whether hook `key` raised and its rest is not over."""
+        down = self._down.get(key)
+        return down is not None and self.clock() < down[1]
+
+    def failures(self, key: str) -> tuple[int, float]:
+        """Hook `key`'s failures in a row, and the seconds left of its rest."""
+        failures, until = self._down.get(key, (0, 0.0))
+        return failures, max(0.0, until - self.clock()) if failures else 0.0
 
     def prepare(
         self, hooks: Sequence[RememberFn], pruned: Sequence[Any], namespace: Any, dedupe: bool
@@ -230,12 +257,17 @@ class Dispatcher:
         taken: list[tuple[str, OrderedDict[Hashable, _Batch], list[_Failed]]] = []
         try:
             for hook, key in zip(hooks, keys, strict=True):
+                report.add(key, "skipped", repeated)
+                if self.resting(key):  # what is new waits with what it failed on
+                    with self._lock:
+                        self._keep(key, ns, namespace, [*fresh], [*fresh.values()])
+                    report.add(key, "failed", [*fresh])
+                    continue
                 batches, failed = self._take_retries(key)
                 taken.append((key, batches, failed))
                 _, target = batches.setdefault(ns, (namespace, OrderedDict()))
                 for identity, message in fresh.items():
                     target.setdefault(identity, message)
-                report.add(key, "skipped", repeated)
                 for batch_ns, (batch_namespace, messages) in batches.items():
                     ids = list(messages)
                     if ids and dedupe:
@@ -262,8 +294,9 @@ class Dispatcher:
             for key in hook_keys(hooks):
                 self._keep(key, ns, namespace, ids, list(pruned), evict=False)
 
-    def finish(self, job: Job, error: BaseException | None) -> None:
-        """Record the outcome of `job`: mark it delivered, or keep it for retry."""
+    def finish(self, job: Job, error: BaseException | None, *, called: bool = True) -> None:
+        """Record the outcome of `job`: mark it delivered, or keep it for retry. A failure
+        of a hook `called` (not a job left unrun) counts towards its rest."""
         try:
             if error is None and job.dedupe:
                 try:
@@ -271,7 +304,7 @@ class Dispatcher:
                 except Exception as exc:
                     _unrecorded(job, exc)
         finally:  # a KeyboardInterrupt in the mark still releases the claims
-            self._settle(job, error)
+            self._settle(job, error, called)
 
     async def afinish(self, job: Job, error: BaseException | None) -> None:
         """`finish` on an event loop: awaits the ledger's `amark` when it has one."""
@@ -305,13 +338,19 @@ class Dispatcher:
             _unrecorded(job, exc)
         self._settle(job, None)
 
-    def _settle(self, job: Job, error: BaseException | None) -> None:
+    def _settle(self, job: Job, error: BaseException | None, called: bool = True) -> None:
         ns = namespace_key(job.namespace)
         with self._lock:
             if job.dedupe:
                 self._in_flight.difference_update((job.key, ns, i) for i in job.ids)
-            if error is not None:
-                self._keep(job.key, ns, job.namespace, job.ids, job.messages)
+            if error is None:
+                self._down.pop(job.key, None)
+                return
+            self._keep(job.key, ns, job.namespace, job.ids, job.messages)
+            if called:
+                failures = self._down.get(job.key, (0, 0.0))[0] + 1
+                rest = self.retry_after * 2 ** min(failures - 1, 32)
+                self._down[job.key] = (failures, self.clock() + min(rest, self.max_retry_after))
 
     def _claim(
         self,
@@ -394,8 +433,7 @@ class Dispatcher:
                 for entry in reversed(failed):
                     self._failed[entry] = None
                     self._failed.move_to_end(entry, last=False)
-            while len(self._failed) > self.retry_limit:
-                self._evict_oldest()
+            self._evict_overflow()
 
     def _keep(
         self,
@@ -423,24 +461,32 @@ class Dispatcher:
                 self._pending += 1
             if evict:
                 self._failed.setdefault((key, ns, identity))
-        while len(self._failed) > self.retry_limit:
-            self._evict_oldest()
+        self._evict_overflow()
 
-    def _evict_oldest(self) -> None:
-        (key, ns, identity), _ = self._failed.popitem(last=False)
-        batches = self._retry[key]
-        _, messages = batches[ns]
-        del messages[identity]
-        self._pending -= 1
-        self.lost += 1
-        logger.error(
-            "retry buffer full (%d messages): dropped message %s for hook %s; raise "
-            "dedupe_window or fix the failing hook",
-            self.retry_limit,
-            identity,
-            key,
-        )
-        if not messages:
-            del batches[ns]
-        if not batches:
-            del self._retry[key]
+    def _evict_overflow(self) -> None:
+        """Drops the oldest failed deliveries beyond `retry_limit`, with one error log for
+        them all; caller holds the lock."""
+        dropped: dict[str, list[str]] = {}
+        while len(self._failed) > self.retry_limit:
+            (key, ns, identity), _ = self._failed.popitem(last=False)
+            batches = self._retry[key]
+            _, messages = batches[ns]
+            del messages[identity]
+            self._pending -= 1
+            self.lost += 1
+            dropped.setdefault(key, []).append(identity)
+            if not messages:
+                del batches[ns]
+            if not batches:
+                del self._retry[key]
+        for key, identities in dropped.items():
+            shown = ", ".join(identities[:3]) + (", ..." if len(identities) > 3 else "")
+            logger.error(
+                "retry buffer full (%d messages): dropped %d message%s for hook %s (%s); "
+                "raise dedupe_window or fix the failing hook",
+                self.retry_limit,
+                len(identities),
+                "" if len(identities) == 1 else "s",
+                key,
+                shown,
+            )

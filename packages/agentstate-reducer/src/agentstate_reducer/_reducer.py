@@ -72,7 +72,9 @@ class MessageReducer:
         self.ledger: DeliveryLedger = (
             ledger if ledger is not None else InMemoryLedger(config.dedupe_window)
         )
-        self._dispatcher = Dispatcher(self.ledger, config.dedupe_window)
+        self._dispatcher = Dispatcher(
+            self.ledger, config.dedupe_window, config.retry_after, config.max_retry_after
+        )
         self._tasks: set[asyncio.Task[Any]] = set()
         self._summaries = Summaries()
 
@@ -91,6 +93,12 @@ class MessageReducer:
         """How many (hook, message) deliveries wait for the next delivery: failed, or
         scheduled on an event loop by `deliver` and not taken up yet."""
         return self._dispatcher.pending
+
+    @property
+    def lost(self) -> int:
+        """How many (hook, message) deliveries were dropped from a full retry buffer
+        (`dedupe_window`): each is logged as an error when dropped."""
+        return self._dispatcher.lost
 
     # -- the cut ---------------------------------------------------------------------
 
@@ -192,11 +200,19 @@ class MessageReducer:
         jobs, report = self._dispatcher.prepare(
             list(self.config.on_prune), pruned, namespace, self.config.dedupe_on_prune
         )
+        # Hooks not called again in this delivery: one that raised in it, and one that raised
+        # before and has a batch in a worker's hands (its outcome decides the rest's).
+        held: set[str] = set()
         for n, job in enumerate(jobs):
             returned = False
             try:
+                if job.key in held:
+                    self._left(job, report)
+                    continue
                 if isinstance(job.hook, (Background, AsyncBackground)):
                     self._hand_off(job, job.hook, report)
+                    if self._dispatcher.failures(job.key)[0]:  # the rest wait for its outcome
+                        held.add(job.key)
                     continue
                 try:
                     result = job.hook(list(job.messages), job.namespace)
@@ -209,6 +225,7 @@ class MessageReducer:
                 # hook awaiting something cancelled), so it failed like any hook that raises.
                 except (Exception, asyncio.CancelledError) as exc:
                     self._failed(job, exc, report)
+                    held.add(job.key)
                     continue
                 returned = True
                 self._dispatcher.finish(job, None)  # settles it, whatever the mark raises
@@ -231,11 +248,19 @@ class MessageReducer:
         jobs, report = await self._dispatcher.aprepare(
             list(self.config.on_prune), _checked(pruned), namespace, self.config.dedupe_on_prune
         )
+        # Hooks not called again in this delivery: one that raised in it, and one that raised
+        # before and has a batch in a worker's hands (its outcome decides the rest's).
+        held: set[str] = set()
         for n, job in enumerate(jobs):
             returned = False
             try:
+                if job.key in held:
+                    self._left(job, report)
+                    continue
                 if isinstance(job.hook, (Background, AsyncBackground)):
                     self._hand_off(job, job.hook, report)
+                    if self._dispatcher.failures(job.key)[0]:  # the rest wait for its outcome
+                        held.add(job.key)
                     continue
                 try:
                     result = job.hook(list(job.messages), job.namespace)
@@ -243,6 +268,7 @@ class MessageReducer:
                         await result
                 except Exception as exc:
                     self._failed(job, exc, report)  # marks nothing: no ledger call to await
+                    held.add(job.key)
                     continue
                 except asyncio.CancelledError as exc:
                     if caller_cancelled():
@@ -250,6 +276,7 @@ class MessageReducer:
                     # The hook's own (this task was never cancelled): it failed, as in
                     # `deliver`. Python 3.10 cannot tell the two apart: see caller_cancelled.
                     self._failed(job, exc, report)
+                    held.add(job.key)
                     continue
                 returned = True
                 await self._dispatcher.afinish(job, None)
@@ -282,7 +309,7 @@ class MessageReducer:
         `AsyncBackground` jobs among them were never submitted, so they are settled too."""
         for job in jobs:
             self._log_failure(job, stop)
-            self._dispatcher.finish(job, stop)
+            self._dispatcher.finish(job, stop, called=False)
 
     # -- both -------------------------------------------------------------------------
 
@@ -517,27 +544,55 @@ class MessageReducer:
 
     def _task_done(self, job: Job, task: asyncio.Task[Any]) -> None:
         error = asyncio.CancelledError() if task.cancelled() else task.exception()
-        if error is not None:
-            self._log_failure(job, error)
         loop = self._loop_for_ledger()
-        if loop is None:
+        if loop is None or error is not None:  # a failure: nothing to await
             self._dispatcher.finish(job, error)
         else:  # a ledger to await: record the outcome in a task, never blocking the loop
             self._spawn(loop, self._dispatcher.afinish(job, error))
+        if error is not None:
+            self._log_failure(job, error)
 
     def _failed(self, job: Job, error: BaseException, report: ReportBuilder) -> None:
-        self._log_failure(job, error)
         self._dispatcher.finish(job, error)
         report.add(job.key, "failed", job.ids)
+        self._log_failure(job, error)
 
-    @staticmethod
-    def _log_failure(job: Job, error: BaseException) -> None:
-        logger.warning(
-            "on_prune hook %s failed on %d messages; they wait for the next delivery",
-            job.key,
-            len(job.ids),
-            exc_info=error,
-        )
+    def _left(self, job: Job, report: ReportBuilder) -> None:
+        """A job of a hook held in this delivery: not run, its messages wait with the ones
+        it failed on."""
+        self._dispatcher.finish(job, _Resting(job.key), called=False)
+        report.add(job.key, "failed", job.ids)
+
+    def _log_failure(self, job: Job, error: BaseException) -> None:
+        """A traceback for a hook's first failure in a row; a line for each one after it
+        (a hook calls a service that is down: the log would repeat it at every retry)."""
+        failures, rest = self._dispatcher.failures(job.key)
+        after = f"after a rest of {rest:.3g} s" if rest else "at the next delivery"
+        if failures <= 1:
+            logger.warning(
+                "on_prune hook %s failed on %d messages; they wait for a retry %s",
+                job.key,
+                len(job.ids),
+                after,
+                exc_info=error,
+            )
+        else:
+            logger.warning(
+                "on_prune hook %s failed again (%d times in a row) on %d messages: %r; "
+                "they wait for a retry %s",
+                job.key,
+                failures,
+                len(job.ids),
+                error,
+                after,
+            )
+
+
+class _Resting(RuntimeError):
+    """Why a job was not run: its hook raised, in this delivery or before."""
+
+    def __init__(self, key: str) -> None:
+        super().__init__(f"on_prune hook {key} raised: held until it delivers again")
 
 
 def _check_ledger(ledger: object) -> None:

@@ -1,0 +1,192 @@
+"""A hook that raised rests before it is called again.
+
+A memory store that is down made every later delivery call the hook again, once per
+conversation with messages waiting: at every put, a hundred calls (each paying the store's
+timeout) and a hundred logged tracebacks for a hundred conversations, growing for as long
+as the store stayed down. The clock here is the dispatcher's, set by the test: no test
+waits on the wall clock.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from typing import Any
+
+import pytest
+from reducer_helpers import Recorder, conversation
+
+from agentstate_reducer import Background, MessageReducer, ReducerConfig
+
+
+class Clock:
+    """A clock that moves only when told."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+def clocked(hook: Any, **config: Any) -> tuple[MessageReducer, Clock]:
+    settings: dict[str, Any] = {"min_messages": 3, "max_messages": 5, "on_prune": [hook]}
+    reducer = MessageReducer(config=ReducerConfig(**(settings | config)))
+    clock = reducer._dispatcher.clock = Clock()
+    return reducer, clock
+
+
+def said(n: int) -> list[dict[str, Any]]:
+    return [{"role": "human", "content": f"m{n}", "id": f"m{n}"}]
+
+
+class Down:
+    """A hook whose store is down until told: it counts its calls, and raises meanwhile."""
+
+    def __init__(self) -> None:
+        self.tried = 0
+        self.down = True
+        self.got: list[str] = []
+
+    def __call__(self, pruned: list[Any], namespace: Any) -> None:
+        self.tried += 1
+        if self.down:
+            raise RuntimeError("memory store is down")
+        self.got += [m["id"] for m in pruned]
+
+
+def test_a_failing_hook_is_called_once_per_rest_and_the_rest_doubles_up_to_its_cap() -> None:
+    hook = Down()
+    reducer, clock = clocked(hook, retry_after=1.0, max_retry_after=8.0)
+    for n in range(50):
+        reducer.deliver(said(n), "ns")
+    calls = [hook.tried]
+    for rest in (1, 2, 4, 8, 8, 8):
+        clock.advance(rest - 0.001)
+        reducer.deliver([], "ns")
+        calls.append(hook.tried)  # not yet
+        clock.advance(0.001)
+        reducer.deliver([], "ns")
+        reducer.deliver([], "ns")
+        calls.append(hook.tried)  # once
+    assert calls == [1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7]
+    assert reducer.pending == 50
+
+
+def test_what_waits_is_delivered_once_in_order_after_the_rest() -> None:
+    down = [True]
+    hook = Recorder(fail=lambda: down[0])
+    reducer, clock = clocked(hook)
+    for n in range(30):
+        reducer.deliver(said(n), f"thread-{n % 3}")
+    down[0] = False
+    reducer.deliver([], "thread-0")
+    assert hook.calls == []  # resting
+    clock.advance(1.0)
+    report = reducer.deliver(said(30), "thread-0")
+    assert report.ok and reducer.pending == 0
+    got = {ns: [m["id"] for m in batch] for batch, ns in hook.calls}
+    assert got == {
+        f"thread-{t}": [f"m{n}" for n in range(t, 30, 3)] + (["m30"] if t == 0 else [])
+        for t in range(3)
+    }
+    clock.advance(1.0)
+    reducer.deliver(said(31), "thread-1")
+    reducer.deliver([], "thread-1")
+    assert [m["id"] for m in hook.calls[-1][0]] == ["m31"]  # a success ended the rest
+
+
+def test_within_one_delivery_a_hook_that_raised_is_not_called_again() -> None:
+    hook = Down()
+    reducer, _ = clocked(hook, retry_after=0)
+    for n in range(20):
+        reducer.deliver(said(n), f"thread-{n}")
+    assert hook.tried == 20  # one call per delivery, not one per conversation waiting
+    report = reducer.deliver([], "thread-0")
+    assert hook.tried == 21 and len(report.hooks[0].failed) == 20 and reducer.pending == 20
+
+
+@pytest.mark.parametrize("style", ["sync", "async"])
+async def test_a_resting_hook_reports_what_waits_as_failed(style: str) -> None:
+    hook = Recorder(fail=lambda: True)
+    reducer, _ = clocked(hook)
+    reducer.deliver(said(0), "ns")
+    pruned = conversation(1, calls=0)
+    report = (
+        reducer.deliver(pruned, "ns") if style == "sync" else await reducer.adeliver(pruned, "ns")
+    )
+    assert report.hooks[0].failed == ("sys", "h0", "b0") and not report.ok
+    assert reducer.pending == 4
+
+
+def test_the_log_has_one_traceback_then_a_line_per_failed_retry(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.WARNING, logger="agentstate_reducer")
+    hook = Recorder(fail=lambda: True)
+    reducer, clock = clocked(hook)
+    for n in range(100):
+        reducer.deliver(said(n), f"thread-{n}")
+    clock.advance(1.0)
+    reducer.deliver([], "thread-0")
+    records = [r for r in caplog.records if "on_prune hook" in r.getMessage()]
+    assert len(records) == 2
+    assert records[0].exc_info is not None and "after a rest of 1 s" in records[0].getMessage()
+    assert records[1].exc_info is None
+    assert "failed again (2 times in a row)" in records[1].getMessage()
+    assert "memory store is down" in records[1].getMessage()
+    assert "after a rest of 2 s" in records[1].getMessage()
+
+
+def test_a_full_retry_buffer_logs_one_error_per_delivery(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    hook = Recorder(fail=lambda: True)
+    reducer, _ = clocked(hook, dedupe_window=10)
+    reducer.deliver([m for n in range(50) for m in said(n)], "ns")
+    errors = [r for r in caplog.records if r.levelno == logging.ERROR]
+    assert len(errors) == 1 and "dropped 40 messages" in errors[0].getMessage()
+    assert reducer.lost == 40 and reducer.pending == 10
+
+
+def test_a_background_hook_that_failed_is_handed_one_batch_per_rest() -> None:
+    """After its rest a background hook gets one batch, whose outcome (known only once its
+    worker ran it) decides whether the others follow."""
+    hook = Down()
+    with Background(hook, name="store") as background:
+        reducer, clock = clocked(background)
+        for n in range(20):
+            reducer.deliver(said(n), f"thread-{n}")
+            assert background.flush(5)
+        assert hook.tried == 1 and reducer.pending == 20
+        clock.advance(1.0)
+        reducer.deliver([], "thread-0")
+        assert background.flush(5)
+        assert hook.tried == 2 and reducer.pending == 20
+        hook.down = False
+        clock.advance(2.0)
+        reducer.deliver([], "thread-0")  # one batch: it delivers
+        assert background.flush(5) and hook.tried == 3 and reducer.pending == 19
+        reducer.deliver([], "thread-0")  # then all the others
+        assert background.flush(5) and reducer.pending == 0
+        assert sorted(hook.got) == sorted(f"m{n}" for n in range(20))
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "wanted"),
+    [
+        ("retry_after", -1, "finite number of seconds >= 0"),
+        ("retry_after", math.nan, "finite number of seconds >= 0"),
+        ("retry_after", "1", "must be a number of seconds"),
+        ("max_retry_after", True, "must be a number of seconds"),
+        ("max_retry_after", math.inf, "finite number of seconds >= 0"),
+        ("max_retry_after", 0.5, "max_retry_after=0.5 is shorter than retry_after=1.0"),
+    ],
+)
+def test_bad_retry_timings_name_the_value(field: str, value: Any, wanted: str) -> None:
+    with pytest.raises(ValueError, match=rf"ReducerConfig\.{field}=|max_retry_after") as raised:
+        ReducerConfig(**{field: value})
+    assert wanted in str(raised.value)
