@@ -3,8 +3,8 @@
 Every put that wrote messages retried every conversation's waiting batch, one hook call
 each: with 20 conversations down, each put made up to 20 calls (each paying the store's
 timeout) and logged 20 tracebacks, and with an outbox a batch was retried long before its
-own wait was over (a delivery of a new batch took the reducer's retries along): 210 hook
-calls for 20 staged batches. The reducer's clock is set by each test: no test waits on the
+own wait was over (a delivery of a new batch took the reducer's retries along): 3,079 hook
+calls for 20 threads of 4 turns. The reducer's clock is set by each test: no test waits on the
 wall clock.
 """
 

@@ -9,14 +9,17 @@ waits on the wall clock.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import math
+import threading
 from typing import Any
 
 import pytest
-from reducer_helpers import Recorder, conversation
+from reducer_helpers import Recorder, StallingLedger, conversation
 
 from agentstate_reducer import Background, MessageReducer, ReducerConfig
+from agentstate_reducer._delivery import hook_key
 
 
 class Clock:
@@ -32,9 +35,9 @@ class Clock:
         self.now += seconds
 
 
-def clocked(hook: Any, **config: Any) -> tuple[MessageReducer, Clock]:
+def clocked(hook: Any, ledger: Any = None, **config: Any) -> tuple[MessageReducer, Clock]:
     settings: dict[str, Any] = {"min_messages": 3, "max_messages": 5, "on_prune": [hook]}
-    reducer = MessageReducer(config=ReducerConfig(**(settings | config)))
+    reducer = MessageReducer(config=ReducerConfig(**(settings | config)), ledger=ledger)
     clock = reducer._dispatcher.clock = Clock()
     return reducer, clock
 
@@ -190,3 +193,102 @@ def test_bad_retry_timings_name_the_value(field: str, value: Any, wanted: str) -
     with pytest.raises(ValueError, match=rf"ReducerConfig\.{field}=|max_retry_after") as raised:
         ReducerConfig(**{field: value})
     assert wanted in str(raised.value)
+
+
+@pytest.mark.parametrize("retry_after", [0.0, 1.0])
+def test_a_batch_a_hook_always_raises_on_does_not_hold_up_the_others(retry_after: float) -> None:
+    """The batch that raised was kept first again, and the batches left after it behind it:
+    it ran first at every delivery and the other namespaces got nothing until the retry
+    buffer dropped it (found by review)."""
+    got: list[str] = []
+
+    def hook(pruned: list[Any], namespace: Any) -> None:
+        if namespace == "poison":
+            raise ValueError("a message the store refuses")
+        got.extend(m["id"] for m in pruned)
+
+    reducer, clock = clocked(hook, retry_after=retry_after)
+    reducer.deliver(said(0), "poison")
+    for n in range(1, 21):
+        clock.advance(300.0)
+        reducer.deliver(said(n), "fine")
+    assert got == [f"m{n}" for n in range(1, 21)] and reducer.pending == 1
+
+
+def test_deliveries_made_while_a_probe_runs_hand_the_hook_nothing() -> None:
+    """After its rest a background hook was handed one batch per delivery until the first
+    came back, each failure counted: 11 calls and a rest at its cap (found by review)."""
+    release = threading.Event()
+    tried = [0]
+
+    def store(pruned: list[Any], namespace: Any) -> None:
+        tried[0] += 1
+        release.wait(5)
+        raise RuntimeError("memory store is down")
+
+    with Background(store, name="store", workers=4) as background:
+        reducer, clock = clocked(background)
+        release.set()
+        reducer.deliver(said(0), "t0")
+        assert background.flush(5) and tried[0] == 1
+        release.clear()
+        clock.advance(1.0)
+        for n in range(1, 11):  # the probe holds its worker meanwhile
+            reducer.deliver(said(n), f"t{n}")
+        release.set()
+        assert background.flush(5)
+        assert tried[0] == 2 and reducer._dispatcher.failures("store") == (2, 2.0)
+
+
+def test_failures_that_overlap_count_as_one() -> None:
+    """Batches handed over before any of them failed each counted a failure in a row: one
+    outage of a few seconds sent the rest to its cap (found by review)."""
+    release = threading.Event()
+
+    def store(pruned: list[Any], namespace: Any) -> None:
+        release.wait(5)
+        raise RuntimeError("memory store is down")
+
+    with Background(store, name="store", workers=4) as background:
+        reducer, _ = clocked(background)
+        for n in range(8):
+            reducer.deliver(said(n), f"t{n}")
+        release.set()
+        assert background.flush(5)
+    assert reducer._dispatcher.failures("store") == (1, 1.0) and reducer.pending == 8
+
+
+def test_a_hook_cancelled_as_its_loop_ends_does_not_rest() -> None:
+    """A coroutine hook scheduled on a loop that ended before it finished counted as a
+    failure: a hook that never raised rested, and the next request did not call it."""
+    calls = [0]
+
+    async def store(pruned: list[Any], namespace: Any) -> None:
+        calls[0] += 1
+        if calls[0] == 1:
+            await asyncio.sleep(60)  # still running when the loop ends
+
+    reducer, _ = clocked(store)
+
+    async def request(n: int) -> None:
+        reducer.deliver(said(n), "ns")  # scheduled on this loop
+
+    asyncio.run(request(0))
+    assert reducer._dispatcher.failures(hook_key(store)) == (0, 0.0) and reducer.pending == 1
+    asyncio.run(request(1))  # a second request: called at once
+    assert calls[0] == 2
+
+
+async def test_what_is_cut_while_a_hook_rests_stays_bounded_on_the_event_loop() -> None:
+    """`deliver` on an event loop with an async ledger kept what was cut as never to be
+    dropped, and a hook resting for 300 s let it grow past `dedupe_window` (found by
+    review)."""
+    ledger = StallingLedger()
+    ledger.stalled = False
+    hook = Down()
+    reducer, _ = clocked(hook, ledger=ledger, dedupe_window=10)
+    await reducer.adeliver(said(0), "ns")
+    for n in range(1, 101):
+        reducer.deliver(said(n), "ns")
+    await reducer.aflush()
+    assert hook.tried == 1 and reducer.pending == 10 and reducer.lost == 91

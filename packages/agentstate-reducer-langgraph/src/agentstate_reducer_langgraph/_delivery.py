@@ -167,7 +167,8 @@ class DeliveryRunner:
 
     Attributes:
         delivered: Batches this process delivered and acknowledged.
-        failures: Deliveries in this process in which a hook raised.
+        failures: Deliveries in this process in which a hook raised, or rested after
+            raising (`ReducerConfig.retry_after`) and was not called.
         discarded: Batches this process dropped because their checkpoint never appeared.
     """
 
@@ -228,7 +229,7 @@ class DeliveryRunner:
 
     @property
     def failures(self) -> int:
-        """Deliveries in this process in which a hook raised."""
+        """Deliveries in this process in which a hook raised, or rested after raising."""
         return self._shared.failures
 
     @property

@@ -54,7 +54,7 @@ class StagedBatch:
         payload: ``serde.dumps_typed({"namespace": ..., "messages": [...]})``.
         staged_at: Milliseconds since the epoch of the latest staging, by the outbox's clock
             (which tells one staging from the next: see `Settlement.staged_at`).
-        failures: Deliveries in which a hook raised.
+        failures: Deliveries in which a hook raised, or rested after raising.
         committed: Whether the checkpoint is known to be stored (its put returned, or a
             drain saw it); None when the outbox cannot tell and the saver must ask the
             inner saver, whose answer "absent" then means "not stored yet".
@@ -127,7 +127,7 @@ class OutboxStats:
         backlog: Batches staged and not yet acknowledged (including those being delivered).
         staged: Batches ever staged.
         delivered: Batches acknowledged.
-        failures: Deliveries in which a hook raised.
+        failures: Deliveries in which a hook raised, or rested after raising.
         discarded: Batches dropped because their checkpoint was never stored.
     """
 

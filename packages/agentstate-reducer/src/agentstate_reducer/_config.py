@@ -187,7 +187,11 @@ def _check_seconds(name: str, value: object) -> None:
             f"ReducerConfig.{name}={value!r} must be a number of seconds (int or float); "
             f"pass e.g. {name}={default!r}"
         )
-    if not math.isfinite(value) or value < 0:
+    try:
+        finite = math.isfinite(value) and value >= 0
+    except OverflowError:  # an int too large for a float
+        finite = False
+    if not finite:
         raise ValueError(
             f"ReducerConfig.{name}={value!r} must be a finite number of seconds >= 0; "
             f"pass e.g. {name}={default!r}"

@@ -100,6 +100,7 @@ class Job:
     messages: list[Any]
     ids: list[str]
     dedupe: bool
+    seen: int = 0  # its hook's failures in a row when the job was made
 
 
 @dataclass
@@ -165,6 +166,7 @@ class Dispatcher:
         self.lost = 0
         # hook key -> (its failures in a row, when its rest ends on `clock`)
         self._down: dict[str, tuple[int, float]] = {}
+        self._last_failed: dict[str, Hashable] = {}  # hook key -> the namespace it raised on
         self._lock = threading.Lock()
         self._in_flight: set[tuple[str, Hashable, str]] = set()
         self._retry: dict[str, OrderedDict[Hashable, _Batch]] = {}
@@ -187,6 +189,14 @@ class Dispatcher:
         """Hook `key`'s failures in a row, and the seconds left of its rest."""
         failures, until = self._down.get(key, (0, 0.0))
         return failures, max(0.0, until - self.clock()) if failures else 0.0
+
+    def probing(self, key: str) -> None:
+        """Hook `key`, which raised before, is handed one batch to run later (a background
+        hook's): it rests until that batch settles, at most `max_retry_after`, so that the
+        deliveries made meanwhile do not hand it one each."""
+        with self._lock:
+            if self.retry_after and (down := self._down.get(key)) is not None:
+                self._down[key] = (down[0], self.clock() + self.max_retry_after)
 
     def prepare(
         self, hooks: Sequence[RememberFn], pruned: Sequence[Any], namespace: Any, dedupe: bool
@@ -268,6 +278,11 @@ class Dispatcher:
                 _, target = batches.setdefault(ns, (namespace, OrderedDict()))
                 for identity, message in fresh.items():
                     target.setdefault(identity, message)
+                # The namespace the hook last raised on goes last: a batch it always raises on
+                # would otherwise come first every time and hold up every other namespace.
+                if (last := self._last_failed.get(key)) in batches:
+                    batches.move_to_end(last)
+                seen = self._down.get(key, (0, 0.0))[0]
                 for batch_ns, (batch_namespace, messages) in batches.items():
                     ids = list(messages)
                     if ids and dedupe:
@@ -276,7 +291,7 @@ class Dispatcher:
                         )
                     if ids:
                         batch = [messages[i] for i in ids]
-                        jobs.append(Job(hook, key, batch_namespace, batch, ids, dedupe))
+                        jobs.append(Job(hook, key, batch_namespace, batch, ids, dedupe, seen))
         except BaseException:  # closed by a cancelled `aprepare`: no job will run
             self._put_back(taken, jobs)
             raise
@@ -291,8 +306,8 @@ class Dispatcher:
         ns = namespace_key(namespace)
         ids = [message_identity(message) for message in pruned]
         with self._lock:
-            for key in hook_keys(hooks):
-                self._keep(key, ns, namespace, ids, list(pruned), evict=False)
+            for key in hook_keys(hooks):  # for a resting hook, as failed: bounded as those are
+                self._keep(key, ns, namespace, ids, list(pruned), evict=self.resting(key))
 
     def finish(self, job: Job, error: BaseException | None, *, called: bool = True) -> None:
         """Record the outcome of `job`: mark it delivered, or keep it for retry. A failure
@@ -347,10 +362,15 @@ class Dispatcher:
                 self._down.pop(job.key, None)
                 return
             self._keep(job.key, ns, job.namespace, job.ids, job.messages)
-            if called:
-                failures = self._down.get(job.key, (0, 0.0))[0] + 1
-                rest = self.retry_after * 2 ** min(failures - 1, 32)
-                self._down[job.key] = (failures, self.clock() + min(rest, self.max_retry_after))
+            if not called:
+                return
+            self._last_failed[job.key] = ns
+            failures = self._down.get(job.key, (0, 0.0))[0]
+            if failures > job.seen:  # one that overlapped it counted already: one outage
+                return
+            failures += 1
+            rest = self.retry_after * 2 ** min(failures - 1, 32)
+            self._down[job.key] = (failures, self.clock() + min(rest, self.max_retry_after))
 
     def _claim(
         self,

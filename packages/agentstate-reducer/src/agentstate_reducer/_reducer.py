@@ -210,9 +210,10 @@ class MessageReducer:
                     self._left(job, report)
                     continue
                 if isinstance(job.hook, (Background, AsyncBackground)):
-                    self._hand_off(job, job.hook, report)
-                    if self._dispatcher.failures(job.key)[0]:  # the rest wait for its outcome
+                    if self._dispatcher.failures(job.key)[0]:  # one batch: the rest wait for
+                        self._dispatcher.probing(job.key)  # its outcome (set before it comes)
                         held.add(job.key)
+                    self._hand_off(job, job.hook, report)
                     continue
                 try:
                     result = job.hook(list(job.messages), job.namespace)
@@ -258,9 +259,10 @@ class MessageReducer:
                     self._left(job, report)
                     continue
                 if isinstance(job.hook, (Background, AsyncBackground)):
-                    self._hand_off(job, job.hook, report)
-                    if self._dispatcher.failures(job.key)[0]:  # the rest wait for its outcome
+                    if self._dispatcher.failures(job.key)[0]:  # one batch: the rest wait for
+                        self._dispatcher.probing(job.key)  # its outcome (set before it comes)
                         held.add(job.key)
+                    self._hand_off(job, job.hook, report)
                     continue
                 try:
                     result = job.hook(list(job.messages), job.namespace)
@@ -487,8 +489,9 @@ class MessageReducer:
         """`done` for an `AsyncBackground` batch: a failed one is kept for retry at once, with
         nothing to await, since a batch cancelled before it started settles in its task's
         done callback; a delivered one returns `afinish`, which the batch awaits."""
-        if error is not None:
-            self._dispatcher.finish(job, error)
+        if error is not None:  # cancelled (its loop ended): not the hook's failure
+            called = not isinstance(error, asyncio.CancelledError)
+            self._dispatcher.finish(job, error, called=called)
             return None
         return self._dispatcher.afinish(job, None)
 
@@ -546,7 +549,7 @@ class MessageReducer:
         error = asyncio.CancelledError() if task.cancelled() else task.exception()
         loop = self._loop_for_ledger()
         if loop is None or error is not None:  # a failure: nothing to await
-            self._dispatcher.finish(job, error)
+            self._dispatcher.finish(job, error, called=not task.cancelled())
         else:  # a ledger to await: record the outcome in a task, never blocking the loop
             self._spawn(loop, self._dispatcher.afinish(job, error))
         if error is not None:
