@@ -11,6 +11,8 @@ second summary block mid-window (found by review).
 
 from __future__ import annotations
 
+import threading
+import time
 from collections import Counter
 from typing import Annotated, Any, TypedDict
 
@@ -31,12 +33,22 @@ class State(TypedDict):
     messages: Annotated[list[Any], add_messages]
 
 
+class Slow(InMemorySaver):
+    """An InMemorySaver whose puts take a while, as a database's do: LangGraph saves in the
+    background, so a subgraph's first put may come before its caller's is recorded."""
+
+    def put(self, *args: Any, **kwargs: Any) -> Any:
+        time.sleep(0.001)
+        return super().put(*args, **kwargs)
+
+
 class Watched:
     """A reducer of window 10-20 with a summary, what it summarized and handed over."""
 
-    def __init__(self) -> None:
+    def __init__(self, inner: InMemorySaver | None = None) -> None:
         self.summaries: list[list[str]] = []
         self.handed: Counter[str] = Counter()
+        self._lock = threading.Lock()  # hooks run on LangGraph's background threads too
         config = ReducerConfig(
             min_messages=10,
             max_messages=20,
@@ -44,7 +56,7 @@ class Watched:
             inject_summary=True,
             on_prune=[self.remember],
         )
-        self.inner = InMemorySaver()
+        self.inner = inner if inner is not None else InMemorySaver()
         reducer = MessageReducer(config=config, ledger=InMemoryLedger(12))  # forgets
         self.saver = ReducingSaver(self.inner, reducer)
 
@@ -53,7 +65,8 @@ class Watched:
         return f"{len(pruned)} earlier"
 
     def remember(self, pruned: list[Any], namespace: Any) -> None:
-        self.handed.update(m.id for m in pruned)
+        with self._lock:
+            self.handed.update(m.id for m in pruned)
 
     def check(self, made: set[str], window: list[str], summaries: bool = False) -> None:
         """Each message handed over once, none lost, windows and summaries bounded.
@@ -135,6 +148,20 @@ async def test_a_subgraph_goes_on_from_its_callers_window(where: str, style: str
     window = [m.id for m in graph.get_state(thread).values["messages"]]
     watched.check(made(where), window)
     assert window[0] == "h" and window[-1] == "fin"
+
+
+def test_a_nested_subgraph_goes_on_while_its_callers_puts_are_saved() -> None:
+    """The inner subgraph's first put often came before the middle one's had been recorded
+    (a saver that releases the GIL, as SqliteSaver does): it found no caller run and cut the
+    root's whole list, 20 summaries of up to 129 messages (found by review). Every caller up
+    the namespace counts now; the root's window is in the list too."""
+    watched = Watched(Slow())
+    graph = loop(watched.saver, "nested")
+    thread = {"configurable": {"thread_id": "slow"}, "recursion_limit": 2000}
+    graph.invoke({"messages": [HumanMessage("task", id="h")]}, thread)
+    assert len(watched.summaries) <= 13 and max(len(s) for s in watched.summaries) <= 20
+    window = {m.id for m in graph.get_state(thread).values["messages"]}
+    assert made("nested") <= set(watched.handed) | window
 
 
 def test_a_chat_whose_reply_is_a_subgraph_hands_each_message_over_once() -> None:

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from reducer_helpers import Recorder, StallingLedger, conversation
 
-from agentstate_reducer import Background, MessageReducer, ReducerConfig
+from agentstate_reducer import AsyncBackground, Background, MessageReducer, ReducerConfig
 from agentstate_reducer._delivery import hook_key
 
 
@@ -292,3 +292,81 @@ async def test_what_is_cut_while_a_hook_rests_stays_bounded_on_the_event_loop() 
         reducer.deliver(said(n), "ns")
     await reducer.aflush()
     assert hook.tried == 1 and reducer.pending == 10 and reducer.lost == 91
+
+
+def test_a_probe_cancelled_as_its_loop_ends_leaves_no_long_rest() -> None:
+    """A background hook out on a probe rests until it settles; one cancelled as its loop
+    ended (no verdict) left the hook resting `max_retry_after`, 300 s (found by review)."""
+    calls = [0]
+
+    async def store(pruned: list[Any], namespace: Any) -> None:
+        calls[0] += 1
+        if calls[0] == 1:
+            raise RuntimeError("memory store is down")
+        await asyncio.sleep(60)  # the probe: still running when its loop ends
+
+    reducer, clock = clocked(AsyncBackground(store, name="store"))
+
+    async def request(n: int) -> None:
+        reducer.deliver(said(n), "ns")
+        await asyncio.sleep(0.05)
+
+    asyncio.run(request(0))
+    clock.advance(1.0)
+    asyncio.run(request(1))  # the probe, cancelled as the loop ends
+    assert reducer._dispatcher.failures("store") == (1, 0.0) and calls[0] == 2
+    asyncio.run(request(2))
+    assert calls[0] == 3
+
+
+@pytest.mark.parametrize("kind", ["AsyncBackground", "scheduled"])
+def test_a_hook_that_raises_cancelled_error_itself_rests(kind: str) -> None:
+    """A coroutine hook whose own call fails with `CancelledError` (its client's request was
+    cancelled; its task was not) was taken for one cancelled as its loop ended: it never
+    rested and was called at every delivery (found by review)."""
+    calls = [0]
+
+    async def store(pruned: list[Any], namespace: Any) -> None:
+        calls[0] += 1
+        request = asyncio.ensure_future(asyncio.sleep(10))
+        request.cancel()
+        await request
+
+    hook: Any = AsyncBackground(store, name="store") if kind == "AsyncBackground" else store
+    reducer, _ = clocked(hook)
+
+    async def main() -> None:
+        for n in range(10):
+            reducer.deliver(said(n), "ns")
+            await asyncio.sleep(0.01)
+        await (hook.aflush() if kind == "AsyncBackground" else reducer.aflush())
+
+    asyncio.run(main())
+    assert calls[0] == 1 and reducer._dispatcher.failures(hook_key(hook)) == (1, 1.0)
+
+
+def test_a_scheduled_coroutine_hook_out_on_a_probe_is_handed_nothing_more() -> None:
+    """A coroutine hook scheduled on the loop after its rest was handed one batch per
+    delivery until the first came back (found by review)."""
+    calls = [0]
+    down = [True]
+
+    async def store(pruned: list[Any], namespace: Any) -> None:
+        calls[0] += 1
+        await asyncio.sleep(0.05)
+        if down[0]:
+            raise RuntimeError("memory store is down")
+
+    reducer, clock = clocked(store)
+
+    async def requests(first: int, count: int) -> None:
+        for n in range(first, first + count):
+            reducer.deliver(said(n), f"t{n}")
+            await asyncio.sleep(0)
+        await reducer.aflush()
+
+    asyncio.run(requests(0, 1))
+    assert calls[0] == 1
+    clock.advance(1.0)
+    asyncio.run(requests(1, 10))
+    assert calls[0] == 2 and reducer._dispatcher.failures(hook_key(store)) == (2, 2.0)

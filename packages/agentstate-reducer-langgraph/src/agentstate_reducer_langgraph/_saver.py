@@ -342,9 +342,9 @@ class _Windows:
         put repeated right after it does not hand over again."""
         run, chained = self._last_run(config)
         if run is None:
-            caller = self._parent_run(config)
-            if caller is not None and (handed := self._in_place(caller, messages)) is not None:
-                return handed
+            for caller in self._callers(config):
+                if (handed := self._in_place(caller, messages)) is not None:
+                    return handed
             return _Resumed(messages, list(range(len(messages))), _NOTHING, None, False)
         whole = _Resumed(messages, list(range(len(messages))), run.cut, run.namespace, False)
         if not chained:
@@ -401,23 +401,31 @@ class _Windows:
         window = [m for _, m in kept] + messages[size:]
         return _Resumed(window, where, run.cut, run.namespace, True, run.handed)
 
-    def _parent_run(self, config: RunnableConfig) -> _Run | None:
-        """For a put in a subgraph's namespace: the run of the namespace it was called from.
+    def _callers(self, config: RunnableConfig) -> list[_Run]:
+        """For a put in a subgraph's namespace: the runs of the namespaces that called it,
+        the nearest first.
 
         A subgraph that shares the checkpointer is handed its caller's list, the one that
         run holds in memory, and checkpoints under a namespace of its own, new at each call:
         its first put cut the caller's whole list, summarizing again at every call what the
         caller's run had cut (46 summaries of up to 92 messages in a 50-step loop whose tool
-        node was a subgraph, against 7 of 14 without it). It goes on from the caller's
-        window instead, when its list holds that window object for object (`_in_place`);
-        a list loaded from storage (a resumed interrupt, a fork) holds other objects."""
+        node was a subgraph, against 7 of 14 without it). It goes on from a caller's window
+        instead, when its list holds that window object for object (`_in_place`); a list
+        loaded from storage (a resumed interrupt, a fork) holds other objects. The callers
+        further up count too: a subgraph's first put may come before its caller's has been
+        recorded (LangGraph saves in the background meanwhile), and the list holds their
+        windows as well."""
         conf = config.get("configurable") or {}
         namespace = conf.get("checkpoint_ns") or ""
-        if not isinstance(namespace, str) or not namespace:
-            return None
-        caller = namespace.rpartition(NS_SEP)[0]
+        if not isinstance(namespace, str):
+            return []
+        found = []
         with self._lock:
-            return self._runs.get((conf.get("thread_id"), caller))
+            while namespace:
+                namespace = namespace.rpartition(NS_SEP)[0]
+                if (run := self._runs.get((conf.get("thread_id"), namespace))) is not None:
+                    found.append(run)
+        return found
 
     def ran(
         self,
@@ -457,6 +465,16 @@ class _Windows:
             resumed.handed if going_on else _NOTHING,
         )
         with self._lock:
+            current = self._runs.get(slot)
+            if (
+                going_on
+                and chained
+                and current is not None
+                and run is not None
+                and current.checkpoint_id == run.checkpoint_id
+            ):
+                # what subgraphs handed up while this put ran, after `resumed` was read
+                entry = entry._replace(handed=entry.handed | current.handed)
             self._runs[slot] = entry
             self._runs.move_to_end(slot)
             self._hand_up(slot, entry, now)

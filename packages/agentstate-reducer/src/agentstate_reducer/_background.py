@@ -550,6 +550,9 @@ class AsyncBackground:
             if not isinstance(exc, Exception) and not own:
                 raise
         finally:
+            if own:  # a failure of the hook's, unlike a cancellation as the loop ended
+                cause, error = error, RuntimeError("the hook raised CancelledError itself")
+                error.__cause__ = cause
             pending = self._settle_batch(queued, error, cancelled=not own)
             if inspect.isawaitable(pending):
                 try:

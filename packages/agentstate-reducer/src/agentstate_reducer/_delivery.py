@@ -101,6 +101,7 @@ class Job:
     ids: list[str]
     dedupe: bool
     seen: int = 0  # its hook's failures in a row when the job was made
+    probe: bool = False  # run later, alone, by a hook that raised before (`probing`)
 
 
 @dataclass
@@ -363,6 +364,8 @@ class Dispatcher:
                 return
             self._keep(job.key, ns, job.namespace, job.ids, job.messages)
             if not called:
+                if job.probe and (down := self._down.get(job.key)) is not None:
+                    self._down[job.key] = (down[0], self.clock())  # no verdict: probe again
                 return
             self._last_failed[job.key] = ns
             failures = self._down.get(job.key, (0, 0.0))[0]

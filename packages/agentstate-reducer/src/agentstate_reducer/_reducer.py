@@ -210,15 +210,14 @@ class MessageReducer:
                     self._left(job, report)
                     continue
                 if isinstance(job.hook, (Background, AsyncBackground)):
-                    if self._dispatcher.failures(job.key)[0]:  # one batch: the rest wait for
-                        self._dispatcher.probing(job.key)  # its outcome (set before it comes)
-                        held.add(job.key)
+                    self._probe(job, held)  # before the outcome can come
                     self._hand_off(job, job.hook, report)
                     continue
                 try:
                     result = job.hook(list(job.messages), job.namespace)
                     if inspect.isawaitable(result):
-                        if self._schedule(job, result):
+                        if self._schedule(job, result):  # runs once this call returns
+                            self._probe(job, held)
                             report.add(job.key, "queued", job.ids)
                             continue
                         asyncio.run(_await(result))
@@ -259,9 +258,7 @@ class MessageReducer:
                     self._left(job, report)
                     continue
                 if isinstance(job.hook, (Background, AsyncBackground)):
-                    if self._dispatcher.failures(job.key)[0]:  # one batch: the rest wait for
-                        self._dispatcher.probing(job.key)  # its outcome (set before it comes)
-                        held.add(job.key)
+                    self._probe(job, held)  # before the outcome can come
                     self._hand_off(job, job.hook, report)
                     continue
                 try:
@@ -540,7 +537,7 @@ class MessageReducer:
             loop = asyncio.get_running_loop()
         except RuntimeError:
             return False
-        self._spawn(loop, _await(awaitable)).add_done_callback(
+        self._spawn(loop, _hook_call(awaitable)).add_done_callback(
             functools.partial(self._task_done, job)
         )
         return True
@@ -559,6 +556,15 @@ class MessageReducer:
         self._dispatcher.finish(job, error)
         report.add(job.key, "failed", job.ids)
         self._log_failure(job, error)
+
+    def _probe(self, job: Job, held: set[str]) -> None:
+        """A job run later (a background hook's, a coroutine scheduled on the loop) of a
+        hook that raised before: its outcome decides whether the hook's other batches
+        follow, so none is handed over until it comes (`Dispatcher.probing`)."""
+        if self._dispatcher.failures(job.key)[0]:
+            job.probe = True
+            self._dispatcher.probing(job.key)
+            held.add(job.key)
 
     def _left(self, job: Job, report: ReportBuilder) -> None:
         """A job of a hook held in this delivery: not run, its messages wait with the ones
@@ -671,6 +677,18 @@ def _not_messages(name: str, value: Any, wanted: str) -> TypeError:
 
 async def _await(awaitable: Any) -> Any:
     return await awaitable
+
+
+async def _hook_call(awaitable: Any) -> Any:
+    """A scheduled coroutine hook's call: a `CancelledError` it raised itself (its task not
+    cancelled) fails as any error does, so the task ends cancelled only when its loop ended
+    before it finished, which is no failure of the hook."""
+    try:
+        return await awaitable
+    except asyncio.CancelledError as exc:
+        if caller_cancelled():
+            raise
+        raise RuntimeError("the on_prune hook raised CancelledError itself") from exc
 
 
 def _summary_text(summary: Any) -> str | None:
