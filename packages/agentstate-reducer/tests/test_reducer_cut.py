@@ -236,6 +236,48 @@ def test_without_any_human_message_the_newest_call_survives_a_cut(
     assert ids(result.surviving) == kept
 
 
+def paused_then_told(*, answered: int = 0) -> list[dict[str, Any]]:
+    """Three turns; the third's AI message calls two tools, `answered` of them answered, and
+    then a human message arrives (`update_state` on a graph paused before its tools)."""
+    messages = conversation(2, calls=0)
+    calls = [{"id": "c0", "name": "f", "args": {}}, {"id": "c1", "name": "f", "args": {}}]
+    messages += [
+        {"role": "human", "content": "q2", "id": "h2"},
+        {"role": "ai", "content": "", "id": "a2", "tool_calls": calls},
+        *(
+            {"role": "tool", "content": "r", "tool_call_id": f"c{j}", "id": f"t{j}"}
+            for j in range(answered)
+        ),
+        {"role": "human", "content": "also this", "id": "note"},
+    ]
+    return messages
+
+
+@pytest.mark.parametrize("human_first", [True, False])
+@pytest.mark.parametrize("answered", [0, 1])
+def test_a_call_waiting_for_its_results_survives_a_human_message_after_it(
+    human_first: bool, answered: int
+) -> None:
+    # The cut started at the new human message and pruned the call the graph resumes into.
+    config = ReducerConfig(min_messages=2, max_messages=5, require_human_first=human_first)
+    messages = paused_then_told(answered=answered)
+    result = MessageReducer(config=config).reduce(messages)
+    kept = ["sys", "h2", "a2", *(f"t{j}" for j in range(answered)), "note"]
+    assert ids(result.surviving) == (kept if human_first else kept[:1] + kept[2:])
+    assert ids(result.pruned) == (["h0", "b0", "h1", "b1"] + ([] if human_first else ["h2"]))
+
+
+def test_a_call_answered_in_full_or_followed_by_an_answer_does_not_hold_the_cut() -> None:
+    config = ReducerConfig(min_messages=2, max_messages=5)
+    answered = paused_then_told(answered=2)
+    assert ids(MessageReducer(config=config).reduce(answered).surviving) == ["sys", "note"]
+    # An AI message without calls after it: the call was abandoned (or used as structured
+    # output), and nothing resumes into it.
+    abandoned = paused_then_told()
+    abandoned += [{"role": "ai", "content": "ok", "id": "b3"}]
+    assert ids(MessageReducer(config=config).reduce(abandoned).surviving) == ["sys", "note", "b3"]
+
+
 def test_require_human_first_off_cuts_anywhere_that_splits_no_call() -> None:
     messages = [{"role": "system", "content": "s", "id": "s"}, *turn(0, calls=2), *turn(1)]
     config = ReducerConfig(min_messages=4, max_messages=5, require_human_first=False)

@@ -96,6 +96,53 @@ def test_an_agent_loop_without_human_messages_resumes_into_its_pending_call() ->
         check_valid(messages, messages, preserved=1, human_first=False)
 
 
+def test_a_human_message_given_to_a_graph_paused_before_its_tools_keeps_the_call() -> None:
+    # update_state appending a human message cut the window at it, pruning the call the
+    # graph then resumed into: the tools node found no call to answer.
+    reducer = MessageReducer(min_messages=2, max_messages=5)
+
+    class State(TypedDict):
+        messages: Annotated[list[BaseMessage], reducer.as_langgraph_reducer()]
+
+    def agent(state: Any) -> dict[str, Any]:
+        if isinstance(state["messages"][-1], ToolMessage):
+            return {"messages": [AIMessage("done")]}
+        call = {"id": f"call-{uuid.uuid4().hex[:8]}", "name": "t", "args": {}}
+        return {"messages": [AIMessage("", tool_calls=[call])]}
+
+    def newest_call(state: Any) -> AIMessage:
+        return next(m for m in reversed(state["messages"]) if isinstance(m, AIMessage))
+
+    def tools(state: Any) -> dict[str, Any]:
+        call = newest_call(state)
+        assert call.tool_calls, [type(m).__name__ for m in state["messages"]]
+        return {"messages": [ToolMessage("r", tool_call_id=c["id"]) for c in call.tool_calls]}
+
+    builder = StateGraph(State)
+    builder.add_node("agent", agent)
+    builder.add_node("tools", tools)
+    builder.add_edge(START, "agent")
+    builder.add_conditional_edges("agent", lambda s: "tools" if newest_call(s).tool_calls else END)
+    builder.add_edge("tools", "agent")
+    graph = builder.compile(checkpointer=InMemorySaver(), interrupt_before=["tools"])
+    config: Any = {"configurable": {"thread_id": uuid.uuid4().hex}}
+    graph.invoke({"messages": [SystemMessage("sys", id="sys")]}, config)
+    for n in range(4):
+        graph.invoke({"messages": [HumanMessage(f"question {n}")]}, config)
+        assert graph.get_state(config).next == ("tools",)
+        graph.update_state(config, {"messages": [HumanMessage(f"and also {n}")]})
+        messages = graph.get_state(config).values["messages"]
+        assert [type(m).__name__ for m in messages[-3:]] == [
+            "HumanMessage",
+            "AIMessage",
+            "HumanMessage",
+        ]
+        graph.invoke(None, config)  # its tools node found the call (it asserts that)
+        messages = graph.get_state(config).values["messages"]
+        assert len(messages) <= 5
+        check_valid(messages, messages, preserved=1, human_first=True)
+
+
 async def test_an_async_graph_schedules_coroutine_hooks() -> None:
     got: list[str] = []
 

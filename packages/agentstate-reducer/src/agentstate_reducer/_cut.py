@@ -88,11 +88,14 @@ def plan_cut(
         keeping the most recent messages within budget such that the kept tail starts a
         human turn (or, with `require_human_first` off, splits no tool call from its
         results), never starting after the newest human message while the preserved one
-        and that turn fit the limit. A longer newest turn is cut inside: its human message
-        is kept (`Cut.anchor`), and after it the steps an agent loop's cut keeps. With no
+        and that turn fit the limit, nor after the newest AI message when human messages
+        follow it and one of its tool calls has no result yet (a graph paused before its
+        tools, given a message by `update_state`, resumes from that call). A longer newest
+        turn is cut inside: its human message is kept (`Cut.anchor`), and after it the steps
+        an agent loop's cut keeps. With no
         human message after the preserved one (an agent loop) the kept tail starts where it
-        splits no tool call, never after the newest AI message when that calls tools (a graph paused
-        before its tools, or just after them, resumes from that message) nor after the
+        splits no tool call, never after the newest AI message when that calls tools (a graph
+        paused before its tools, or just after them, resumes from that message) nor after the
         newest message that is neither a system message nor a tool result, however many
         tokens it holds. A tool result that arrived late (after a newer AI or human message
         than its call) leaves with its call instead of holding the cut back. A result listed
@@ -184,6 +187,10 @@ def plan_cut(
     human_turns = last_human >= preserved
     if human_turns:
         limit = last_human
+        if newest_call < last_human and _unanswered(messages, newest_call, parent):
+            # Human messages came after a call still waiting for its results (a graph paused
+            # before its tools, given a message by `update_state`): it resumes from that call.
+            limit = newest_call
     else:  # an agent loop keeps its newest step: the newest message, or the call it answers
         # A tool result is left out: one that answers the newest call limits the cut at
         # that call (`newest_call`), and an orphan, or one that arrived late, leaves with
@@ -236,6 +243,12 @@ def _newest_step(roles: list[str], after: int) -> int:
         (i for i in range(len(roles) - 1, after, -1) if roles[i] not in (SYSTEM, TOOL)),
         len(roles),
     )
+
+
+def _unanswered(messages: Sequence[Any], caller: int, parent: dict[int, int]) -> bool:
+    """Whether a tool call of the AI message at `caller` has no result in the list."""
+    answered = {tool_call_id_of(messages[i]) for i, to in parent.items() if to == caller}
+    return any(call_id not in answered for call_id in tool_call_ids(messages[caller]))
 
 
 def _over_limit(
