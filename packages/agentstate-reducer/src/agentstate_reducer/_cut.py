@@ -89,11 +89,11 @@ def plan_cut(
         human turn (or, with `require_human_first` off, splits no tool call from its
         results), never starting after the newest human message while the preserved one
         and that turn fit the limit, nor after the newest AI message when human messages
-        follow it and one of its tool calls has no result yet (a graph paused before its
-        tools, given a message by `update_state`, resumes from that call). A longer newest
-        turn is cut inside: its human message is kept (`Cut.anchor`), and after it the steps
-        an agent loop's cut keeps. With no
-        human message after the preserved one (an agent loop) the kept tail starts where it
+        follow it, one of its tool calls has no result yet and a cut before it fits the limit
+        (a graph paused before its tools, given a message by `update_state`, resumes from
+        that call). A longer newest turn is cut inside: its human message is kept
+        (`Cut.anchor`), and after it the steps an agent loop's cut keeps. With no human
+        message after the preserved one (an agent loop) the kept tail starts where it
         splits no tool call, never after the newest AI message when that calls tools (a graph
         paused before its tools, or just after them, resumes from that message) nor after the
         newest message that is neither a system message nor a tool result, however many
@@ -185,21 +185,24 @@ def plan_cut(
         clean[result] = False
 
     human_turns = last_human >= preserved
+    if human_turns and config.require_human_first:
+        candidates = [i for i in humans if i >= preserved and clean[i]]
+    else:
+        candidates = list(compress(range(preserved, n), clean[preserved:]))
     if human_turns:
         limit = last_human
         if newest_call < last_human and _unanswered(messages, newest_call, parent):
             # Human messages came after a call still waiting for its results (a graph paused
-            # before its tools, given a message by `update_state`): it resumes from that call.
-            limit = newest_call
+            # before its tools, given a message by `update_state`): it resumes from that call,
+            # kept when a cut before it leaves the list within its limit.
+            held = max((i for i in candidates if i <= newest_call), default=None)
+            if held is not None and not _over_limit(config, tokens, preserved, held, n):
+                limit = newest_call
     else:  # an agent loop keeps its newest step: the newest message, or the call it answers
         # A tool result is left out: one that answers the newest call limits the cut at
         # that call (`newest_call`), and an orphan, or one that arrived late, leaves with
         # any cut after its call, so a cut before it would protect only what follows it.
         limit = min(newest_call, _newest_step(roles, preserved - 1))
-    if human_turns and config.require_human_first:
-        candidates = [i for i in humans if i >= preserved and clean[i]]
-    else:
-        candidates = list(compress(range(preserved, n), clean[preserved:]))
     candidates.append(n)
 
     if tokens is None:
