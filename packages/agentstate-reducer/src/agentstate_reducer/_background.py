@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ._config import RememberFn
-from ._delivery import caller_cancelled, hook_key
+from ._delivery import caller_cancelled, hook_key, own_cancellation
 from ._messages import shown
 
 logger = logging.getLogger("agentstate_reducer")
@@ -551,8 +551,8 @@ class AsyncBackground:
                 raise
         finally:
             if own:  # a failure of the hook's, unlike a cancellation as the loop ended
-                cause, error = error, RuntimeError("the hook raised CancelledError itself")
-                error.__cause__ = cause
+                assert isinstance(error, asyncio.CancelledError)
+                error = own_cancellation(error)
             pending = self._settle_batch(queued, error, cancelled=not own)
             if inspect.isawaitable(pending):
                 try:

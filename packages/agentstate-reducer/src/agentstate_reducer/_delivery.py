@@ -61,6 +61,14 @@ def caller_cancelled() -> bool:
     return bool(cancelling())
 
 
+def own_cancellation(exc: asyncio.CancelledError) -> RuntimeError:
+    """The failure a `CancelledError` a hook raised itself (`caller_cancelled` false) counts
+    as: a `RuntimeError` caused by it, so that nothing takes it for a cancellation."""
+    error = RuntimeError("the on_prune hook raised CancelledError itself")
+    error.__cause__ = exc
+    return error
+
+
 def hook_keys(hooks: Sequence[object]) -> list[str]:
     """Return one key per hook; repeated keys get `#2`, `#3`, ... in list order."""
     keys: list[str] = []
@@ -193,8 +201,9 @@ class Dispatcher:
 
     def probing(self, key: str) -> None:
         """Hook `key`, which raised before, is handed one batch to run later (a background
-        hook's): it rests until that batch settles, at most `max_retry_after`, so that the
-        deliveries made meanwhile do not hand it one each."""
+        hook's, or a coroutine hook's scheduled on the event loop): it rests until that batch
+        settles, at most `max_retry_after`, so that the deliveries made meanwhile do not hand
+        it one each."""
         with self._lock:
             if self.retry_after and (down := self._down.get(key)) is not None:
                 self._down[key] = (down[0], self.clock() + self.max_retry_after)

@@ -13,7 +13,7 @@ from typing import Any
 from ._background import AsyncBackground, Background, BatchDropped
 from ._config import ReducerConfig, ReducerResult
 from ._cut import Cut, checked_count, plan_cut
-from ._delivery import Dispatcher, Job, ReportBuilder, caller_cancelled, hook_keys
+from ._delivery import Dispatcher, Job, ReportBuilder, caller_cancelled, hook_keys, own_cancellation
 from ._ledger import AsyncDeliveryLedger, DeliveryLedger, InMemoryLedger
 from ._merge import CutIds, merge_messages
 from ._messages import check_messages, is_message, message_identity, shown
@@ -688,7 +688,7 @@ async def _hook_call(awaitable: Any) -> Any:
     except asyncio.CancelledError as exc:
         if caller_cancelled():
             raise
-        raise RuntimeError("the on_prune hook raised CancelledError itself") from exc
+        raise own_cancellation(exc) from exc
 
 
 def _summary_text(summary: Any) -> str | None:
