@@ -160,6 +160,33 @@ def last_human(messages: Sequence[Any]) -> int:
     return max((i for i, m in enumerate(messages) if role(m) == "human"), default=-1)
 
 
+def held_call(messages: Sequence[Any], kept: Sequence[Any]) -> list[Any] | None:
+    """The results of the newest AI message when `kept` holds it, it calls tools and a human
+    message follows it (no AI message has read them): a cut may keep it with them over the
+    limit, by those results. None otherwise."""
+    newest = max((i for i, m in enumerate(messages) if role(m) == "ai"), default=-1)
+    calls = set(call_ids(messages[newest])) if newest >= 0 else set()
+    if not calls or newest > last_human(messages) or not any(m is messages[newest] for m in kept):
+        return None
+    return [m for m in messages if role(m) == "tool" and get(m, "tool_call_id") in calls]
+
+
+def human_first_applies(
+    source: Sequence[Any], kept: Sequence[Any], preserved: int, require_human_first: bool
+) -> bool:
+    """Whether a cut's kept part must open with a human message after the preserved one: not
+    when the only human message is the preserved one (the steps after it are an agent loop's),
+    nor when a preserved question is followed by the call a cut holds (`held_call`) and no
+    other human message before it."""
+    newest = last_human(source)
+    if not require_human_first or newest < preserved:
+        return False
+    if preserved and role(source[0]) == "human" and held_call(source, kept) is not None:
+        call = max(i for i, m in enumerate(source) if role(m) == "ai")
+        return any(role(m) == "human" for m in source[preserved:call])
+    return True
+
+
 def splits_no_call(messages: Sequence[Any], index: int) -> bool:
     """True when no tool result at or after `index` answers a call made before it."""
     callers: dict[str, int] = {}

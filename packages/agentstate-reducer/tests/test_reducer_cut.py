@@ -236,46 +236,67 @@ def test_without_any_human_message_the_newest_call_survives_a_cut(
     assert ids(result.surviving) == kept
 
 
-def paused_then_told(*, answered: int = 0) -> list[dict[str, Any]]:
-    """Three turns; the third's AI message calls two tools, `answered` of them answered, and
-    then a human message arrives (`update_state` on a graph paused before its tools)."""
+def paused_then_told(*, answered: int = 0, late: bool = False) -> list[dict[str, Any]]:
+    """Three turns; the third's AI message calls two tools, `answered` of them answered
+    (after the human message when `late`), and a human message follows it (`update_state` on
+    a graph paused before or after its tools)."""
     messages = conversation(2, calls=0)
     calls = [{"id": "c0", "name": "f", "args": {}}, {"id": "c1", "name": "f", "args": {}}]
+    results = [
+        {"role": "tool", "content": "r", "tool_call_id": f"c{j}", "id": f"t{j}"}
+        for j in range(answered)
+    ]
+    note = {"role": "human", "content": "also this", "id": "note"}
     messages += [
         {"role": "human", "content": "q2", "id": "h2"},
         {"role": "ai", "content": "", "id": "a2", "tool_calls": calls},
-        *(
-            {"role": "tool", "content": "r", "tool_call_id": f"c{j}", "id": f"t{j}"}
-            for j in range(answered)
-        ),
-        {"role": "human", "content": "also this", "id": "note"},
+        *([note, *results] if late else [*results, note]),
     ]
     return messages
 
 
 @pytest.mark.parametrize("human_first", [True, False])
-@pytest.mark.parametrize("answered", [0, 1])
-def test_a_call_waiting_for_its_results_survives_a_human_message_after_it(
-    human_first: bool, answered: int
+@pytest.mark.parametrize(("answered", "late"), [(0, False), (1, False), (2, False), (2, True)])
+def test_a_call_no_ai_message_read_the_results_of_survives_a_human_message_after_it(
+    human_first: bool, answered: int, late: bool
 ) -> None:
-    # The cut started at the new human message and pruned the call the graph resumes into.
+    # The cut started at the new human message and pruned the call the graph resumes into
+    # (or pruned it with the results a tools node had just added, so the agent called the
+    # tools again).
     config = ReducerConfig(min_messages=2, max_messages=5, require_human_first=human_first)
-    messages = paused_then_told(answered=answered)
+    messages = paused_then_told(answered=answered, late=late)
     result = MessageReducer(config=config).reduce(messages)
-    kept = ["sys", "h2", "a2", *(f"t{j}" for j in range(answered)), "note"]
-    assert ids(result.surviving) == (kept if human_first else kept[:1] + kept[2:])
-    assert ids(result.pruned) == (["h0", "b0", "h1", "b1"] + ([] if human_first else ["h2"]))
+    kept = ids(messages[5:])  # from h2
+    assert ids(result.surviving) == ["sys", *(kept if human_first else kept[1:])]
+    # over max_messages only by the results
+    assert len(result.surviving) <= 5 + answered
 
 
-def test_a_call_answered_in_full_or_followed_by_an_answer_does_not_hold_the_cut() -> None:
+def test_a_call_an_ai_message_followed_or_over_the_limit_without_its_results_is_cut() -> None:
     config = ReducerConfig(min_messages=2, max_messages=5)
-    answered = paused_then_told(answered=2)
-    assert ids(MessageReducer(config=config).reduce(answered).surviving) == ["sys", "note"]
-    # An AI message without calls after it: the call was abandoned (or used as structured
-    # output), and nothing resumes into it.
+    # An AI message after it read the results, or the call was abandoned (or used as
+    # structured output): nothing resumes into it.
     abandoned = paused_then_told()
     abandoned += [{"role": "ai", "content": "ok", "id": "b3"}]
     assert ids(MessageReducer(config=config).reduce(abandoned).surviving) == ["sys", "note", "b3"]
+    config = ReducerConfig(min_messages=2, max_messages=3)
+    result = MessageReducer(config=config).reduce(paused_then_told(answered=2, late=True))
+    assert ids(result.surviving) == ["sys", "note"]  # the late results left with their call
+
+
+def test_a_preserved_question_lets_the_held_call_open_the_kept_part() -> None:
+    # With require_human_first the only human message before the call was the preserved
+    # one, so no cut before the call was allowed and the call was pruned.
+    call = [{"id": "c1", "name": "f", "args": {}}]
+    messages = [
+        {"role": "human", "content": "q", "id": "h0"},
+        {"role": "ai", "content": "", "id": "a1", "tool_calls": call},
+        {"role": "tool", "content": "r", "tool_call_id": "c1", "id": "t1"},
+        {"role": "ai", "content": "", "id": "a2", "tool_calls": [{"id": "c2", "name": "f"}]},
+        {"role": "human", "content": "also", "id": "note"},
+    ]
+    config = ReducerConfig(min_messages=2, max_messages=4)
+    assert ids(MessageReducer(config=config).reduce(messages).surviving) == ["h0", "a2", "note"]
 
 
 def test_require_human_first_off_cuts_anywhere_that_splits_no_call() -> None:

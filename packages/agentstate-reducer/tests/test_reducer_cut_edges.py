@@ -22,6 +22,8 @@ from reducer_helpers import (
     check_partition,
     check_valid,
     get,
+    held_call,
+    human_first_applies,
     last_human,
     preserved_count,
     role,
@@ -223,6 +225,20 @@ def tangles(draw: st.DrawFn) -> list[dict[str, Any]]:
     True,
     True,
 )
+# A preserved question, then the held call: it opens the kept part after the question.
+@example(
+    [
+        {"id": "m0", "content": "0", "role": "human"},
+        {"id": "m1", "content": "1", "role": "ai"},
+        {"id": "m2", "content": "2", "role": "ai", "tool_calls": [{"id": "k2", "name": "f"}]},
+        {"id": "m3", "content": "3", "role": "human"},
+    ],
+    0,
+    3,
+    True,
+    True,
+    False,
+)
 def test_tangled_tool_exchanges_never_leave_an_invalid_window(
     source: list[dict[str, Any]],
     keep: int,
@@ -251,7 +267,7 @@ def test_tangled_tool_exchanges_never_leave_an_invalid_window(
         source,
         result.surviving,
         preserved=preserved,
-        human_first=human_first and newest >= preserved,  # else the steps are an agent loop's
+        human_first=human_first_applies(source, result.surviving, preserved, human_first),
     )
     if newest >= 0:
         assert any(m is source[newest] for m in result.surviving), "newest human message pruned"
@@ -487,22 +503,11 @@ def test_late_and_misordered_results_keep_cuts_bounded_and_whole(
     if result.pruned:
         assert newest == len(messages) or any(m is messages[newest] for m in kept)
         bound = max(min_messages, preserved + len(messages) - start)
-        # or, for a call waiting for its results before the newest human message, the limit
-        assert len(kept) <= bound or (
-            _waiting_call_kept(messages, kept) and len(kept) <= config.max_messages
-        ), ids(kept)
+        answers = held_call(messages, kept)
+        if answers is not None:  # within the limit but for the results no AI message read
+            bound = max(bound, config.max_messages + len(answers))  # type: ignore[operator]
+        assert len(kept) <= bound, ids(kept)
     assert reducer.plan(kept).pruned == [] or len(kept) > config.max_messages  # type: ignore[operator]
-
-
-def _waiting_call_kept(messages: list[Any], kept: list[Any]) -> bool:
-    """Whether `kept` holds the newest AI message of `messages` that calls tools, when one of
-    its calls has no result and a human message follows it."""
-    newest = max((i for i, m in enumerate(messages) if role(m) == "ai"), default=-1)
-    if newest < 0 or newest > last_human(messages):
-        return False
-    answered = {m.get("tool_call_id") for m in messages if role(m) == "tool"}
-    waiting = [c for c in call_ids(messages[newest]) if c not in answered]
-    return bool(waiting) and any(m is messages[newest] for m in kept)
 
 
 def test_a_result_before_its_call_with_turns_between_holds_no_cut_back() -> None:

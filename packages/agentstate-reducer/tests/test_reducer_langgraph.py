@@ -96,50 +96,56 @@ def test_an_agent_loop_without_human_messages_resumes_into_its_pending_call() ->
         check_valid(messages, messages, preserved=1, human_first=False)
 
 
-def test_a_human_message_given_to_a_graph_paused_before_its_tools_keeps_the_call() -> None:
+@pytest.mark.parametrize("pause", ["before", "after"])
+def test_a_human_message_given_to_a_graph_paused_at_its_tools_keeps_the_call(pause: str) -> None:
     # update_state appending a human message cut the window at it, pruning the call the
-    # graph then resumed into: the tools node found no call to answer.
-    reducer = MessageReducer(min_messages=2, max_messages=5)
+    # graph resumed into (its tools node found no call), or, once the tools node had added
+    # the results, the call with them: the agent never read them and called the tool again.
+    reducer = MessageReducer(min_messages=2, max_messages=4)
+    runs: list[str] = []
 
     class State(TypedDict):
         messages: Annotated[list[BaseMessage], reducer.as_langgraph_reducer()]
 
-    def agent(state: Any) -> dict[str, Any]:
-        if isinstance(state["messages"][-1], ToolMessage):
-            return {"messages": [AIMessage("done")]}
-        call = {"id": f"call-{uuid.uuid4().hex[:8]}", "name": "t", "args": {}}
-        return {"messages": [AIMessage("", tool_calls=[call])]}
+    def waiting(state: Any) -> AIMessage | None:
+        """The newest AI message when it calls tools not all answered in the window."""
+        messages = state["messages"]
+        newest = next((m for m in reversed(messages) if isinstance(m, AIMessage)), None)
+        answered = {m.tool_call_id for m in messages if isinstance(m, ToolMessage)}
+        if newest is None or not newest.tool_calls:
+            return None
+        return newest if {c["id"] for c in newest.tool_calls} - answered else None
 
-    def newest_call(state: Any) -> AIMessage:
-        return next(m for m in reversed(state["messages"]) if isinstance(m, AIMessage))
+    def agent(state: Any) -> dict[str, Any]:
+        newest = next((m for m in reversed(state["messages"]) if isinstance(m, AIMessage)), None)
+        if newest is not None and newest.tool_calls and waiting(state) is None:
+            return {"messages": [AIMessage("done")]}  # it read the results
+        calls = [{"id": f"call-{uuid.uuid4().hex[:8]}", "name": "t", "args": {}} for _ in "ab"]
+        return {"messages": [AIMessage("", tool_calls=calls)]}
 
     def tools(state: Any) -> dict[str, Any]:
-        call = newest_call(state)
-        assert call.tool_calls, [type(m).__name__ for m in state["messages"]]
+        call = waiting(state)
+        assert call is not None, [type(m).__name__ for m in state["messages"]]
+        runs.extend(c["id"] for c in call.tool_calls)
         return {"messages": [ToolMessage("r", tool_call_id=c["id"]) for c in call.tool_calls]}
 
     builder = StateGraph(State)
     builder.add_node("agent", agent)
     builder.add_node("tools", tools)
     builder.add_edge(START, "agent")
-    builder.add_conditional_edges("agent", lambda s: "tools" if newest_call(s).tool_calls else END)
+    builder.add_conditional_edges("agent", lambda s: "tools" if waiting(s) else END)
     builder.add_edge("tools", "agent")
-    graph = builder.compile(checkpointer=InMemorySaver(), interrupt_before=["tools"])
+    graph = builder.compile(checkpointer=InMemorySaver(), **{f"interrupt_{pause}": ["tools"]})
     config: Any = {"configurable": {"thread_id": uuid.uuid4().hex}}
-    graph.invoke({"messages": [SystemMessage("sys", id="sys")]}, config)
     for n in range(4):
-        graph.invoke({"messages": [HumanMessage(f"question {n}")]}, config)
-        assert graph.get_state(config).next == ("tools",)
+        opening = [SystemMessage("sys", id="sys")] if n == 0 else []
+        graph.invoke({"messages": [*opening, HumanMessage(f"question {n}")]}, config)
         graph.update_state(config, {"messages": [HumanMessage(f"and also {n}")]})
+        graph.invoke(None, config)
         messages = graph.get_state(config).values["messages"]
-        assert [type(m).__name__ for m in messages[-3:]] == [
-            "HumanMessage",
-            "AIMessage",
-            "HumanMessage",
-        ]
-        graph.invoke(None, config)  # its tools node found the call (it asserts that)
-        messages = graph.get_state(config).values["messages"]
-        assert len(messages) <= 5
+        assert messages[-1].content == "done", [type(m).__name__ for m in messages]
+        assert len(runs) == len(set(runs)) == 2 * (n + 1)  # each call ran once
+        assert len(messages) <= 4 + 2  # over max_messages by the results until "done"
         check_valid(messages, messages, preserved=1, human_first=True)
 
 

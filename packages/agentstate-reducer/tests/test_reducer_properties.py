@@ -15,6 +15,8 @@ from reducer_helpers import (
     check_valid,
     conversations,
     get,
+    held_call,
+    human_first_applies,
     is_injected,
     last_human,
     preserved_count,
@@ -68,9 +70,9 @@ def check_cut(source: list[Any], config: ReducerConfig) -> None:
         source,
         result.surviving,
         preserved=preserved,
-        # a preserved human message alone opens the only turn, whose steps are cut as an
-        # agent loop's
-        human_first=config.require_human_first and newest >= preserved,
+        human_first=human_first_applies(
+            source, result.surviving, preserved, config.require_human_first
+        ),
     )
     if newest >= 0:
         assert any(m is source[newest] for m in result.surviving), "newest human message pruned"
@@ -82,11 +84,17 @@ def check_cut(source: list[Any], config: ReducerConfig) -> None:
         assert any(m is source[step] for m in result.surviving), "newest step pruned"
     kept = [m for m in result.surviving if any(m is s for s in source)]
     protected = protected_part(source, config, preserved, newest, call, step)
+    answers = held_call(source, kept)
     if config.max_tokens is None:
+        if answers is not None:  # within the limit but for the results no AI message read
+            assert len(result.surviving) <= (config.max_messages or 0) + len(answers)
+            return
         assert len(kept) <= max(config.min_messages, preserved + len(protected))
         assert len(result.surviving) <= max(config.max_messages or 0, preserved + len(protected))
     else:
         target = config.target_tokens if config.target_tokens is not None else config.max_tokens
+        if answers is not None:
+            target = config.max_tokens + sum(map(tokens, answers))
         floor = sum(map(tokens, source[:preserved] + protected))
         assert sum(map(tokens, kept)) <= max(target, floor)
 

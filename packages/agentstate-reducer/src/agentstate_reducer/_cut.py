@@ -88,12 +88,14 @@ def plan_cut(
         keeping the most recent messages within budget such that the kept tail starts a
         human turn (or, with `require_human_first` off, splits no tool call from its
         results), never starting after the newest human message while the preserved one
-        and that turn fit the limit, nor after the newest AI message when human messages
-        follow it, one of its tool calls has no result yet and a cut before it fits the limit
-        (a graph paused before its tools, given a message by `update_state`, resumes from
-        that call). A longer newest turn is cut inside: its human message is kept
-        (`Cut.anchor`), and after it the steps an agent loop's cut keeps. With no human
-        message after the preserved one (an agent loop) the kept tail starts where it
+        and that turn fit the limit, nor after the newest AI message when it calls tools and
+        a human message follows it (a graph paused before or after its tools, given a message
+        by `update_state`, resumes into that call, whose results no AI message has read), as
+        long as a cut before it fits the limit, its results aside (so they may take the list
+        over it until an AI message follows). A longer newest turn is cut inside: its human
+        message is kept (`Cut.anchor`), and after it the steps an agent loop's cut keeps.
+        With no human message after the preserved one (an agent loop) the kept tail starts
+        where it
         splits no tool call, never after the newest AI message when that calls tools (a graph
         paused before its tools, or just after them, resumes from that message) nor after the
         newest message that is neither a system message nor a tool result, however many
@@ -191,13 +193,20 @@ def plan_cut(
         candidates = list(compress(range(preserved, n), clean[preserved:]))
     if human_turns:
         limit = last_human
-        if newest_call < last_human and _unanswered(messages, newest_call, parent):
-            # Human messages came after a call still waiting for its results (a graph paused
-            # before its tools, given a message by `update_state`): it resumes from that call,
-            # kept when a cut before it leaves the list within its limit.
-            held = max((i for i in candidates if i <= newest_call), default=None)
-            if held is not None and not _over_limit(config, tokens, preserved, held, n):
+        if newest_call < last_human:
+            # A human message came after the newest AI message, which calls tools (given by
+            # `update_state` to a graph paused before or after its tools): no AI message has
+            # read their results yet, and the graph resumes into that call. It is kept, with
+            # its results, where a cut before it leaves the list within its limit, those
+            # results aside (a tools node may have just added them).
+            before = [i for i in candidates if i <= newest_call]
+            if not before and preserved and roles[0] == HUMAN:
+                # the preserved question opens the turn: its steps are cut as an agent loop's
+                before = [i for i in range(preserved, newest_call + 1) if clean[i]]
+            answers = [i for i, caller in parent.items() if caller == newest_call]
+            if before and not _over_limit(config, tokens, preserved, before[-1], n, answers):
                 limit = newest_call
+                candidates = sorted({*candidates, *before})
     else:  # an agent loop keeps its newest step: the newest message, or the call it answers
         # A tool result is left out: one that answers the newest call limits the cut at
         # that call (`newest_call`), and an orphan, or one that arrived late, leaves with
@@ -248,22 +257,22 @@ def _newest_step(roles: list[str], after: int) -> int:
     )
 
 
-def _unanswered(messages: Sequence[Any], caller: int, parent: dict[int, int]) -> bool:
-    """Whether a tool call of the AI message at `caller` has no result in the list."""
-    answered = {tool_call_id_of(messages[i]) for i, to in parent.items() if to == caller}
-    return any(call_id not in answered for call_id in tool_call_ids(messages[caller]))
-
-
 def _over_limit(
-    config: ReducerConfig, tokens: list[int] | None, preserved: int, first: int, n: int
+    config: ReducerConfig,
+    tokens: list[int] | None,
+    preserved: int,
+    first: int,
+    n: int,
+    spare: Sequence[int] = (),
 ) -> bool:
-    """Whether the preserved message and `[first:n]` alone exceed `max_messages` (count
-    mode) or `max_tokens` (token mode)."""
+    """Whether the preserved message and `[first:n]` alone, the indices `spare` (within it)
+    left out, exceed `max_messages` (count mode) or `max_tokens` (token mode)."""
     if tokens is None:
         assert config.max_messages is not None
-        return preserved + n - first > config.max_messages
+        return preserved + n - first - len(spare) > config.max_messages
     assert config.max_tokens is not None
-    return sum(tokens[:preserved]) + sum(tokens[first:]) > config.max_tokens
+    size = sum(tokens[:preserved]) + sum(tokens[first:]) - sum(tokens[i] for i in spare)
+    return size > config.max_tokens
 
 
 def checked_count(count_tokens: TokenCounter, message: Any, index: int) -> int:
