@@ -14,6 +14,7 @@ import inspect
 import math
 import re
 import socket
+import sys
 import threading
 import time
 import uuid
@@ -1232,8 +1233,11 @@ def test_misconfigurations_say_what_to_do(client: redis.Redis, prefix: str) -> N
         ReducingSaver(
             InMemorySaver(), reducer(ledger, Counter(ledger, name="c"), Counter(ledger, name="c"))
         )
-    with pytest.warns(UserWarning, match="InMemoryLedger"):
+    with pytest.warns(UserWarning, match="InMemoryLedger") as caught:
         ReducingSaver(InMemorySaver(), reducer(InMemoryLedger()), outbox=outbox)
+    # it points at the line building the saver (it named the line calling this function)
+    assert caught[0].filename == __file__
+    assert caught[0].lineno == sys._getframe().f_lineno - 3
     with pytest.raises(ValueError, match="mode"):
         Delivery("sometimes")  # type: ignore[arg-type]
 

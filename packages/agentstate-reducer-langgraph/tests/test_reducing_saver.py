@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import inspect
 import sqlite3
 import subprocess
 import sys
@@ -184,6 +185,14 @@ def test_the_same_reducer_passes_through_and_a_different_one_is_refused() -> Non
         ReducingSaver(SaverWithSlot(reducer()), r)
     with pytest.raises(ValueError, match="twice"):
         ReducingSaver(ReducingSaver(InMemorySaver(), reducer()), r)
+
+
+def test_help_shows_the_parameters() -> None:
+    # inspect (help(), IDEs) showed `(*args, **kwargs)`, the signature of `__new__`.
+    for cls in (ReducingSaver, type(ReducingSaver(InMemorySaver(), MessageReducer(2, 4)))):
+        parameters = inspect.signature(cls).parameters
+        assert list(parameters) == ["inner", "reducer", "messages_key", "outbox", "delivery"]
+        assert parameters["delivery"].default == "inline"
 
 
 def test_bad_arguments_say_what_to_pass() -> None:

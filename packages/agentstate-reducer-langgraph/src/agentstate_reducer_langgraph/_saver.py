@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import inspect
 import threading
 import warnings
 from collections import OrderedDict
@@ -1122,7 +1123,7 @@ def _check_outbox(outbox: Outbox, reducer: MessageReducer, reduces_itself: bool)
             "or by another process, reaches the hooks again. Pass "
             "MessageReducer(..., ledger=RedisDeliveryLedger(client)) for exactly once",
             UserWarning,
-            stacklevel=4,
+            stacklevel=3,  # the line building the ReducingSaver
         )
 
 
@@ -1165,6 +1166,15 @@ def _history(name: str) -> Callable[..., Any]:
     history.__name__ = name
     return history
 
+
+# help(), inspect and IDEs show the parameters of `__init__`, not `__new__`'s catch-all.
+setattr(  # noqa: B010 (the type has no such attribute to assign to)
+    ReducingSaver,
+    "__signature__",
+    inspect.signature(ReducingSaver.__init__).replace(
+        parameters=list(inspect.signature(ReducingSaver.__init__).parameters.values())[1:]
+    ),
+)
 
 _CLASSES: dict[tuple[type, frozenset[str]], type] = {}
 BASE_METHODS = (
