@@ -1490,6 +1490,23 @@ async def test_a_resp3_client_on_redis_5_is_told_to_use_protocol_2(
         await aclient.aclose()
 
 
+@pytest.mark.parametrize("side", ["async", "sync"])
+async def test_protocol_3_given_to_a_saver_on_redis_5_is_told_to_leave_it_out(
+    server_pool: Any, side: str, prefix: str
+) -> None:
+    # Its fix told to build a client= with protocol=2, which the caller had not done.
+    url = server_pool.get("redis-5")
+    fix = r"leave protocol=3 out: the saver's default, protocol=2, works on any Redis$"
+    if side == "sync":
+        with RedisSaver(url, prefix=prefix, protocol=3) as saver:
+            with pytest.raises(PlainRedisError, match=fix):
+                saver.get_tuple(cfg("t"))
+    else:
+        async with AsyncRedisSaver(url, prefix=prefix, protocol=3) as asaver:
+            with pytest.raises(PlainRedisError, match=fix):
+                await asaver.aget_tuple(cfg("t"))
+
+
 def test_an_error_raised_while_handling_the_resp3_one_is_not_taken_for_it(
     server_pool: Any, prefix: str
 ) -> None:

@@ -289,11 +289,12 @@ def client_example(cls: str, cluster: bool = False) -> str:
 
 
 def translate_error(
-    error: Exception, prefix: str, client: str = client_example("RedisSaver")
+    error: Exception, prefix: str, client: str | None = client_example("RedisSaver")
 ) -> PlainRedisError | None:
     """Maps an error reply to the package's exception, or None for other errors.
     `client` shows how to build the client the saver takes (`client_example`), named in the
-    fix of a RESP3 client on a server without RESP3."""
+    fix of a RESP3 client on a server without RESP3; None when the saver built its client
+    from a URL, and `protocol=3` is to be left out."""
     message = str(error)
     # The reply starts the message, or follows redis-py 5's note on which command of a
     # pipeline failed (its async client quotes the reply as a tuple: "('MOVED ...',)").
@@ -311,6 +312,10 @@ def translate_error(
         )
     refusal = _resp3_refusal(error)
     if refusal is not None:
+        if client is None:
+            return resp2_needed(
+                refusal, "leave protocol=3 out: the saver's default, protocol=2, works on any Redis"
+            )
         return resp2_needed(
             refusal,
             f"build the client with protocol=2, e.g. {client} (redis-py 8 defaults to 3), or "
@@ -369,7 +374,7 @@ def unindexed_error(
 
 
 def info_refused(
-    error: ResponseError, prefix: str, client: str = client_example("RedisSaver")
+    error: ResponseError, prefix: str, client: str | None = client_example("RedisSaver")
 ) -> bool:
     """Whether the server is a cluster node, after `INFO cluster` failed with `error`: a user
     without INFO (NOPERM) or a server that renamed it away ("unknown command") is taken as
@@ -646,8 +651,11 @@ class SaverCore:
     # -- helpers -------------------------------------------------------------------------
 
     @property
-    def _client_example(self) -> str:
-        """How to build the client this saver takes, for the fix an error names."""
+    def _client_example(self) -> str | None:
+        """How to build the client this saver takes, for the fix an error names; None when it
+        built its own from a URL (`translate_error`)."""
+        if getattr(self, "_owns_client", False):
+            return None
         return client_example(self._SIDE, self._cluster)
 
     def _raise_translated(self, error: Exception) -> None:
