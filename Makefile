@@ -70,8 +70,8 @@ release-check:  ## versions, CHANGELOGs and tags agree (RELEASING.md)
 test: lint docs release-check servers test-unit test-integration  ## everything CI runs
 
 .PHONY: demo
-demo: sync  ## a chat graph on plain Redis with a bounded window (REDIS_URL=... to use yours)
-	$(RUN) python examples/demo.py
+demo: sync  ## a chat graph on plain Redis with a bounded window (REDIS_URL=... to use yours; ARGS=--sync)
+	$(RUN) python examples/demo.py $(ARGS)
 
 .PHONY: bench
 bench: sync  ## benchmarks, side by side in one run: bench/results/report.md and plots
@@ -92,5 +92,5 @@ build: sync  ## one wheel and one sdist per package into dist/
 	for p in $(PACKAGES); do $(UV) build --package $$p --no-sources --out-dir dist || exit 1; done
 
 .PHONY: clean
-clean:  ## remove build output and caches (keeps downloaded servers)
-	rm -rf dist .pytest_cache .mypy_cache .ruff_cache .hypothesis
+clean:  ## remove build output (dist, the docs site) and caches (keeps downloaded servers)
+	rm -rf dist site .pytest_cache .mypy_cache .ruff_cache .hypothesis

