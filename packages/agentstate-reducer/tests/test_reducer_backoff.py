@@ -370,3 +370,36 @@ def test_a_scheduled_coroutine_hook_out_on_a_probe_is_handed_nothing_more() -> N
     clock.advance(1.0)
     asyncio.run(requests(1, 10))
     assert calls[0] == 2 and reducer._dispatcher.failures(hook_key(store)) == (2, 2.0)
+
+
+def test_retry_now_ends_a_rest_and_names_a_hook_it_does_not_know() -> None:
+    # A store known to be back had to wait out the rest (up to max_retry_after).
+    hook, other = Down(), Recorder()
+    reducer, clock = clocked(hook, retry_after=60.0)
+    reducer.config.on_prune.append(other)
+    reducer.deliver(said(0), "ns")
+    reducer.deliver([], "ns")
+    assert hook.tried == 1 and reducer.pending == 1
+    hook.down = False
+    reducer.retry_now(hook)
+    reducer.deliver([], "ns")
+    assert hook.tried == 2 and hook.got == ["m0"] and reducer.pending == 0
+    hook.down = True
+    reducer.deliver(said(1), "ns")
+    reducer.deliver([], "ns")
+    assert hook.tried == 3
+    reducer.retry_now(hook_key(hook))  # by its key
+    reducer.deliver([], "ns")
+    assert hook.tried == 4
+    reducer.retry_now()  # every hook
+    reducer.deliver([], "ns")
+    assert hook.tried == 5
+    # its failures in a row still count: the next rest is longer
+    clock.advance(60 * 4 - 0.001)
+    reducer.deliver([], "ns")
+    assert hook.tried == 5
+    assert other.ids == ["m0", "m1"]
+    with pytest.raises(ValueError, match=r"retry_now\('nope'\): not a hook of this reducer"):
+        reducer.retry_now("nope")
+    with pytest.raises(ValueError, match="pass one of config.on_prune or its key"):
+        reducer.retry_now(Down())

@@ -199,6 +199,14 @@ class Dispatcher:
         failures, until = self._down.get(key, (0, 0.0))
         return failures, max(0.0, until - self.clock()) if failures else 0.0
 
+    def wake(self, keys: Sequence[str]) -> None:
+        """Ends the rests of hooks `keys`: the next delivery calls each (a background hook
+        gets one batch first). Their failures in a row still count toward a next rest."""
+        with self._lock:
+            for key in keys:
+                if (down := self._down.get(key)) is not None:
+                    self._down[key] = (down[0], self.clock())
+
     def probing(self, key: str) -> None:
         """Hook `key`, which raised before, is handed one batch to run later (a background
         hook's, or a coroutine hook's scheduled on the event loop): it rests until that batch

@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from ._background import AsyncBackground, Background, BatchDropped
-from ._config import ReducerConfig, ReducerResult
+from ._config import ReducerConfig, ReducerResult, RememberFn
 from ._cut import Cut, checked_count, plan_cut
 from ._delivery import Dispatcher, Job, ReportBuilder, caller_cancelled, hook_keys, own_cancellation
 from ._ledger import AsyncDeliveryLedger, DeliveryLedger, InMemoryLedger
@@ -99,6 +99,30 @@ class MessageReducer:
         """How many (hook, message) deliveries were dropped from a full retry buffer
         (`dedupe_window`): each is logged as an error when dropped."""
         return self._dispatcher.lost
+
+    def retry_now(self, hook: RememberFn | str | None = None) -> None:
+        """Ends the rest of a hook that raised (see `ReducerConfig.retry_after`), so that the
+        next delivery calls it with what waits for it: once the store behind it is back, say.
+
+        Args:
+            hook: One of `config.on_prune`, or its ledger key (its `name`, else its qualified
+                name); None ends every hook's rest.
+
+        Raises:
+            ValueError: `hook` is not one of `config.on_prune`.
+        """
+        hooks = self.config.on_prune
+        keys = hook_keys(hooks)
+        if hook is None:
+            self._dispatcher.wake(keys)
+            return
+        chosen = [k for h, k in zip(hooks, keys, strict=True) if h is hook or k == hook]
+        if not chosen:
+            raise ValueError(
+                f"retry_now({hook!r}): not a hook of this reducer; pass one of "
+                f"config.on_prune or its key ({', '.join(map(repr, keys)) or 'none set'})"
+            )
+        self._dispatcher.wake(chosen)
 
     # -- the cut ---------------------------------------------------------------------
 
