@@ -95,10 +95,9 @@ def plan_cut(
         over it until an AI message follows). A longer newest turn is cut inside: its human
         message is kept (`Cut.anchor`), and after it the steps an agent loop's cut keeps.
         With no human message after the preserved one (an agent loop) the kept tail starts
-        where it
-        splits no tool call, never after the newest AI message when that calls tools (a graph
-        paused before its tools, or just after them, resumes from that message) nor after the
-        newest message that is neither a system message nor a tool result, however many
+        where it splits no tool call, never after the newest AI message when that calls tools
+        (a graph paused before its tools, or just after them, resumes from that message) nor
+        after the newest message that is neither a system message nor a tool result, however many
         tokens it holds. A tool result that arrived late (after a newer AI or human message
         than its call) leaves with its call instead of holding the cut back. A result listed
         before its call stays with it when only tool and system messages lie between them;
