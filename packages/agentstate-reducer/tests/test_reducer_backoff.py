@@ -403,3 +403,59 @@ def test_retry_now_ends_a_rest_and_names_a_hook_it_does_not_know() -> None:
         reducer.retry_now("nope")
     with pytest.raises(ValueError, match="pass one of config.on_prune or its key"):
         reducer.retry_now(Down())
+
+
+def test_retry_now_takes_a_bound_method_and_every_hook_of_a_name() -> None:
+    # A bound method is a new object at each read: retry_now(store.remember) was refused;
+    # of two hooks named alike, the name woke only the first.
+    class Store:
+        def __init__(self) -> None:
+            self.down = Down()
+
+        def remember(self, pruned: list[Any], namespace: Any) -> None:
+            self.down(pruned, namespace)
+
+    store = Store()
+    reducer, _ = clocked(store.remember, retry_after=60.0)
+    reducer.deliver(said(0), "ns")
+    reducer.retry_now(store.remember)
+    reducer.deliver([], "ns")
+    assert store.down.tried == 2
+    first, second = Down(), Down()
+    first.name = second.name = "memory"  # type: ignore[attr-defined]
+    reducer, _ = clocked(first, retry_after=60.0)
+    reducer.config.on_prune.append(second)
+    reducer.deliver(said(0), "ns")
+    assert (first.tried, second.tried) == (1, 1)
+    reducer.retry_now("memory")
+    reducer.deliver([], "ns")
+    assert (first.tried, second.tried) == (2, 2)
+
+
+def test_retry_now_leaves_a_probe_in_flight_to_decide() -> None:
+    # Woken while its probe hung, a background hook was handed one more batch per delivery.
+    release = threading.Event()
+    tried = [0]
+
+    def store(pruned: list[Any], namespace: Any) -> None:
+        tried[0] += 1
+        release.wait(5)
+        raise RuntimeError("memory store is down")
+
+    with Background(store, name="store", workers=4) as background:
+        reducer, clock = clocked(background)
+        release.set()
+        reducer.deliver(said(0), "t0")
+        assert background.flush(5) and tried[0] == 1
+        release.clear()
+        clock.advance(1.0)
+        reducer.deliver(said(1), "t1")  # the probe, holding its worker
+        for n in range(2, 6):
+            reducer.retry_now()
+            reducer.deliver(said(n), f"t{n}")
+        release.set()
+        assert background.flush(5)
+        assert tried[0] == 2
+        reducer.retry_now()  # settled: woken again
+        reducer.deliver([], "t0")
+        assert background.flush(5) and tried[0] == 3

@@ -284,6 +284,70 @@ def test_a_call_an_ai_message_followed_or_over_the_limit_without_its_results_is_
     assert ids(result.surviving) == ["sys", "note"]  # the late results left with their call
 
 
+@pytest.mark.parametrize("results", [2, 6])
+def test_results_that_take_the_newest_turn_over_the_limit_stay_with_the_held_call(
+    results: int,
+) -> None:
+    # Four or more results after the human message took that turn over max_messages, and
+    # the cut inside it pruned the call with them: a tools node's four charges ran twice.
+    calls = [{"id": f"c{j}", "name": "f", "args": {}} for j in range(results)]
+    messages = [
+        {"role": "human", "content": "q0", "id": "h0"},
+        {"role": "ai", "content": "a0", "id": "a0"},
+        {"role": "human", "content": "pay", "id": "h1"},
+        {"role": "ai", "content": "", "id": "call", "tool_calls": calls},
+        {"role": "human", "content": "use the visa", "id": "note"},
+        *({"role": "tool", "content": "r", "tool_call_id": c["id"], "id": c["id"]} for c in calls),
+    ]
+    result = MessageReducer(min_messages=2, max_messages=4).reduce(messages)
+    assert ids(result.surviving) == ["h0", "h1", "call", "note", *(c["id"] for c in calls)]
+
+
+@pytest.mark.parametrize("size", [50, 200])
+def test_a_large_result_stays_with_the_held_call_in_token_mode(size: int) -> None:
+    def tokens(message: Any) -> int:
+        return len(message["content"]) or 1
+
+    config = ReducerConfig(max_tokens=100, target_tokens=60, token_counter=tokens)
+    messages = [
+        {"role": "human", "content": "q" * 10, "id": "h0"},
+        {"role": "ai", "content": "a" * 10, "id": "a0"},
+        {"role": "human", "content": "q" * 10, "id": "h1"},
+        {"role": "ai", "content": "a" * 10, "id": "call", "tool_calls": [{"id": "c", "name": "f"}]},
+        {"role": "human", "content": "q" * 10, "id": "note"},
+        {"role": "tool", "content": "r" * size, "tool_call_id": "c", "id": "tc"},
+    ]
+    result = MessageReducer(config=config).reduce(messages)
+    assert ids(result.surviving)[-4:] == ["h1", "call", "note", "tc"]
+
+
+def test_held_results_over_the_limit_cut_nothing_and_a_cut_keeps_room_for_its_summary() -> None:
+    # Over max_messages only by the held results, the list was cut anyway: the summary block
+    # alone was pruned and summarized again, and with no room left for the new block the
+    # window lost its summary.
+    calls = [{"id": f"c{j}", "name": "f", "args": {}} for j in range(3)]
+    results = [
+        {"role": "tool", "content": "r", "tool_call_id": c["id"], "id": c["id"]} for c in calls
+    ]
+    config = ReducerConfig(
+        min_messages=4,
+        max_messages=8,
+        summarize_fn=lambda pruned: f"{len(pruned)} earlier",
+        inject_summary=True,
+    )
+    reducer = MessageReducer(config=config)
+    history = [*conversation(3, calls=0), {"role": "human", "content": "pay", "id": "pay"}]
+    history += [{"role": "ai", "content": "", "id": "call", "tool_calls": calls}]
+    window = reducer.reduce(history, [{"role": "human", "content": "note", "id": "note"}])
+    assert window.summary is not None
+    again = reducer.reduce(window.surviving, results)
+    assert again.pruned == [] and again.surviving == [*window.surviving, *results]
+    # a cut made meanwhile injects its summary within max_messages plus the results
+    cut = reducer.reduce([*history, {"role": "human", "content": "note", "id": "note"}, *results])
+    assert [role(m) for m in cut.surviving[1:3]] == ["human", "ai"]  # the summary block
+    assert ids(cut.surviving)[3:] == ["pay", "call", "note", "c0", "c1", "c2"]
+
+
 def test_a_preserved_question_lets_the_held_call_open_the_kept_part() -> None:
     # With require_human_first the only human message before the call was the preserved
     # one, so no cut before the call was allowed and the call was pruned.

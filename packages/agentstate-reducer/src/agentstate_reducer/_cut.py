@@ -43,6 +43,9 @@ class Cut:
         anchor: The newest human message, kept ahead of `start` when the preserved message
             and its turn are over the limit (`max_messages`, `max_tokens`): a cut inside the
             turn, which prunes `[anchor + 1:start]` too; else None.
+        over: How far the kept part may go over the limit: the messages (count mode) or
+            tokens of the results of a call held for a graph to resume into (see
+            `plan_cut`), else 0.
     """
 
     preserved: int
@@ -50,6 +53,7 @@ class Cut:
     orphans: tuple[int, ...]
     kept_tokens: int | None = None
     anchor: int | None = None
+    over: int = 0
 
     def pruned_indices(self) -> list[int]:
         """Return every pruned index, ascending."""
@@ -186,6 +190,7 @@ def plan_cut(
         clean[result] = False
 
     human_turns = last_human >= preserved
+    answers: list[int] = []  # the results of a held call (see below)
     if human_turns and config.require_human_first:
         candidates = [i for i in humans if i >= preserved and clean[i]]
     else:
@@ -202,10 +207,13 @@ def plan_cut(
             if not before and preserved and roles[0] == HUMAN:
                 # the preserved question opens the turn: its steps are cut as an agent loop's
                 before = [i for i in range(preserved, newest_call + 1) if clean[i]]
-            answers = [i for i, caller in parent.items() if caller == newest_call]
-            if before and not _over_limit(config, tokens, preserved, before[-1], n, answers):
+            results = [i for i, caller in parent.items() if caller == newest_call]
+            if before and not _over_limit(config, tokens, preserved, before[-1], n, results):
                 limit = newest_call
                 candidates = sorted({*candidates, *before})
+                answers = results
+                if not _over_limit(config, tokens, 0, 0, n, answers):
+                    return None  # over the limit by those results only: nothing to cut
     else:  # an agent loop keeps its newest step: the newest message, or the call it answers
         # A tool result is left out: one that answers the newest call limits the cut at
         # that call (`newest_call`), and an orphan, or one that arrived late, leaves with
@@ -221,7 +229,9 @@ def plan_cut(
         budget = target - (tokens[0] if preserved else 0)
 
     anchor = None
-    if human_turns and _over_limit(config, tokens, preserved, last_human, n):
+    # the newest turn is measured as the held call was: its results aside
+    after = [i for i in answers if i > last_human]
+    if human_turns and _over_limit(config, tokens, preserved, last_human, n, after):
         # Kept whole, the newest turn would leave the list over its limit: it keeps its human
         # message and, after it, the newest steps that fit the budget, cut as an agent
         # loop's (never after its newest step).
@@ -241,7 +251,8 @@ def plan_cut(
     else:
         start = _choose(candidates, n, tokens, budget, limit, preserved)
     orphans = tuple(i for i in range(start, n) if parent.get(i, start) < start)
-    cut = Cut(preserved=preserved, start=start, orphans=orphans, anchor=anchor)
+    over = len(answers) if tokens is None else sum(tokens[i] for i in answers)
+    cut = Cut(preserved=preserved, start=start, orphans=orphans, anchor=anchor, over=over)
     if tokens is None:
         return cut
     return replace(cut, kept_tokens=sum(tokens[i] for i in cut.kept_indices(n)))

@@ -175,6 +175,7 @@ class Dispatcher:
         self.lost = 0
         # hook key -> (its failures in a row, when its rest ends on `clock`)
         self._down: dict[str, tuple[int, float]] = {}
+        self._probes: set[str] = set()  # hooks whose probe (see `probing`) has not settled
         self._last_failed: dict[str, Hashable] = {}  # hook key -> the namespace it raised on
         self._lock = threading.Lock()
         self._in_flight: set[tuple[str, Hashable, str]] = set()
@@ -201,10 +202,12 @@ class Dispatcher:
 
     def wake(self, keys: Sequence[str]) -> None:
         """Ends the rests of hooks `keys`: the next delivery calls each (a background hook
-        gets one batch first). Their failures in a row still count toward a next rest."""
+        gets one batch first). Their failures in a row still count toward a next rest. A
+        hook whose probe has not settled waits for it: woken, each delivery would hand it
+        another batch meanwhile."""
         with self._lock:
             for key in keys:
-                if (down := self._down.get(key)) is not None:
+                if key not in self._probes and (down := self._down.get(key)) is not None:
                     self._down[key] = (down[0], self.clock())
 
     def probing(self, key: str) -> None:
@@ -215,6 +218,7 @@ class Dispatcher:
         with self._lock:
             if self.retry_after and (down := self._down.get(key)) is not None:
                 self._down[key] = (down[0], self.clock() + self.max_retry_after)
+                self._probes.add(key)
 
     def prepare(
         self, hooks: Sequence[RememberFn], pruned: Sequence[Any], namespace: Any, dedupe: bool
@@ -376,6 +380,8 @@ class Dispatcher:
         with self._lock:
             if job.dedupe:
                 self._in_flight.difference_update((job.key, ns, i) for i in job.ids)
+            if job.probe:
+                self._probes.discard(job.key)
             if error is None:
                 self._down.pop(job.key, None)
                 return

@@ -13,7 +13,15 @@ from typing import Any
 from ._background import AsyncBackground, Background, BatchDropped
 from ._config import ReducerConfig, ReducerResult, RememberFn
 from ._cut import Cut, checked_count, plan_cut
-from ._delivery import Dispatcher, Job, ReportBuilder, caller_cancelled, hook_keys, own_cancellation
+from ._delivery import (
+    Dispatcher,
+    Job,
+    ReportBuilder,
+    caller_cancelled,
+    hook_key,
+    hook_keys,
+    own_cancellation,
+)
 from ._ledger import AsyncDeliveryLedger, DeliveryLedger, InMemoryLedger
 from ._merge import CutIds, merge_messages
 from ._messages import check_messages, is_message, message_identity, shown
@@ -104,9 +112,13 @@ class MessageReducer:
         """Ends the rest of a hook that raised (see `ReducerConfig.retry_after`), so that the
         next delivery calls it with what waits for it: once the store behind it is back, say.
 
+        A hook whose one batch after its rest still runs (a background hook's probe) is left
+        to that batch: its outcome ends the rest or not.
+
         Args:
-            hook: One of `config.on_prune`, or its ledger key (its `name`, else its qualified
-                name); None ends every hook's rest.
+            hook: One of `config.on_prune` (a bound method as well), or its ledger key (its
+                `name`, else its qualified name: every hook of that name, also those keyed
+                ``name#2``...); None ends every hook's rest.
 
         Raises:
             ValueError: `hook` is not one of `config.on_prune`.
@@ -116,7 +128,11 @@ class MessageReducer:
         if hook is None:
             self._dispatcher.wake(keys)
             return
-        chosen = [k for h, k in zip(hooks, keys, strict=True) if h is hook or k == hook]
+        chosen = [
+            k
+            for h, k in zip(hooks, keys, strict=True)
+            if _same_hook(h, hook) or (isinstance(hook, str) and hook_key(h) == hook)
+        ]
         if not chosen:
             raise ValueError(
                 f"retry_now({hook!r}): not a hook of this reducer; pass one of "
@@ -461,29 +477,34 @@ class MessageReducer:
         not fit when the newest turn, kept whole, overflows that room. In token
         mode the block's size is known only now (the cut counted the rest): injected over
         `max_tokens`, it would make the next call cut again (and summarize again) with
-        nothing added."""
+        nothing added. The results of a call the cut held (`Cut.over`) may take the window
+        over the limit by their size, the block included."""
         c = self.config
+        held = " and the results of a call held for the graph to resume into" if cut.over else ""
         if c.max_tokens is not None and cut.kept_tokens is not None:
             count = resolve_token_counter(c.token_counter)
             size = cut.kept_tokens + sum(
                 checked_count(count, m, cut.preserved + i) for i, m in enumerate(block)
             )
-            if size <= c.max_tokens:
+            if size <= c.max_tokens + cut.over:
                 return True
             logger.info(
                 "summary not injected: with it the window would hold %d tokens, over "
-                "max_tokens=%d; set target_tokens below max_tokens by the summary's size",
+                "max_tokens=%d%s; set target_tokens below max_tokens by the summary's size",
                 size,
                 c.max_tokens,
+                f" plus {cut.over}{held}" if cut.over else "",
             )
             return False
-        if c.max_messages is None or len(window) <= c.max_messages:
+        if c.max_messages is None or len(window) <= c.max_messages + cut.over:
             return True
         logger.info(
             "summary not injected: with it the window would hold %d messages, over "
-            "max_messages=%s, as the newest turn, kept whole, fills the window",
+            "max_messages=%s%s, as the newest turn%s, kept whole, fills the window",
             len(window),
             c.max_messages,
+            f" plus {cut.over}" if cut.over else "",
+            held,
         )
         return False
 
@@ -713,6 +734,17 @@ async def _hook_call(awaitable: Any) -> Any:
         if caller_cancelled():
             raise
         raise own_cancellation(exc) from exc
+
+
+def _same_hook(hook: Any, other: Any) -> bool:
+    """Whether `other` is `hook`, or equal to it (a bound method is a new object each time
+    it is read); an `__eq__` that raises or answers no bool means no."""
+    if hook is other:
+        return True
+    try:
+        return (hook == other) is True
+    except Exception:  # noqa: BLE001 - a hook's own __eq__ decides nothing here
+        return False
 
 
 def _summary_text(summary: Any) -> str | None:
