@@ -1502,6 +1502,10 @@ async def test_protocol_3_given_to_a_saver_on_redis_5_is_told_to_leave_it_out(
             with pytest.raises(PlainRedisError, match=fix):
                 saver.get_tuple(cfg("t"))
     else:
+        if int(redis.__version__.split(".")[0]) < 6:
+            # its asyncio pool keeps the connection whose HELLO 3 failed: the next call waits
+            # for one until the pool's timeout ("No connection available")
+            pytest.skip("redis-py 5's asyncio pool does not get back a refused connection")
         async with AsyncRedisSaver(url, prefix=prefix, protocol=3) as asaver:
             with pytest.raises(PlainRedisError, match=fix):
                 await asaver.aget_tuple(cfg("t"))
